@@ -1,0 +1,440 @@
+// Package config reads the relay's configuration from command-line flags and
+// RELAY_* environment variables and validates it before anything starts.
+//
+// Every option has one environment variable and one flag. A flag that is
+// given wins over the variable; an empty variable counts as unset, so a
+// compose file can list every name with blank values. Validation collects
+// every problem at once and each message says how to fix it, because the
+// operator reading it is usually looking at a crash-looping container.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Config is the validated configuration. Zero values never reach the rest of
+// the relay: Load fills defaults and refuses anything it cannot use.
+type Config struct {
+	// ValkeyURL is the shared store. "" selects the embedded in-process
+	// store: one replica only, nothing survives a restart.
+	ValkeyURL string
+	// Namespace prefixes every key the relay writes, so several relays
+	// (or test runs) can share one Valkey.
+	Namespace string
+	// Listen is the address of the public planes (daemon + site).
+	Listen string
+	// AdminListen is the address of the admin listener; "" disables it.
+	AdminListen string
+	// AdminToken is the bearer token the admin listener demands. "" makes
+	// the admin listener refuse every authenticated route.
+	AdminToken string
+	// LeaseMs is the lease granted at claim and renewal (wire §2 leaseMs).
+	LeaseMs int64
+	// VerificationURL is where a human approves a device code; "" makes
+	// device-code start answer 501 (wire §8.1).
+	VerificationURL string
+	// BasePath mounts the daemon plane, trailing slashes stripped.
+	BasePath string
+	// Debug serves the /debug page (wire §10).
+	Debug bool
+	// ProjectionFile, when set, is loaded at start and pushed to Valkey
+	// whenever it changes.
+	ProjectionFile string
+	// UpdateOffer is the exact version offered in heartbeat updateTo.
+	UpdateOffer string
+	// DaemonFloor is the oldest daemon version served (heartbeat 426 below).
+	DaemonFloor string
+	// SweepInterval is the background sweeper's mean period; 0 disables it.
+	SweepInterval time.Duration
+	// SweepBatch is how many due jobs one sweep call settles at most.
+	SweepBatch int
+	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM.
+	ShutdownTimeout time.Duration
+	// AdminMaxBody caps admin request bodies, in bytes.
+	AdminMaxBody int64
+	// LogFormat is "text", "json" or "auto" (text on a terminal).
+	LogFormat string
+	// LogLevel is the minimum level logged.
+	LogLevel slog.Level
+}
+
+// Embedded reports whether the relay runs on the in-process store.
+func (c Config) Embedded() bool { return c.ValkeyURL == "" }
+
+// LogAttrs describes the configuration for the start-up log line, with
+// secrets left out.
+func (c Config) LogAttrs() []any {
+	valkeyURL := "embedded"
+	if c.ValkeyURL != "" {
+		valkeyURL = redactURL(c.ValkeyURL)
+	}
+	return []any{
+		slog.String("valkey", valkeyURL),
+		slog.String("namespace", c.Namespace),
+		slog.String("listen", c.Listen),
+		slog.String("adminListen", orDash(c.AdminListen)),
+		slog.Bool("adminToken", c.AdminToken != ""),
+		slog.Int64("leaseMs", c.LeaseMs),
+		slog.String("verificationUrl", orDash(c.VerificationURL)),
+		slog.String("basePath", c.BasePath),
+		slog.Bool("debug", c.Debug),
+		slog.String("projectionFile", orDash(c.ProjectionFile)),
+		slog.String("updateOffer", orDash(c.UpdateOffer)),
+		slog.String("daemonFloor", orDash(c.DaemonFloor)),
+		slog.Duration("sweepInterval", c.SweepInterval),
+		slog.Int("sweepBatch", c.SweepBatch),
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Problems is every validation failure found, one message per option.
+type Problems []string
+
+func (p Problems) Error() string {
+	if len(p) == 1 {
+		return "invalid configuration: " + p[0]
+	}
+	return "invalid configuration:\n  - " + strings.Join(p, "\n  - ")
+}
+
+// ErrHelp is returned when -h or -help was given; the usage text has
+// already been written.
+var ErrHelp = flag.ErrHelp
+
+// option is one configurable value: its names, its default and how to apply
+// a raw string to Config. apply returns a message without the option's name;
+// Load prefixes the name the operator actually used (flag or variable).
+type option struct {
+	env, flag string
+	def       string
+	isBool    bool
+	usage     string
+	apply     func(c *Config, v string) error
+}
+
+// Options lists every option in the order the usage text shows them.
+var options = []option{
+	{env: "RELAY_VALKEY_URL", flag: "valkey-url", usage: "Valkey/Redis URL (redis://, rediss://, valkey://, unix://); unset: embedded in-process store, single replica, not durable", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.ValkeyURL = ""
+			return nil
+		}
+		if _, err := valkey.ParseURL(v); err != nil {
+			return fmt.Errorf("cannot use %q (%v); write it like redis://[user:password@]host:6379/0 (rediss:// for TLS), or unset it to use the embedded store", redactURL(v), err)
+		}
+		c.ValkeyURL = v
+		return nil
+	}},
+	{env: "RELAY_NAMESPACE", flag: "namespace", def: "byollm", usage: "prefix of every Valkey key this relay writes; replicas of one relay share it", apply: func(c *Config, v string) error {
+		if !namespaceRE.MatchString(v) {
+			return fmt.Errorf("%q is not a usable namespace; use 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit (it is part of every key name, so braces and colons would break the hash tags)", v)
+		}
+		c.Namespace = v
+		return nil
+	}},
+	{env: "RELAY_LISTEN", flag: "listen", def: ":8080", usage: "address of the public planes (daemon + site); the default listens on every interface, as a container needs", apply: func(c *Config, v string) error {
+		if err := checkAddr(v); err != nil {
+			return fmt.Errorf("%q is not a listen address (%v); write host:port, e.g. :8080 or 127.0.0.1:8080", v, err)
+		}
+		c.Listen = v
+		return nil
+	}},
+	{env: "RELAY_ADMIN_LISTEN", flag: "admin-listen", def: "127.0.0.1:8081", usage: `address of the admin listener (projection, later metrics/health); "off" disables it`, apply: func(c *Config, v string) error {
+		if strings.EqualFold(v, "off") {
+			c.AdminListen = ""
+			return nil
+		}
+		if err := checkAddr(v); err != nil {
+			return fmt.Errorf(`%q is not a listen address (%v); write host:port, e.g. 127.0.0.1:8081, or "off" to disable the admin listener`, v, err)
+		}
+		c.AdminListen = v
+		return nil
+	}},
+	{env: "RELAY_ADMIN_TOKEN", flag: "admin-token", usage: "bearer token the admin listener requires; unset: the admin listener refuses every request (prefer the variable: flags show up in ps)", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.AdminToken = ""
+			return nil
+		}
+		if len(v) < minTokenLen {
+			return fmt.Errorf("is %d characters long; use at least %d random characters, e.g. the output of `openssl rand -hex 32`", len(v), minTokenLen)
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return errors.New("contains whitespace or control characters, which cannot travel in an Authorization header; generate one with `openssl rand -hex 32`")
+		}
+		c.AdminToken = v
+		return nil
+	}},
+	{env: "RELAY_LEASE_MS", flag: "lease-ms", def: "60000", usage: "lease granted to a device at claim and renewal, in milliseconds", apply: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > maxSafeInteger {
+			return fmt.Errorf("%q is not a positive whole number of milliseconds; use e.g. 60000 (one minute)", v)
+		}
+		c.LeaseMs = n
+		return nil
+	}},
+	{env: "RELAY_VERIFICATION_URL", flag: "verification-url", usage: "where a human approves a device code (http/https); unset: device-code pairing answers 501, and real daemons cannot pair", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.VerificationURL = ""
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%q is not an absolute http(s) URL; write it like https://example.com/activate, or unset it", v)
+		}
+		c.VerificationURL = v
+		return nil
+	}},
+	{env: "RELAY_BASE_PATH", flag: "base-path", def: "/byollm", usage: "where the daemon plane is mounted; trailing slashes are stripped. Real daemons always call {origin}/byollm/...", apply: func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("%q must start with '/', e.g. /byollm", v)
+		}
+		if strings.ContainsAny(v, "?#% \t") {
+			return fmt.Errorf("%q must be a plain path without '?', '#', '%%' or spaces, e.g. /byollm", v)
+		}
+		c.BasePath = strings.TrimRight(v, "/")
+		return nil
+	}},
+	{env: "RELAY_DEBUG", flag: "debug", def: "false", isBool: true, usage: "serve the /debug page (shows routing state; keep off in production)", apply: func(c *Config, v string) error {
+		b, err := parseBool(v)
+		if err != nil {
+			return err
+		}
+		c.Debug = b
+		return nil
+	}},
+	{env: "RELAY_PROJECTION_FILE", flag: "projection-file", usage: "projection (RelayFixture JSON) loaded at start and pushed to Valkey whenever the file changes", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.ProjectionFile = ""
+			return nil
+		}
+		fi, err := os.Stat(v)
+		if err != nil {
+			return fmt.Errorf("cannot read %q (%v); point it at an existing JSON file or unset it", v, unwrapPathError(err))
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
+		}
+		c.ProjectionFile = v
+		return nil
+	}},
+	{env: "RELAY_UPDATE_OFFER", flag: "update-offer", usage: "exact daemon version offered in heartbeat updateTo, e.g. 0.1.2", apply: func(c *Config, v string) error {
+		if v != "" && !updateOfferRE.MatchString(v) {
+			return fmt.Errorf("%q is not an exact version; write major.minor.patch with an optional -prerelease, e.g. 0.1.2 or 0.2.0-beta.1 (the relay would never offer it otherwise)", v)
+		}
+		c.UpdateOffer = v
+		return nil
+	}},
+	{env: "RELAY_DAEMON_FLOOR", flag: "daemon-floor", usage: "oldest daemon version served; older daemons get 426 at heartbeat", apply: func(c *Config, v string) error {
+		if v != "" && !versionRE.MatchString(v) {
+			return fmt.Errorf("%q is not a version; write major.minor.patch with an optional -prerelease, e.g. 0.1.0 (an unparsable floor would never refuse anything)", v)
+		}
+		c.DaemonFloor = v
+		return nil
+	}},
+	{env: "RELAY_SWEEP_INTERVAL", flag: "sweep-interval", def: "1s", usage: `mean period of the background sweeper (jittered); "off" or 0 disables it (the planes still sweep on claim, heartbeat and pending)`, apply: func(c *Config, v string) error {
+		if strings.EqualFold(v, "off") || v == "0" {
+			c.SweepInterval = 0
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minSweepInterval {
+			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval)
+		}
+		c.SweepInterval = d
+		return nil
+	}},
+	{env: "RELAY_SWEEP_BATCH", flag: "sweep-batch", def: "100", usage: "due jobs settled per sweep call (one Lua script run); keeps each call short", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return fmt.Errorf("%q is not a batch size; use a whole number from 1 to 10000, e.g. 100", v)
+		}
+		c.SweepBatch = n
+		return nil
+	}},
+	{env: "RELAY_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long SIGINT/SIGTERM waits for in-flight requests before closing them", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration; write e.g. 15s", v)
+		}
+		c.ShutdownTimeout = d
+		return nil
+	}},
+	{env: "RELAY_ADMIN_MAX_BODY", flag: "admin-max-body", def: "16777216", usage: "largest admin request body accepted, in bytes (projection documents)", apply: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1024 {
+			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024, e.g. 16777216 (16 MiB)", v)
+		}
+		c.AdminMaxBody = n
+		return nil
+	}},
+	{env: "RELAY_LOG_FORMAT", flag: "log-format", def: "auto", usage: `log format: "text", "json", or "auto" (text on a terminal, JSON otherwise)`, apply: func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "auto", "text", "json":
+			c.LogFormat = strings.ToLower(v)
+			return nil
+		}
+		return fmt.Errorf(`%q is not a log format; use "text", "json" or "auto"`, v)
+	}},
+	{env: "RELAY_LOG_LEVEL", flag: "log-level", def: "info", usage: `minimum log level: "debug", "info", "warn" or "error"`, apply: func(c *Config, v string) error {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf(`%q is not a log level; use "debug", "info", "warn" or "error"`, v)
+		}
+		c.LogLevel = l
+		return nil
+	}},
+	{env: "RELAY_CONTROL_PLANE_PUBLIC", flag: "control-plane-public", usage: "not supported yet: setting it refuses to start", apply: func(c *Config, v string) error {
+		if v != "" {
+			return errors.New("is set, but this relay cannot author signed grants yet: paired devices would be told to expect signed grants that nothing here produces, and would refuse every job. Unset it; daemons then run in direct mode and serve their owner's work")
+		}
+		return nil
+	}},
+}
+
+const (
+	minTokenLen      = 16
+	maxSafeInteger   = 1<<53 - 1
+	minSweepInterval = 50 * time.Millisecond
+)
+
+var (
+	namespaceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	// Same patterns as the reference's heartbeat (wire §14.4).
+	updateOfferRE = regexp.MustCompile(`^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+	versionRE     = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$`)
+)
+
+// rawValue is a flag.Value that remembers whether it was given at all, so an
+// explicit flag can beat the environment even when it equals the default.
+type rawValue struct {
+	s      string
+	set    bool
+	isBool bool
+}
+
+func (r *rawValue) String() string   { return r.s }
+func (r *rawValue) IsBoolFlag() bool { return r.isBool }
+func (r *rawValue) Set(s string) error {
+	r.s, r.set = s, true
+	return nil
+}
+
+// Load parses args (without the program name) and the environment seen
+// through getenv, and validates the result. On -h it writes usage to out and
+// returns ErrHelp. Otherwise a non-nil error is Problems or a flag error.
+func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	fs.SetOutput(out)
+	raws := make([]*rawValue, len(options))
+	for i, o := range options {
+		raws[i] = &rawValue{isBool: o.isBool}
+		fs.Var(raws[i], o.flag, o.usage)
+	}
+	fs.Usage = func() { Usage(out) }
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q; options are flags (-listen :8080) or RELAY_* variables, see -h", fs.Arg(0))
+	}
+
+	var c Config
+	var problems Problems
+	for i, o := range options {
+		v, source := o.def, "default of "+o.env
+		if raws[i].set {
+			v, source = raws[i].s, "-"+o.flag
+		} else if e := getenv(o.env); e != "" {
+			v, source = e, o.env
+		}
+		if err := o.apply(&c, strings.TrimSpace(v)); err != nil {
+			problems = append(problems, source+": "+err.Error())
+		}
+	}
+	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen {
+		problems = append(problems, fmt.Sprintf("RELAY_LISTEN and RELAY_ADMIN_LISTEN are both %q; give the admin listener its own address (default 127.0.0.1:8081) or turn it off", c.Listen))
+	}
+	if len(problems) > 0 {
+		return Config{}, problems
+	}
+	return c, nil
+}
+
+// Usage writes the option table: flag, variable, default and meaning.
+func Usage(out io.Writer) {
+	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get [flags] [FILE]   (relay projection -h)\n\n")
+	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable.\n\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, o := range options {
+		def := o.def
+		if def == "" {
+			def = "(unset)"
+		}
+		fmt.Fprintf(tw, "  -%s\t%s\t%s\n", o.flag, o.env, def)
+		fmt.Fprintf(tw, "    \t%s\t\n", o.usage)
+	}
+	tw.Flush()
+}
+
+func checkAddr(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > math.MaxUint16 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean; use true or false", v)
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// redactURL hides a password so a URL can be logged or echoed in an error.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if i := strings.LastIndex(s, "@"); i >= 0 {
+			return "***" + s[i:]
+		}
+		return s
+	}
+	return u.Redacted()
+}

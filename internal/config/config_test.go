@@ -1,0 +1,228 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("Load with nothing set: %v", err)
+	}
+	want := Config{
+		Namespace:       "byollm",
+		Listen:          ":8080",
+		AdminListen:     "127.0.0.1:8081",
+		LeaseMs:         60000,
+		BasePath:        "/byollm",
+		SweepInterval:   time.Second,
+		SweepBatch:      100,
+		ShutdownTimeout: 15 * time.Second,
+		AdminMaxBody:    16 << 20,
+		LogFormat:       "auto",
+		LogLevel:        slog.LevelInfo,
+	}
+	if c != want {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+	if !c.Embedded() {
+		t.Fatal("no RELAY_VALKEY_URL must mean the embedded store")
+	}
+}
+
+func TestValues(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "projection.json")
+	if err := os.WriteFile(file, []byte(`{"consents":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(Config) bool
+	}{
+		{"valkey url from env", nil, map[string]string{"RELAY_VALKEY_URL": "redis://10.0.0.1:6379/2"},
+			func(c Config) bool { return c.ValkeyURL == "redis://10.0.0.1:6379/2" && !c.Embedded() }},
+		{"flag wins over env", []string{"-lease-ms", "5000"}, map[string]string{"RELAY_LEASE_MS": "9000"},
+			func(c Config) bool { return c.LeaseMs == 5000 }},
+		{"flag equal to default still wins", []string{"-namespace=byollm"}, map[string]string{"RELAY_NAMESPACE": "other"},
+			func(c Config) bool { return c.Namespace == "byollm" }},
+		{"empty env counts as unset", nil, map[string]string{"RELAY_LEASE_MS": ""},
+			func(c Config) bool { return c.LeaseMs == 60000 }},
+		{"base path trailing slashes stripped", nil, map[string]string{"RELAY_BASE_PATH": "/relay//"},
+			func(c Config) bool { return c.BasePath == "/relay" }},
+		{"base path root becomes empty", []string{"-base-path", "/"}, nil,
+			func(c Config) bool { return c.BasePath == "" }},
+		{"bare bool flag", []string{"-debug"}, nil, func(c Config) bool { return c.Debug }},
+		{"bool env words", nil, map[string]string{"RELAY_DEBUG": "yes"}, func(c Config) bool { return c.Debug }},
+		{"admin off", nil, map[string]string{"RELAY_ADMIN_LISTEN": "off"}, func(c Config) bool { return c.AdminListen == "" }},
+		{"sweep off", nil, map[string]string{"RELAY_SWEEP_INTERVAL": "off"}, func(c Config) bool { return c.SweepInterval == 0 }},
+		{"sweep duration", nil, map[string]string{"RELAY_SWEEP_INTERVAL": "250ms"}, func(c Config) bool { return c.SweepInterval == 250*time.Millisecond }},
+		{"versions", nil, map[string]string{"RELAY_UPDATE_OFFER": "0.2.0-beta.1", "RELAY_DAEMON_FLOOR": "0.1.0+build.5"},
+			func(c Config) bool { return c.UpdateOffer == "0.2.0-beta.1" && c.DaemonFloor == "0.1.0+build.5" }},
+		{"verification url", nil, map[string]string{"RELAY_VERIFICATION_URL": "https://example.com/activate"},
+			func(c Config) bool { return c.VerificationURL == "https://example.com/activate" }},
+		{"projection file", nil, map[string]string{"RELAY_PROJECTION_FILE": file},
+			func(c Config) bool { return c.ProjectionFile == file }},
+		{"token", nil, map[string]string{"RELAY_ADMIN_TOKEN": "0123456789abcdef"},
+			func(c Config) bool { return c.AdminToken == "0123456789abcdef" }},
+		{"log level", nil, map[string]string{"RELAY_LOG_LEVEL": "DEBUG", "RELAY_LOG_FORMAT": "JSON"},
+			func(c Config) bool { return c.LogLevel == slog.LevelDebug && c.LogFormat == "json" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.args, envOf(tt.env), io.Discard)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !tt.check(c) {
+				t.Fatalf("unexpected config %+v", c)
+			}
+		})
+	}
+}
+
+// TestProblems pins the messages: each names the option as the operator set
+// it and says what to write instead.
+func TestProblems(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string // substrings of the single problem reported
+	}{
+		{"control plane public refused", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "abc"},
+			[]string{"RELAY_CONTROL_PLANE_PUBLIC: is set", "cannot author signed grants yet", "Unset it"}},
+		{"lease not a number", nil, map[string]string{"RELAY_LEASE_MS": "1m"},
+			[]string{`RELAY_LEASE_MS: "1m" is not a positive whole number of milliseconds`, "e.g. 60000"}},
+		{"lease zero", nil, map[string]string{"RELAY_LEASE_MS": "0"}, []string{"RELAY_LEASE_MS", "positive"}},
+		{"lease beyond safe integer", nil, map[string]string{"RELAY_LEASE_MS": "9007199254740992"}, []string{"RELAY_LEASE_MS"}},
+		{"lease via flag names the flag", []string{"-lease-ms", "-5"}, nil, []string{`-lease-ms: "-5"`}},
+		{"base path relative", nil, map[string]string{"RELAY_BASE_PATH": "byollm"}, []string{`RELAY_BASE_PATH: "byollm" must start with '/'`}},
+		{"base path query", nil, map[string]string{"RELAY_BASE_PATH": "/a?b"}, []string{"RELAY_BASE_PATH", "without '?'"}},
+		{"verification url relative", nil, map[string]string{"RELAY_VERIFICATION_URL": "/activate"},
+			[]string{"RELAY_VERIFICATION_URL", "absolute http(s) URL", "https://example.com/activate"}},
+		{"verification url ftp", nil, map[string]string{"RELAY_VERIFICATION_URL": "ftp://x/y"}, []string{"RELAY_VERIFICATION_URL"}},
+		{"valkey scheme", nil, map[string]string{"RELAY_VALKEY_URL": "http://user:hunter2@host:6379"},
+			[]string{"RELAY_VALKEY_URL", "redis://", "unset it to use the embedded store", "xxxxx"}},
+		{"namespace with braces", nil, map[string]string{"RELAY_NAMESPACE": "a{b}"}, []string{"RELAY_NAMESPACE", "hash tags"}},
+		{"namespace empty via flag", []string{"-namespace="}, nil, []string{"-namespace", "not a usable namespace"}},
+		{"listen without port", nil, map[string]string{"RELAY_LISTEN": "localhost"}, []string{"RELAY_LISTEN", "host:port"}},
+		{"admin listen bad port", nil, map[string]string{"RELAY_ADMIN_LISTEN": "127.0.0.1:99999"}, []string{"RELAY_ADMIN_LISTEN", "65535", `"off"`}},
+		{"same listen twice", nil, map[string]string{"RELAY_LISTEN": "127.0.0.1:9000", "RELAY_ADMIN_LISTEN": "127.0.0.1:9000"},
+			[]string{"RELAY_LISTEN and RELAY_ADMIN_LISTEN are both"}},
+		{"token too short", nil, map[string]string{"RELAY_ADMIN_TOKEN": "secret"}, []string{"RELAY_ADMIN_TOKEN: is 6 characters long", "openssl rand -hex 32"}},
+		{"token with space", nil, map[string]string{"RELAY_ADMIN_TOKEN": "0123456789 abcdef"}, []string{"RELAY_ADMIN_TOKEN", "whitespace"}},
+		{"debug not bool", nil, map[string]string{"RELAY_DEBUG": "maybe"}, []string{`RELAY_DEBUG: "maybe" is not a boolean`}},
+		{"projection file missing", nil, map[string]string{"RELAY_PROJECTION_FILE": "/nonexistent/p.json"},
+			[]string{`RELAY_PROJECTION_FILE: cannot read "/nonexistent/p.json"`, "no such file"}},
+		{"projection file is a directory", nil, map[string]string{"RELAY_PROJECTION_FILE": os.TempDir()}, []string{"not a regular file"}},
+		{"update offer range", nil, map[string]string{"RELAY_UPDATE_OFFER": "^0.2.0"}, []string{"RELAY_UPDATE_OFFER", "exact version"}},
+		{"daemon floor garbage", nil, map[string]string{"RELAY_DAEMON_FLOOR": "v1"}, []string{"RELAY_DAEMON_FLOOR", "never refuse"}},
+		{"sweep interval too small", nil, map[string]string{"RELAY_SWEEP_INTERVAL": "1ms"}, []string{"RELAY_SWEEP_INTERVAL", "at least 50ms"}},
+		{"sweep batch zero", nil, map[string]string{"RELAY_SWEEP_BATCH": "0"}, []string{"RELAY_SWEEP_BATCH", "1 to 10000"}},
+		{"shutdown timeout", nil, map[string]string{"RELAY_SHUTDOWN_TIMEOUT": "soon"}, []string{"RELAY_SHUTDOWN_TIMEOUT"}},
+		{"admin max body", nil, map[string]string{"RELAY_ADMIN_MAX_BODY": "10"}, []string{"RELAY_ADMIN_MAX_BODY", "at least 1024"}},
+		{"log format", nil, map[string]string{"RELAY_LOG_FORMAT": "xml"}, []string{"RELAY_LOG_FORMAT", `"json"`}},
+		{"log level", nil, map[string]string{"RELAY_LOG_LEVEL": "loud"}, []string{"RELAY_LOG_LEVEL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.args, envOf(tt.env), io.Discard)
+			var p Problems
+			if !errors.As(err, &p) {
+				t.Fatalf("want Problems, got %v", err)
+			}
+			if len(p) != 1 {
+				t.Fatalf("want exactly one problem, got %q", p)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(p[0], w) {
+					t.Errorf("problem %q does not contain %q", p[0], w)
+				}
+			}
+			if strings.Contains(p[0], "hunter2") {
+				t.Errorf("problem %q leaks a password", p[0])
+			}
+		})
+	}
+}
+
+func TestAllProblemsReportedAtOnce(t *testing.T) {
+	_, err := Load(nil, envOf(map[string]string{
+		"RELAY_LEASE_MS":             "x",
+		"RELAY_BASE_PATH":            "x",
+		"RELAY_CONTROL_PLANE_PUBLIC": "x",
+	}), io.Discard)
+	var p Problems
+	if !errors.As(err, &p) || len(p) != 3 {
+		t.Fatalf("want three problems, got %v", err)
+	}
+	if !strings.HasPrefix(err.Error(), "invalid configuration:\n  - ") {
+		t.Fatalf("multi-problem message shape: %q", err.Error())
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want error
+	}{
+		{"help", []string{"-h"}, ErrHelp},
+		{"unknown flag", []string{"-nope"}, nil},
+		{"positional", []string{"serve"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			_, err := Load(tt.args, envOf(nil), &out)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("want %v, got %v", tt.want, err)
+			}
+			var p Problems
+			if errors.As(err, &p) {
+				t.Fatalf("flag errors are not validation problems: %v", err)
+			}
+		})
+	}
+	var out strings.Builder
+	Load([]string{"-h"}, envOf(nil), &out)
+	for _, w := range []string{"RELAY_VALKEY_URL", "-admin-token", "127.0.0.1:8081", "relay projection push"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("usage lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestLogAttrsHideSecrets(t *testing.T) {
+	c, err := Load(nil, envOf(map[string]string{
+		"RELAY_VALKEY_URL":  "redis://u:hunter2@h:6379/0",
+		"RELAY_ADMIN_TOKEN": "topsecret-topsecret",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("config", c.LogAttrs()...)
+	if strings.Contains(b.String(), "hunter2") || strings.Contains(b.String(), "topsecret") {
+		t.Fatalf("secret in log line: %s", b.String())
+	}
+	if !strings.Contains(b.String(), "adminToken=true") {
+		t.Fatalf("log line should say a token is set: %s", b.String())
+	}
+}
