@@ -131,6 +131,11 @@ type option struct {
 	isBool    bool
 	usage     string
 	apply     func(c *Config, v string) error
+	// alias is a second variable read when env is unset: the name the
+	// reference host (test/reference/server.mjs) uses, so one harness
+	// environment drives both relays. fromAlias converts its value.
+	alias     string
+	fromAlias func(string) string
 }
 
 // Options lists every option in the order the usage text shows them.
@@ -223,7 +228,7 @@ var options = []option{
 		c.Debug = b
 		return nil
 	}},
-	{env: "RELAY_PROJECTION_FILE", flag: "projection-file", usage: "projection (RelayFixture JSON) loaded at start and pushed to Valkey whenever the file changes", apply: func(c *Config, v string) error {
+	{env: "RELAY_PROJECTION_FILE", flag: "projection-file", alias: "RELAY_FIXTURE_FILE", usage: "projection (RelayFixture JSON) loaded at start and pushed to Valkey whenever the file changes", apply: func(c *Config, v string) error {
 		if v == "" {
 			c.ProjectionFile = ""
 			return nil
@@ -252,8 +257,8 @@ var options = []option{
 		c.DaemonFloor = v
 		return nil
 	}},
-	{env: "RELAY_SWEEP_INTERVAL", flag: "sweep-interval", def: "1s", usage: `mean period of the background sweeper (jittered); "off" or 0 disables it (the planes still sweep on claim, heartbeat and pending)`, apply: func(c *Config, v string) error {
-		if strings.EqualFold(v, "off") || v == "0" {
+	{env: "RELAY_SWEEP_INTERVAL", flag: "sweep-interval", def: "1s", alias: "RELAY_SWEEP_MS", fromAlias: msToDuration, usage: `mean period of the background sweeper (jittered); "off" or 0 disables it (the planes still sweep on claim, heartbeat and pending)`, apply: func(c *Config, v string) error {
+		if strings.EqualFold(v, "off") || v == "0" || v == "0ms" {
 			c.SweepInterval = 0
 			return nil
 		}
@@ -367,12 +372,17 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 			v, source = raws[i].s, "-"+o.flag
 		} else if e := getenv(o.env); e != "" {
 			v, source = e, o.env
+		} else if o.alias != "" && getenv(o.alias) != "" {
+			v, source = getenv(o.alias), o.alias
+			if o.fromAlias != nil {
+				v = o.fromAlias(strings.TrimSpace(v))
+			}
 		}
 		if err := o.apply(&c, strings.TrimSpace(v)); err != nil {
 			problems = append(problems, source+": "+err.Error())
 		}
 	}
-	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen {
+	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		problems = append(problems, fmt.Sprintf("RELAY_LISTEN and RELAY_ADMIN_LISTEN are both %q; give the admin listener its own address (default 127.0.0.1:8081) or turn it off", c.Listen))
 	}
 	if len(problems) > 0 {
@@ -393,8 +403,20 @@ func Usage(out io.Writer) {
 		}
 		fmt.Fprintf(tw, "  -%s\t%s\t%s\n", o.flag, o.env, def)
 		fmt.Fprintf(tw, "    \t%s\t\n", o.usage)
+		if o.alias != "" {
+			fmt.Fprintf(tw, "    \t(also read from %s when %s is unset)\t\n", o.alias, o.env)
+		}
 	}
 	tw.Flush()
+}
+
+// msToDuration reads RELAY_SWEEP_MS (whole milliseconds, 0 = off) as a
+// duration string; anything else passes through to fail validation.
+func msToDuration(v string) string {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return strconv.FormatInt(n, 10) + "ms"
+	}
+	return v
 }
 
 func checkAddr(v string) error {
