@@ -269,39 +269,7 @@ func jsQuotedLength(s string) int {
 // appendJSString appends s quoted exactly as JSON.stringify quotes it
 // (envelope.md §2.2): only ", \, and controls are escaped; <, >, &, U+2028,
 // U+2029 and all non-ASCII pass through as UTF-8.
-func appendJSString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+func appendJSString(b []byte, s string) []byte { return protocol.AppendJSString(b, s) }
 
 // JSString renders s as JSON.stringify would, for callers building payload
 // and outcome plaintexts.

@@ -10,13 +10,10 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base32"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"golang.org/x/crypto/curve25519"
 
@@ -28,10 +25,6 @@ var (
 	ed25519PKCS8Prefix = []byte{0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20}
 	x25519PKCS8Prefix  = []byte{0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x04, 0x22, 0x04, 0x20}
 )
-
-// encryptionSigPrefix is what an identity key signs to vouch for its
-// encryption key (envelope.md §1.3).
-const encryptionSigPrefix = "byollm/v1/encryption-key:"
 
 // StoredKeys is the private key record a daemon writes to its key file and a
 // site reads from BYOLLM_SITE_KEYS. Field order is the reference's.
@@ -178,7 +171,7 @@ func (id *Identity) MarshalStoredKeys() ([]byte, error) {
 // EncryptionSigMessage is the byte string an identity key signs over its
 // base64url encryption key text.
 func EncryptionSigMessage(encryptionPublic string) []byte {
-	return []byte(encryptionSigPrefix + encryptionPublic)
+	return protocol.EncryptionSigMessage(encryptionPublic)
 }
 
 // VerifyPublicIdentity reports whether encryptionSig is the identity key's
@@ -192,55 +185,9 @@ func VerifyPublicIdentity(p protocol.PublicIdentity) bool {
 	return ed25519.Verify(pub, EncryptionSigMessage(p.Encryption), sig)
 }
 
-var crockford = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
+// KeyID is the fingerprint of a base64url identity key (envelope.md §1.5),
+// e.g. BYOLLM-6HTG-Z65X-B7YF-S53D-MHDA-NFMK.
+func KeyID(identityPublic string) string { return protocol.KeyID(identityPublic) }
 
-// KeyID is the fingerprint of a base64url identity key (envelope.md §1.5):
-// BYOLLM- and six groups of four Crockford symbols over SHA-256[:15].
-func KeyID(identityPublic string) string {
-	sum := sha256.Sum256(decodeLenient(identityPublic))
-	s := crockford.EncodeToString(sum[:15])
-	var b strings.Builder
-	b.WriteString("BYOLLM")
-	for i := 0; i < len(s); i += 4 {
-		b.WriteByte('-')
-		b.WriteString(s[i : i+4])
-	}
-	return b.String()
-}
-
-// decodeLenient decodes base64/base64url the way Node's Buffer does: both
-// alphabets, characters outside them skipped, stop at the first '=', leftover
-// bits dropped.
-func decodeLenient(s string) []byte {
-	out := make([]byte, 0, len(s)*3/4)
-	var acc uint32
-	var bits uint
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		var v byte
-		switch {
-		case c >= 'A' && c <= 'Z':
-			v = c - 'A'
-		case c >= 'a' && c <= 'z':
-			v = c - 'a' + 26
-		case c >= '0' && c <= '9':
-			v = c - '0' + 52
-		case c == '+' || c == '-':
-			v = 62
-		case c == '/' || c == '_':
-			v = 63
-		case c == '=':
-			return out
-		default:
-			continue
-		}
-		acc = acc<<6 | uint32(v)
-		bits += 6
-		if bits >= 8 {
-			bits -= 8
-			out = append(out, byte(acc>>bits))
-			acc &= 1<<bits - 1
-		}
-	}
-	return out
-}
+// decodeLenient decodes base64/base64url the way Node's Buffer does.
+func decodeLenient(s string) []byte { return protocol.DecodeBase64URL(s) }
