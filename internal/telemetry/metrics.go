@@ -1,0 +1,229 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// latencyBuckets (seconds) span a Valkey round trip on loopback (~100 µs) to
+// a request stuck behind a slow store (10 s).
+var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// gaugeTimeout bounds the store reads behind observable gauges, so a Valkey
+// outage cannot hang a scrape.
+const gaugeTimeout = 2 * time.Second
+
+// ProjectionState is what the projection gauges report.
+type ProjectionState struct {
+	Loaded   bool
+	Version  int64     // the projection's version as the syncer numbers it
+	LoadedAt time.Time // when this version was installed; age = now - LoadedAt
+}
+
+// Metrics is the relay's set of instruments. The counters and histograms are
+// recorded by the code that knows the event; the gauges are observed on each
+// scrape through callbacks that the wiring registers with the Observe*
+// methods (an unset callback reports nothing).
+type Metrics struct {
+	requests       metric.Int64Counter
+	requestLatency metric.Float64Histogram
+	activeRequests metric.Int64UpDownCounter
+
+	claims     metric.Int64Counter
+	claimedJob metric.Int64Counter
+	sweeps     metric.Int64Counter
+	sweptJobs  metric.Int64Counter
+	churn      metric.Int64Counter
+
+	scriptLatency metric.Float64Histogram
+	scriptErrors  metric.Int64Counter
+
+	jobsByState       metric.Int64ObservableGauge
+	activeLeases      metric.Int64ObservableGauge
+	projectionVersion metric.Int64ObservableGauge
+	projectionAge     metric.Float64ObservableGauge
+	projectionLoaded  metric.Int64ObservableGauge
+
+	mu           sync.Mutex
+	jobsFn       func(context.Context) (map[string]int64, error)
+	leasesFn     func(context.Context) (int64, error)
+	projectionFn func() ProjectionState
+	now          func() time.Time
+}
+
+// NewMetrics creates the instruments on meter. Instrument names are OTel
+// style; the Prometheus exporter renders them with underscores and the usual
+// suffixes (relay.http.requests -> relay_http_requests_total).
+func NewMetrics(meter metric.Meter) (*Metrics, error) {
+	m := &Metrics{now: time.Now}
+	var err error
+	wrap := func(name string, e error) {
+		if e != nil && err == nil {
+			err = fmt.Errorf("telemetry instrument %s: %w", name, e)
+		}
+	}
+	var e error
+	m.requests, e = meter.Int64Counter("relay.http.requests",
+		metric.WithDescription("HTTP requests served, by route, plane and status."))
+	wrap("relay.http.requests", e)
+	m.requestLatency, e = meter.Float64Histogram("relay.http.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("HTTP request latency, by route, plane and status."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	wrap("relay.http.request.duration", e)
+	m.activeRequests, e = meter.Int64UpDownCounter("relay.http.active_requests",
+		metric.WithDescription("HTTP requests in flight (drain watches this fall to zero)."))
+	wrap("relay.http.active_requests", e)
+	m.claims, e = meter.Int64Counter("relay.claims",
+		metric.WithDescription("Claim calls, by outcome: granted (at least one job) or empty."))
+	wrap("relay.claims", e)
+	m.claimedJob, e = meter.Int64Counter("relay.claimed.jobs",
+		metric.WithDescription("Jobs handed out by claim calls."))
+	wrap("relay.claimed.jobs", e)
+	m.sweeps, e = meter.Int64Counter("relay.sweeps",
+		metric.WithDescription("Sweep passes run."))
+	wrap("relay.sweeps", e)
+	m.sweptJobs, e = meter.Int64Counter("relay.swept.jobs",
+		metric.WithDescription("Jobs moved by sweeps, by outcome: requeued or removed."))
+	wrap("relay.swept.jobs", e)
+	m.churn, e = meter.Int64Counter("relay.unsealed_churn.reports",
+		metric.WithDescription("Unsealed-churn reports raised (a site and owner that keep claiming without sealing)."))
+	wrap("relay.unsealed_churn.reports", e)
+	m.scriptLatency, e = meter.Float64Histogram("relay.valkey.script.duration", metric.WithUnit("s"),
+		metric.WithDescription("Valkey store script latency, by script and outcome."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	wrap("relay.valkey.script.duration", e)
+	m.scriptErrors, e = meter.Int64Counter("relay.valkey.script.errors",
+		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script."))
+	wrap("relay.valkey.script.errors", e)
+	m.jobsByState, e = meter.Int64ObservableGauge("relay.jobs",
+		metric.WithDescription("Jobs in the routing store, by state."))
+	wrap("relay.jobs", e)
+	m.activeLeases, e = meter.Int64ObservableGauge("relay.leases.active",
+		metric.WithDescription("Leases currently held by runners."))
+	wrap("relay.leases.active", e)
+	m.projectionVersion, e = meter.Int64ObservableGauge("relay.projection.version",
+		metric.WithDescription("Version of the projection this replica serves."))
+	wrap("relay.projection.version", e)
+	m.projectionAge, e = meter.Float64ObservableGauge("relay.projection.age", metric.WithUnit("s"),
+		metric.WithDescription("Time since this replica installed its projection."))
+	wrap("relay.projection.age", e)
+	m.projectionLoaded, e = meter.Int64ObservableGauge("relay.projection.loaded",
+		metric.WithDescription("1 when a projection is loaded, else 0."))
+	wrap("relay.projection.loaded", e)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := meter.RegisterCallback(m.observe,
+		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded); err != nil {
+		return nil, fmt.Errorf("telemetry gauge callback: %w", err)
+	}
+	return m, nil
+}
+
+// ObserveJobsByState registers the reader behind relay_jobs{state}. It runs
+// on every scrape with a short deadline, so it must be cheap (counts kept by
+// the store, not a scan). An error skips the gauge for that scrape.
+func (m *Metrics) ObserveJobsByState(fn func(context.Context) (map[string]int64, error)) {
+	m.mu.Lock()
+	m.jobsFn = fn
+	m.mu.Unlock()
+}
+
+// ObserveActiveLeases registers the reader behind relay_leases_active.
+func (m *Metrics) ObserveActiveLeases(fn func(context.Context) (int64, error)) {
+	m.mu.Lock()
+	m.leasesFn = fn
+	m.mu.Unlock()
+}
+
+// ObserveProjection registers the reader behind the projection gauges.
+func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
+	m.mu.Lock()
+	m.projectionFn = fn
+	m.mu.Unlock()
+}
+
+func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
+	m.mu.Lock()
+	jobsFn, leasesFn, projectionFn, now := m.jobsFn, m.leasesFn, m.projectionFn, m.now
+	m.mu.Unlock()
+
+	// Errors are not returned: the SDK would log them per scrape, and the
+	// script-error counter plus /readyz already say the store is down.
+	if jobsFn != nil {
+		cctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
+		counts, err := jobsFn(cctx)
+		cancel()
+		if err == nil {
+			for state, n := range counts {
+				o.ObserveInt64(m.jobsByState, n, metric.WithAttributes(attribute.String("state", state)))
+			}
+		}
+	}
+	if leasesFn != nil {
+		cctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
+		n, err := leasesFn(cctx)
+		cancel()
+		if err == nil {
+			o.ObserveInt64(m.activeLeases, n)
+		}
+	}
+	if projectionFn != nil {
+		p := projectionFn()
+		if p.Loaded {
+			o.ObserveInt64(m.projectionLoaded, 1)
+			o.ObserveInt64(m.projectionVersion, p.Version)
+			o.ObserveFloat64(m.projectionAge, now().Sub(p.LoadedAt).Seconds())
+		} else {
+			o.ObserveInt64(m.projectionLoaded, 0)
+		}
+	}
+	return nil
+}
+
+// RecordClaim counts one claim call that handed out granted jobs.
+func (m *Metrics) RecordClaim(ctx context.Context, granted int) {
+	if granted <= 0 {
+		m.claims.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "empty")))
+		return
+	}
+	m.claims.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "granted")))
+	m.claimedJob.Add(ctx, int64(granted))
+}
+
+// RecordSweep counts one sweep pass and the jobs it moved.
+func (m *Metrics) RecordSweep(ctx context.Context, requeued, removed int) {
+	m.sweeps.Add(ctx, 1)
+	if requeued > 0 {
+		m.sweptJobs.Add(ctx, int64(requeued), metric.WithAttributes(attribute.String("outcome", "requeued")))
+	}
+	if removed > 0 {
+		m.sweptJobs.Add(ctx, int64(removed), metric.WithAttributes(attribute.String("outcome", "removed")))
+	}
+}
+
+// RecordChurnReport counts one unsealed-churn report.
+func (m *Metrics) RecordChurnReport(ctx context.Context) {
+	m.churn.Add(ctx, 1)
+}
+
+func (m *Metrics) recordRequest(ctx context.Context, attrs attribute.Set, elapsed time.Duration) {
+	opt := metric.WithAttributeSet(attrs)
+	m.requests.Add(ctx, 1, opt)
+	m.requestLatency.Record(ctx, elapsed.Seconds(), opt)
+}
+
+func (m *Metrics) recordScript(ctx context.Context, op string, elapsed time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op)))
+	}
+	m.scriptLatency.Record(ctx, elapsed.Seconds(),
+		metric.WithAttributes(attribute.String("script", op), attribute.String("outcome", outcome)))
+}
