@@ -149,7 +149,7 @@ func TestMiddlewareMetricsScrape(t *testing.T) {
 	do(t, "GET", srv.URL+"/relay/site/pending?siteId=site_a&protocolVersion=2", map[string]string{"x-byollm-site": "site_a"})
 	do(t, "POST", srv.URL+"/relay/site/enqueue", nil)
 	do(t, "GET", srv.URL+"/healthz", nil)
-	do(t, "GET", srv.URL+"/byollm/cl%61im", nil)      // escapes are not decoded: unmatched
+	do(t, "GET", srv.URL+"/byollm/cl%61im", nil)        // escapes are not decoded: unmatched
 	do(t, "GET", srv.URL+"/some/random/path/1234", nil) // must not become a label
 
 	fams := scrape(t, tel)
