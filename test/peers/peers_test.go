@@ -1,0 +1,666 @@
+// Package peers runs the real peers against several relay replicas over real
+// HTTP: the published byollm daemon (device-code pairing, Runner) and the
+// published @byollm/server cloud lane, driven by the vitest suite in this
+// directory. This file is the entry point `go test ./...` reaches. It builds
+// the relay, starts three replicas on one Valkey namespace, puts a proxy in
+// front that sends every request to a replica chosen at random (the real
+// clients take one origin), runs the suite and asserts every scenario passed.
+//
+// PEERS_RELAY=reference runs the same suite against one replica of the
+// reference relay (test/reference/server.mjs). The reference keeps state in
+// memory, so it cannot share state across replicas and the replica-kill
+// scenario is not registered there.
+package peers
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+const (
+	replicaCount = 3
+	// leaseMs is short so the lease-expiry scenario finishes in seconds; the
+	// daemons heartbeat every 400-600 ms, well inside it.
+	leaseMs    = 4000
+	adminToken = "peers-admin-token"
+	// suiteTimeout bounds the whole JS run, pairing included.
+	suiteTimeout = 8 * time.Minute
+)
+
+// scenarios are the test titles the suite must report as passed. A title
+// missing from the report fails the run as surely as a failed one.
+var scenarios = []struct {
+	title        string
+	needsReplica bool // needs more than one replica sharing state
+}{
+	{"S1 round trip of many jobs through CloudLane and a device-code-paired Runner", false},
+	{"S2 cancel mid-flight reaches the running daemon", false},
+	{"S3 lease expiry requeues to a second daemon", false},
+	{"S4 two daemons competing: no job granted twice", false},
+	{"S5 a refused release is not re-offered to that runner", false},
+	{"S6 a replayed result is answered as a duplicate", false},
+	{"S7 bad signatures are refused", false},
+	{"S8 a replica killed with SIGKILL mid-run: every job completes exactly once", true},
+}
+
+func TestPeers(t *testing.T) {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("getwd: %v", err)
+	}
+	root := filepath.Clean(filepath.Join(dir, "..", ".."))
+	tmp := t.TempDir()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ensureNodeModules(t, dir)
+
+	target := os.Getenv("PEERS_RELAY")
+	if target == "" {
+		target = "go"
+	}
+	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if valkeyURL == "" {
+		valkeyURL = "redis://127.0.0.1:6379/0"
+	}
+	namespace := "peers-" + randomHex(6)
+
+	var replicas []*replica
+	switch target {
+	case "go":
+		bin := filepath.Join(tmp, "relay")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/relay")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
+		for i := range replicaCount {
+			replicas = append(replicas, startReplica(t, i, tmp, bin, nil, map[string]string{
+				"RELAY_VALKEY_URL": valkeyURL,
+				"RELAY_NAMESPACE":  namespace,
+			}))
+		}
+	case "reference":
+		refDir := filepath.Join(root, "test", "reference")
+		ensureNodeModules(t, refDir)
+		replicas = append(replicas, startReplica(t, 0, tmp, "node", []string{filepath.Join(refDir, "server.mjs")}, nil))
+	default:
+		t.Fatalf("PEERS_RELAY=%q: want go or reference", target)
+	}
+	for _, r := range replicas {
+		r.waitReady(t)
+	}
+
+	px := newProxy(replicas, logger)
+	origin := serve(t, px)
+	control := serve(t, px.controlHandler())
+
+	admins := make([]string, len(replicas))
+	for i, r := range replicas {
+		admins[i] = "http://" + r.admin
+	}
+	report := filepath.Join(tmp, "report.json")
+	figures := filepath.Join(tmp, "figures.jsonl")
+
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	suite := exec.CommandContext(ctx, "node", filepath.Join("node_modules", "vitest", "vitest.mjs"), "run",
+		"--reporter=default", "--reporter=json", "--outputFile.json="+report)
+	suite.Dir = dir
+	suite.Env = append(os.Environ(),
+		"PEERS_ORIGIN="+origin,
+		"PEERS_ADMINS="+strings.Join(admins, ","),
+		"PEERS_ADMIN_TOKEN="+adminToken,
+		"PEERS_CONTROL="+control,
+		"PEERS_LEASE_MS="+strconv.Itoa(leaseMs),
+		"PEERS_REPLICAS="+strconv.Itoa(len(replicas)),
+		"PEERS_FIGURES="+figures,
+		"PEERS_TARGET="+target,
+		"NO_COLOR=1",
+	)
+	suite.Stdout = &testWriter{t: t, prefix: "suite: "}
+	suite.Stderr = &testWriter{t: t, prefix: "suite: "}
+	suite.WaitDelay = 10 * time.Second
+	started := time.Now()
+	runErr := suite.Run()
+	t.Logf("suite finished in %s (exit: %v)", time.Since(started).Round(time.Millisecond), runErr)
+
+	logFigures(t, figures)
+	stats, _ := json.Marshal(px.stats())
+	t.Logf("proxy: %s", stats)
+	if px.totalRequests() == 0 {
+		t.Errorf("the proxy forwarded no requests: the suite never reached the relay")
+	}
+	if len(replicas) > 1 {
+		for _, s := range px.stats().Replicas {
+			if s.Requests == 0 {
+				t.Errorf("replica %d received no requests: the proxy did not spread load", s.Index)
+			}
+		}
+	}
+
+	results, err := readReport(report)
+	if err != nil {
+		t.Fatalf("read vitest report: %v (suite exit: %v)", err, runErr)
+	}
+	for _, sc := range scenarios {
+		if sc.needsReplica && len(replicas) < 2 {
+			continue
+		}
+		res, ok := results[sc.title]
+		switch {
+		case !ok:
+			t.Errorf("%s: not reported by the suite", sc.title)
+		case res.Status != "passed":
+			t.Errorf("%s: %s\n%s", sc.title, res.Status, strings.Join(res.FailureMessages, "\n"))
+		default:
+			t.Logf("%s: passed in %.1fs", sc.title, res.Duration/1000)
+		}
+	}
+	for title, res := range results {
+		if res.Status != "passed" && !isScenario(title) {
+			t.Errorf("%s: %s\n%s", title, res.Status, strings.Join(res.FailureMessages, "\n"))
+		}
+	}
+	if runErr != nil && !t.Failed() {
+		t.Errorf("suite exited with %v although every scenario passed", runErr)
+	}
+	if t.Failed() {
+		for _, r := range replicas {
+			r.dumpLog(t)
+		}
+	}
+}
+
+func isScenario(title string) bool {
+	for _, sc := range scenarios {
+		if sc.title == title {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------------------
+// node_modules
+
+// ensureNodeModules runs `npm ci` where the lockfile has not been installed,
+// so a fresh clone needs nothing but `go test`.
+func ensureNodeModules(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
+		return
+	}
+	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Replicas
+
+type replica struct {
+	index  int
+	listen string
+	admin  string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+	killed atomic.Bool
+}
+
+func startReplica(t *testing.T, index int, tmp, bin string, args []string, extra map[string]string) *replica {
+	t.Helper()
+	r := &replica{index: index, listen: freeAddr(t), admin: freeAddr(t), exited: make(chan struct{})}
+	r.log = filepath.Join(tmp, fmt.Sprintf("replica-%d.log", index))
+	logFile, err := os.Create(r.log)
+	if err != nil {
+		t.Fatalf("create replica log: %v", err)
+	}
+	r.cmd = exec.Command(bin, args...)
+	r.cmd.Env = append(os.Environ(),
+		"RELAY_LISTEN="+r.listen,
+		"RELAY_ADMIN_LISTEN="+r.admin,
+		"RELAY_ADMIN_TOKEN="+adminToken,
+		"RELAY_LEASE_MS="+strconv.Itoa(leaseMs),
+		"RELAY_VERIFICATION_URL=http://127.0.0.1/verify",
+	)
+	for k, v := range extra {
+		r.cmd.Env = append(r.cmd.Env, k+"="+v)
+	}
+	r.cmd.Stdout = logFile
+	r.cmd.Stderr = logFile
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start replica %d: %v", index, err)
+	}
+	go func() {
+		_ = r.cmd.Wait()
+		_ = logFile.Close()
+		close(r.exited)
+	}()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+// waitReady waits until both listeners answer HTTP.
+func (r *replica) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for _, addr := range []string{r.listen, r.admin} {
+		for {
+			select {
+			case <-r.exited:
+				r.dumpLog(t)
+				t.Fatalf("replica %d exited before it was ready", r.index)
+			default:
+			}
+			resp, err := client.Get("http://" + addr + "/healthz")
+			if err == nil {
+				_ = resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				r.dumpLog(t)
+				t.Fatalf("replica %d: %s not answering after 30s: %v", r.index, addr, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// kill is SIGKILL: no graceful shutdown, no drain.
+func (r *replica) kill() error {
+	r.killed.Store(true)
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill replica %d: %w", r.index, err)
+	}
+	select {
+	case <-r.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("replica %d still running 5s after SIGKILL", r.index)
+	}
+}
+
+func (r *replica) stop() {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(5 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+}
+
+func (r *replica) dumpLog(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(r.log)
+	if err != nil {
+		t.Logf("replica %d log: %v", r.index, err)
+		return
+	}
+	text := string(data)
+	if len(text) > 6000 {
+		text = "…" + text[len(text)-6000:]
+	}
+	t.Logf("replica %d (%s, killed=%v) log tail:\n%s", r.index, r.listen, r.killed.Load(), text)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// ---------------------------------------------------------------------------
+// The proxy
+
+// proxy forwards each request to a live replica chosen at random. It does
+// not retry: a POST that fails mid-flight is the client's to retry, exactly
+// as behind a real load balancer. Its own failures answer 502 with the
+// x-peers-proxy-error header so the suite can tell them from the relay's.
+type proxy struct {
+	mu       sync.Mutex
+	replicas []*replica
+	live     []bool
+	forward  []*httputil.ReverseProxy
+	requests []atomic.Int64
+	inflight []atomic.Int64
+	failures []atomic.Int64
+	logger   *slog.Logger
+}
+
+func newProxy(replicas []*replica, logger *slog.Logger) *proxy {
+	p := &proxy{
+		replicas: replicas,
+		live:     make([]bool, len(replicas)),
+		requests: make([]atomic.Int64, len(replicas)),
+		inflight: make([]atomic.Int64, len(replicas)),
+		failures: make([]atomic.Int64, len(replicas)),
+		logger:   logger,
+	}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	for i, r := range replicas {
+		p.live[i] = true
+		target := &url.URL{Scheme: "http", Host: r.listen}
+		index := i
+		p.forward = append(p.forward, &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Host = pr.In.Host
+			},
+			Transport: transport,
+			ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+				p.failures[index].Add(1)
+				logger.Warn("proxy: forward failed", "replica", index, "path", req.URL.Path, "err", err)
+				w.Header().Set("content-type", "application/json")
+				w.Header().Set("x-peers-proxy-error", strconv.Itoa(index))
+				w.WriteHeader(http.StatusBadGateway)
+				_, _ = fmt.Fprintf(w, `{"error":"server-error","message":"proxy: replica %d: %s"}`, index, jsonSafe(err.Error()))
+			},
+		})
+	}
+	return p
+}
+
+func jsonSafe(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.Trim(string(b), `"`)
+}
+
+func (p *proxy) pick() (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var alive []int
+	for i, ok := range p.live {
+		if ok {
+			alive = append(alive, i)
+		}
+	}
+	if len(alive) == 0 {
+		return 0, false
+	}
+	return alive[mrand.IntN(len(alive))], true
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	i, ok := p.pick()
+	if !ok {
+		w.Header().Set("x-peers-proxy-error", "none")
+		http.Error(w, `{"error":"server-error","message":"proxy: no live replica"}`, http.StatusBadGateway)
+		return
+	}
+	p.requests[i].Add(1)
+	p.inflight[i].Add(1)
+	defer p.inflight[i].Add(-1)
+	p.forward[i].ServeHTTP(w, req)
+}
+
+type replicaStats struct {
+	Index    int    `json:"index"`
+	Addr     string `json:"addr"`
+	Live     bool   `json:"live"`
+	Requests int64  `json:"requests"`
+	Inflight int64  `json:"inflight"`
+	Failures int64  `json:"failures"`
+}
+
+type proxyStats struct {
+	Replicas []replicaStats `json:"replicas"`
+}
+
+func (p *proxy) stats() proxyStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var s proxyStats
+	for i, r := range p.replicas {
+		s.Replicas = append(s.Replicas, replicaStats{
+			Index: i, Addr: r.listen, Live: p.live[i],
+			Requests: p.requests[i].Load(), Inflight: p.inflight[i].Load(), Failures: p.failures[i].Load(),
+		})
+	}
+	return s
+}
+
+func (p *proxy) totalRequests() int64 {
+	var n int64
+	for i := range p.requests {
+		n += p.requests[i].Load()
+	}
+	return n
+}
+
+// controlHandler serves the suite's levers: GET /stats, and POST
+// /kill?replica=N, which takes replica N out of rotation and SIGKILLs it. The
+// order matters only for new requests: whatever was in flight to N at that
+// moment fails with the process, as it would in production.
+func (p *proxy) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, p.stats())
+	})
+	mux.HandleFunc("POST /kill", func(w http.ResponseWriter, req *http.Request) {
+		index, err := strconv.Atoi(req.URL.Query().Get("replica"))
+		if err != nil || index < 0 || index >= len(p.replicas) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "replica must be an index"})
+			return
+		}
+		p.mu.Lock()
+		alive := 0
+		for _, ok := range p.live {
+			if ok {
+				alive++
+			}
+		}
+		if !p.live[index] || alive < 2 {
+			p.mu.Unlock()
+			writeJSON(w, http.StatusConflict, map[string]string{"error": "replica is dead or is the last one alive"})
+			return
+		}
+		p.live[index] = false
+		inflight := p.inflight[index].Load()
+		p.mu.Unlock()
+		started := time.Now()
+		if err := p.replicas[index].kill(); err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		p.logger.Info("proxy: replica killed", "replica", index, "inflight", inflight)
+		writeJSON(w, http.StatusOK, map[string]any{
+			"killed": index, "pid": p.replicas[index].cmd.Process.Pid,
+			"inflightAtKill": inflight, "killMs": time.Since(started).Milliseconds(),
+		})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("content-type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serve runs h on a loopback port until the test ends and returns its origin.
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return "http://" + l.Addr().String()
+}
+
+// ---------------------------------------------------------------------------
+// Report and figures
+
+type assertion struct {
+	Title           string   `json:"title"`
+	FullName        string   `json:"fullName"`
+	Status          string   `json:"status"`
+	Duration        float64  `json:"duration"`
+	FailureMessages []string `json:"failureMessages"`
+}
+
+func readReport(path string) (map[string]assertion, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var report struct {
+		TestResults []struct {
+			Name             string      `json:"name"`
+			Status           string      `json:"status"`
+			Message          string      `json:"message"`
+			AssertionResults []assertion `json:"assertionResults"`
+		} `json:"testResults"`
+	}
+	if err := json.Unmarshal(data, &report); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	out := map[string]assertion{}
+	for _, file := range report.TestResults {
+		if file.Status == "failed" && len(file.AssertionResults) == 0 {
+			return nil, fmt.Errorf("%s failed before any test ran: %s", file.Name, file.Message)
+		}
+		for _, a := range file.AssertionResults {
+			out[a.Title] = a
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the report lists no tests")
+	}
+	return out, nil
+}
+
+func logFigures(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Logf("no figures: %v", err)
+		return
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		t.Logf("figures: %s", scanner.Text())
+	}
+}
+
+type testWriter struct {
+	t      *testing.T
+	prefix string
+	mu     sync.Mutex
+	buf    []byte
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			break
+		}
+		w.t.Log(w.prefix + string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = (*testWriter)(nil)
+
+// ---------------------------------------------------------------------------
+// Valkey
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// deleteNamespace removes every key the replicas wrote. The namespace is a
+// fresh random string, so matching it anywhere in a key name cannot touch
+// anything another test owns.
+func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
+	t.Helper()
+	opt, err := valkey.ParseURL(valkeyURL)
+	if err != nil {
+		t.Errorf("parse %s: %v", valkeyURL, err)
+		return
+	}
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Errorf("connect %s: %v", valkeyURL, err)
+		return
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cursor uint64
+	deleted := 0
+	for {
+		entry, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match("*"+namespace+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Errorf("scan namespace %s: %v", namespace, err)
+			return
+		}
+		if len(entry.Elements) > 0 {
+			if err := client.Do(ctx, client.B().Unlink().Key(entry.Elements...).Build()).Error(); err != nil {
+				t.Errorf("delete namespace %s: %v", namespace, err)
+				return
+			}
+			deleted += len(entry.Elements)
+		}
+		cursor = entry.Cursor
+		if cursor == 0 {
+			break
+		}
+	}
+	t.Logf("deleted %d keys of namespace %s", deleted, namespace)
+}
