@@ -1,0 +1,111 @@
+package relay
+
+import (
+	"fmt"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+)
+
+// verify checks one key: stale is decided first (wire.md §5.4), then the
+// Ed25519 signature over the canonical request.
+func verify(identity, endpoint string, sig protocol.RequestSignature, rawBody []byte, now int64) (stale, good bool) {
+	good, stale = protocol.VerifyRequest(identity, endpoint, sig.RunnerID, sig.IssuedAt, rawBody, sig.Signature, now)
+	return stale, good && !stale
+}
+
+// device is an authenticated runner.
+type device struct {
+	runnerID string
+	owner    string
+	identity protocol.PublicIdentity
+}
+
+// daemonAuth is wire.md §5.7 with one deliberate change: the projection, not
+// a cached presence record, decides which key a runner signs with and
+// whether it exists at all. A device deleted from the projection is not
+// recognised, and a re-keyed device must sign with its new key (§17.10 is
+// a trap no client depends on). Presence is reconciled after verification.
+// It returns a refusal, or the device and ok=true.
+func (r *Relay) daemonAuth(req *request) (device, reply, bool, error) {
+	sig, signed := protocol.SignatureFromHeaders(req.header, protocol.HeaderRunner)
+	if !signed {
+		return device{}, notSigned, false, nil
+	}
+	rec := req.proj.DeviceFor(sig.RunnerID)
+	if rec == nil {
+		return device{}, runnerUnknown, false, nil
+	}
+	now := r.now()
+	stale, good := verify(rec.Device.Identity, req.endpoint, sig, req.rawBody, now)
+	if stale {
+		return device{}, clockSkew(now), false, nil
+	}
+	if !good {
+		return device{}, badSignature, false, nil
+	}
+	dev := device{runnerID: rec.RunnerID, owner: rec.Owner, identity: rec.Device}
+	known, err := r.store.Presence(req.ctx, rec.RunnerID)
+	if err != nil {
+		return device{}, reply{}, false, fmt.Errorf("daemon auth: presence: %w", err)
+	}
+	switch {
+	case known != nil && known.Owner == rec.Owner && known.Device.Identity == rec.Device.Identity:
+		// The key set presented at pairing (what sites seal to), as the
+		// reference uses it.
+		dev.identity = known.Device
+	default:
+		if known != nil {
+			// The projection re-keyed or re-homed this runner; seen never
+			// rewrites device or owner, so start the record over.
+			if err := r.store.DropPresence(req.ctx, rec.RunnerID); err != nil {
+				return device{}, reply{}, false, fmt.Errorf("daemon auth: drop stale presence: %w", err)
+			}
+		}
+		if _, err := r.store.Seen(req.ctx, store.Presence{
+			RunnerID:     dev.runnerID,
+			Owner:        dev.owner,
+			Device:       dev.identity,
+			Capabilities: emptyArray,
+			Withheld:     emptyArray,
+		}); err != nil {
+			return device{}, reply{}, false, fmt.Errorf("daemon auth: rebuild presence: %w", err)
+		}
+	}
+	if req.proj.RevokedDevice(rec.RunnerID) {
+		return device{}, revokedRunner, false, nil
+	}
+	return dev, reply{}, true, nil
+}
+
+var emptyArray = []byte("[]")
+
+// siteAuth is wire.md §5.8 up to (not including) the schema: it returns the
+// signer's site id.
+func (r *Relay) siteAuth(req *request) (string, reply, bool) {
+	sig, signed := protocol.SignatureFromHeaders(req.header, protocol.HeaderSite)
+	if !signed {
+		return "", notSigned, false
+	}
+	site := req.proj.SiteFor(sig.RunnerID)
+	if site == nil {
+		return "", siteUnknown, false
+	}
+	now := r.now()
+	keys := []string{site.Site.Identity}
+	if site.RetiringUntil != 0 && now < site.RetiringUntil {
+		for _, link := range site.Succeeds {
+			keys = append(keys, link.Identity.Identity)
+		}
+	}
+	for _, k := range keys {
+		stale, good := verify(k, protocol.SiteEndpointPrefix+req.endpoint, sig, req.rawBody, now)
+		if stale {
+			return "", clockSkew(now), false
+		}
+		if good {
+			return sig.RunnerID, reply{}, true
+		}
+	}
+	return "", badSignature, false
+}

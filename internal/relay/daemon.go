@@ -1,0 +1,428 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+)
+
+// Daemon plane constants (wire.md §16).
+const (
+	pairingTTLMs     = 600_000
+	pollIntervalMs   = 2_000
+	userCodeAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+)
+
+// sitesJSON is {keyId(site): site identity} in SitesFor order.
+func sitesJSON(sites []SiteRecord) []byte {
+	var m orderedObj
+	for _, s := range sites {
+		m.set(protocol.KeyID(s.Site.Identity), protocol.MustMarshal(s.Site))
+	}
+	return m.bytes()
+}
+
+// recordPresence is seen(), except that a record left over from other keys
+// or another owner is replaced rather than kept (seen never rewrites them).
+func (r *Relay) recordPresence(ctx context.Context, p store.Presence) error {
+	known, err := r.store.Presence(ctx, p.RunnerID)
+	if err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	if known != nil && (known.Owner != p.Owner || known.Device != p.Device) {
+		if err := r.store.DropPresence(ctx, p.RunnerID); err != nil {
+			return fmt.Errorf("drop presence: %w", err)
+		}
+	}
+	if _, err := r.store.Seen(ctx, p); err != nil {
+		return fmt.Errorf("seen: %w", err)
+	}
+	return nil
+}
+
+// pair is wire.md §8.1: device-code start, poll, or fixture pairing, tried
+// in that order. It is unauthenticated.
+func (r *Relay) pair(req *request) (reply, error) {
+	shape, matched := protocol.DecodePairRequest(req.body)
+	switch {
+	case !matched:
+		return pairSchemaFailed, nil
+	case shape.Start != nil:
+		return r.pairStart(req, shape.Start)
+	case shape.Poll != nil:
+		return r.pairPoll(req, shape.Poll)
+	}
+	owner := shape.Fixture.Owner
+	presented := shape.Fixture.Device
+	if !protocol.VerifyPublicIdentity(presented) {
+		return identityBroken, nil
+	}
+	sites := req.proj.SitesFor(owner)
+	if len(sites) == 0 {
+		return noConsent, nil
+	}
+	approved := req.proj.DeviceByFingerprint(presented.Identity)
+	if approved == nil {
+		return notApproved, nil
+	}
+	if approved.Owner != owner {
+		return otherOwner, nil
+	}
+	if err := r.recordPresence(req.ctx, store.Presence{
+		RunnerID: approved.RunnerID, Owner: owner, Device: presented,
+		Capabilities: emptyArray, Withheld: emptyArray,
+	}); err != nil {
+		return reply{}, fmt.Errorf("pair: %w", err)
+	}
+	return ok200(newObj().
+		val("protocolVersion", protocol.ProtocolVersion).
+		val("runnerId", approved.RunnerID).
+		raw("sites", sitesJSON(sites))), nil
+}
+
+func ok200(o *jsonObj) reply { return reply{status: 200, body: o.bytes()} }
+
+func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply, error) {
+	if r.verifyURL == "" {
+		return noDeviceCodes, nil
+	}
+	if !protocol.VerifyPublicIdentity(start.Device) {
+		return identityBroken, nil
+	}
+	p := store.PendingPairing{
+		DeviceCode:   newDeviceCode(),
+		UserCode:     newUserCode(),
+		Device:       start.Device,
+		Label:        start.Daemon.Label,
+		Platform:     start.Daemon.Platform,
+		Capabilities: capabilitiesJSON(start.Capabilities),
+		ExpiresAt:    r.now() + pairingTTLMs,
+	}
+	stored, err := r.store.PutPairing(req.ctx, p)
+	if err != nil {
+		return reply{}, fmt.Errorf("pair start: %w", err)
+	}
+	if !stored {
+		return pairingBusy, nil
+	}
+	return ok200(newObj().
+		val("deviceCode", p.DeviceCode).
+		val("userCode", p.UserCode).
+		val("verificationUrl", r.verifyURL).
+		val("expiresAt", p.ExpiresAt).
+		val("pollIntervalMs", pollIntervalMs)), nil
+}
+
+var (
+	statusExpired = reply{status: 200, body: []byte(`{"status":"expired"}`)}
+	statusPending = reply{status: 200, body: []byte(`{"status":"pending"}`)}
+)
+
+// pairPoll answers from the shared code store, so a code minted through one
+// replica is polled through any other; approval is the projection's.
+func (r *Relay) pairPoll(req *request, poll *protocol.PairPollRequest) (reply, error) {
+	p, err := r.store.PairingByDeviceCode(req.ctx, poll.DeviceCode)
+	if err != nil {
+		return reply{}, fmt.Errorf("pair poll: %w", err)
+	}
+	if p == nil || p.ExpiresAt <= r.now() {
+		return statusExpired, nil
+	}
+	approved := req.proj.DeviceByFingerprint(p.Device.Identity)
+	if approved == nil {
+		return statusPending, nil
+	}
+	sites := req.proj.SitesFor(approved.Owner)
+	caps := p.Capabilities
+	if len(caps) == 0 {
+		caps = emptyArray
+	}
+	if err := r.recordPresence(req.ctx, store.Presence{
+		RunnerID: approved.RunnerID, Owner: approved.Owner, Device: p.Device,
+		Capabilities: caps, Withheld: emptyArray,
+	}); err != nil {
+		return reply{}, fmt.Errorf("pair poll: %w", err)
+	}
+	if err := r.store.DropPairing(req.ctx, p.DeviceCode); err != nil {
+		return reply{}, fmt.Errorf("pair poll: drop code: %w", err)
+	}
+	return ok200(newObj().
+		val("status", "approved").
+		val("runnerId", approved.RunnerID).
+		val("owner", approved.Owner).
+		raw("sites", sitesJSON(sites))), nil
+}
+
+func newDeviceCode() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("relay: crypto/rand: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func newUserCode() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("relay: crypto/rand: " + err.Error())
+	}
+	out := make([]byte, 0, 9)
+	for i, x := range b {
+		if i == 4 {
+			out = append(out, '-')
+		}
+		out = append(out, userCodeAlphabet[x%32])
+	}
+	return string(out)
+}
+
+// authed runs the daemon auth sequence and the schema check (wire.md §5.7).
+func authed[T any](r *Relay, req *request, decode func(any) (T, error)) (device, T, reply, bool, error) {
+	var zero T
+	dev, refusal, ok, err := r.daemonAuth(req)
+	if err != nil || !ok {
+		return device{}, zero, refusal, false, err
+	}
+	in, err := decode(req.body)
+	if err != nil {
+		return device{}, zero, schemaFailed, false, nil
+	}
+	return dev, in, reply{}, true, nil
+}
+
+// capabilitiesJSON is the matrix as the reference re-emits it (schema key
+// order), never null.
+func capabilitiesJSON(caps []protocol.Capability) []byte {
+	if caps == nil {
+		caps = []protocol.Capability{}
+	}
+	return protocol.MustMarshal(caps)
+}
+
+// claim is wire.md §8.2. No grant author is configured in this deployment,
+// so granted stubs go out as the store minted them.
+func (r *Relay) claim(req *request) (reply, error) {
+	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeClaimRequest)
+	if !ok {
+		return refusal, err
+	}
+	if in.RunnerID != dev.runnerID {
+		return runnerMismatch, nil
+	}
+	seen := map[string]bool{}
+	kinds := []string{}
+	for _, c := range in.Capabilities {
+		if !seen[c.Kind] {
+			seen[c.Kind] = true
+			kinds = append(kinds, c.Kind)
+		}
+	}
+	granted, err := r.store.Claim(req.ctx, store.ClaimInput{
+		RunnerID: dev.runnerID,
+		Owner:    dev.owner,
+		Device:   dev.identity,
+		Routes:   req.proj.RoutesFor(dev.owner),
+		Kinds:    kinds,
+		Max:      in.Max,
+		LeaseMs:  r.leaseMs,
+	})
+	if err != nil {
+		return reply{}, fmt.Errorf("claim: %w", err)
+	}
+	jobs := make([][]byte, 0, len(granted))
+	for _, g := range granted {
+		jobs = append(jobs, claimedStubJSON(g))
+	}
+	return ok200(newObj().raw("jobs", jsonArr(jobs)).val("leaseMs", r.leaseMs)), nil
+}
+
+// claimedStubJSON is the stored stub's keys followed by "lease".
+func claimedStubJSON(g store.ClaimedStub) []byte {
+	stub := []byte(g.Stub)
+	lease := protocol.MustMarshal(g.Lease)
+	if len(stub) < 2 || stub[0] != '{' || stub[len(stub)-1] != '}' {
+		// The store only grants stubs that parse; this is a broken invariant.
+		panic("relay: claimed stub is not a JSON object")
+	}
+	out := make([]byte, 0, len(stub)+len(lease)+10)
+	out = append(out, stub[:len(stub)-1]...)
+	if len(stub) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, `"lease":`...)
+	out = append(out, lease...)
+	return append(out, '}')
+}
+
+// fetch is wire.md §8.3; the holder is the signer, whatever the body says.
+func (r *Relay) fetch(req *request) (reply, error) {
+	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeFetchRequest)
+	if !ok {
+		return refusal, err
+	}
+	taken, err := r.store.TakePayload(req.ctx, store.HolderInput{
+		JobID: in.JobID, RunnerID: dev.runnerID, LeaseID: in.LeaseID,
+	})
+	if err != nil {
+		return reply{}, fmt.Errorf("fetch: %w", err)
+	}
+	if taken.Refused != "" {
+		return holderRefusal(taken.Refused), nil
+	}
+	return ok200(newObj().raw("envelope", taken.Envelope)), nil
+}
+
+// result is wire.md §8.4: size rule, then complete.
+func (r *Relay) result(req *request) (reply, error) {
+	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeResultRequest)
+	if !ok {
+		return refusal, err
+	}
+	env := in.Envelope
+	if n := protocol.EnvelopeBytes(env); n > protocol.MaxEnvelopeBytes {
+		return refused(protocol.EnvelopeTooLarge(n)), nil
+	}
+	done, err := r.store.Complete(req.ctx, store.CompleteInput{
+		JobID:       in.JobID,
+		RunnerID:    dev.runnerID,
+		LeaseID:     in.LeaseID,
+		Envelope:    protocol.MustMarshal(env),
+		Disposition: in.Disposition,
+	})
+	if err != nil {
+		return reply{}, fmt.Errorf("result: %w", err)
+	}
+	switch {
+	case done.Refused != "":
+		return holderRefusal(done.Refused), nil
+	case done.Duplicate:
+		return reply{status: 200, body: []byte(`{"accepted":false,"duplicate":true,"state":"done"}`)}, nil
+	default:
+		return reply{status: 200, body: []byte(`{"accepted":true,"state":"done"}`)}, nil
+	}
+}
+
+// updateTo is updateOfferFor (wire.md §14.4) plus one fence the reference
+// lacks (§17.33): an offer never names a version older than, or equal to,
+// the one the daemon runs.
+func (r *Relay) updateTo(daemonVersion string) (string, bool) {
+	if !protocol.UpdateOfferAllowed(r.updateOffer, daemonVersion) {
+		return "", false
+	}
+	if c, ok := protocol.CompareVersions(r.updateOffer, daemonVersion); !ok || c <= 0 {
+		return "", false
+	}
+	return r.updateOffer, true
+}
+
+type succession struct {
+	Succeeds      []protocol.Succession `json:"succeeds"`
+	RetiringUntil int64                 `json:"retiringUntil,omitempty"`
+}
+
+// heartbeat is wire.md §8.5: floor, sweep, seen, then the pinned sites and
+// lease renewal.
+func (r *Relay) heartbeat(req *request) (reply, error) {
+	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeHeartbeatRequest)
+	if !ok {
+		return refusal, err
+	}
+	daemonVersion := in.DaemonVersion
+	if refusal := protocol.BelowFloorCheck(daemonVersion, r.floor); refusal != nil {
+		return refused(refusal), nil
+	}
+	now := r.now()
+	if _, err := r.store.Sweep(req.ctx); err != nil {
+		return reply{}, fmt.Errorf("heartbeat: sweep: %w", err)
+	}
+	if _, err := r.store.Seen(req.ctx, store.Presence{
+		RunnerID:     dev.runnerID,
+		Owner:        dev.owner,
+		Device:       dev.identity,
+		Capabilities: capabilitiesJSON(in.Capabilities),
+		Withheld:     withheldJSON(in.Withheld),
+	}); err != nil {
+		return reply{}, fmt.Errorf("heartbeat: seen: %w", err)
+	}
+	active := in.ActiveLeases
+	if active == nil {
+		active = []protocol.GrantRef{}
+	}
+
+	pinned := req.proj.SitesFor(dev.owner)
+	var successions orderedObj
+	awaiting := []string{}
+	for _, s := range pinned {
+		k := protocol.KeyID(s.Site.Identity)
+		if len(s.Succeeds) > 0 {
+			successions.set(k, protocol.MustMarshal(succession{Succeeds: s.Succeeds, RetiringUntil: s.RetiringUntil}))
+		}
+		if !req.proj.MayRouteFor(dev.owner, s.SiteID) {
+			awaiting = append(awaiting, k)
+		}
+	}
+
+	cancel, lost := []protocol.GrantRef{}, active
+	if len(pinned) > 0 {
+		if cancel, err = r.store.CancelRequests(req.ctx, dev.runnerID); err != nil {
+			return reply{}, fmt.Errorf("heartbeat: cancel requests: %w", err)
+		}
+		renewed, err := r.store.RenewLeases(req.ctx, store.RenewInput{
+			RunnerID: dev.runnerID, Leases: active, LeaseMs: r.leaseMs,
+		})
+		if err != nil {
+			return reply{}, fmt.Errorf("heartbeat: renew: %w", err)
+		}
+		lost = renewed.Lost
+	}
+	if cancel == nil {
+		cancel = []protocol.GrantRef{}
+	}
+	if lost == nil {
+		lost = []protocol.GrantRef{}
+	}
+
+	out := newObj().raw("sites", sitesJSON(pinned))
+	if len(successions.keys) > 0 {
+		out.raw("successions", successions.bytes())
+	}
+	if offer, ok := r.updateTo(daemonVersion); ok {
+		out.val("updateTo", offer)
+	}
+	return ok200(out.
+		val("awaitingConsent", awaiting).
+		val("cancel", cancel).
+		val("lost", lost).
+		val("serverTime", now)), nil
+}
+
+// release is wire.md §8.6.
+func (r *Relay) release(req *request) (reply, error) {
+	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeReleaseRequest)
+	if !ok {
+		return refusal, err
+	}
+	released, err := r.store.ReleaseLeases(req.ctx, store.ReleaseInput{
+		RunnerID: dev.runnerID,
+		Leases:   in.Leases,
+		Reason:   in.Reason,
+	})
+	if err != nil {
+		return reply{}, fmt.Errorf("release: %w", err)
+	}
+	if released == nil {
+		released = []string{}
+	}
+	return ok200(newObj().val("released", released)), nil
+}
+
+func withheldJSON(w []protocol.WithheldKind) []byte {
+	if w == nil {
+		w = []protocol.WithheldKind{}
+	}
+	return protocol.MustMarshal(w)
+}

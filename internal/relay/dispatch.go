@@ -1,0 +1,218 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// request is what a handler sees of one HTTP request, already normalised the
+// way the reference's WHATWG Request does it.
+type request struct {
+	ctx      context.Context
+	path     string // WHATWG pathname: escapes kept, dot segments resolved
+	endpoint string // text after the last '/'
+	query    url.Values // URLSearchParams of the raw query
+	header   http.Header
+	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
+	body     any    // JSON.parse(rawBody), nil when absent or invalid
+	proj     *Projection
+}
+
+const sitePrefix = "/relay/site/"
+
+// serve answers every request (wire.md §3, in order).
+func (r *Relay) serve(c echo.Context) (err error) {
+	hr := c.Request()
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("relay: handler panic", "panic", p, "path", hr.URL.Path)
+			err = r.write(c, serverFailure)
+		}
+	}()
+	rep, herr := r.dispatch(hr)
+	if herr != nil {
+		r.log.Warn("relay: store unavailable", "err", herr, "path", hr.URL.Path)
+		rep = storeDown
+	}
+	return r.write(c, rep)
+}
+
+func (r *Relay) write(c echo.Context, rep reply) error {
+	ct := "application/json"
+	if rep.html {
+		ct = "text/html; charset=utf-8"
+	}
+	return c.Blob(rep.status, ct, rep.body)
+}
+
+func (r *Relay) dispatch(hr *http.Request) (reply, error) {
+	req := &request{
+		ctx:      hr.Context(),
+		path:     pathname(hr),
+		query:    protocol.ParseQuery(hr.URL.RawQuery),
+		header:   hr.Header,
+	}
+
+	// 1. Debug, before the body and the handshake.
+	if req.path == "/debug" || req.path == r.basePath+"/debug" {
+		return r.debugPage(req)
+	}
+
+	// 2. Body, only for POST, bounded before it is read.
+	if hr.Method == http.MethodPost {
+		raw, tooBig, err := readBody(hr)
+		if tooBig {
+			return bodyTooLarge, nil
+		}
+		if err != nil {
+			// The client went away mid-body; nobody is left to read a
+			// meaningful answer.
+			return bodyUnread, nil
+		}
+		b := protocol.ReadBody(raw)
+		req.rawBody, req.body = b.Text, b.Value
+	}
+
+	// 3. Endpoint name.
+	req.endpoint = req.path[strings.LastIndexByte(req.path, '/')+1:]
+
+	// 4. Version handshake: a literal prefix test, independent of basePath.
+	if strings.HasPrefix(req.path, "/byollm/") || strings.HasPrefix(req.path, "/relay/") {
+		declared, _ := protocol.DeclaredVersion(req.body, req.query)
+		if refusal := protocol.CheckProtocolVersion(declared); refusal != nil {
+			return refused(refusal), nil
+		}
+	}
+
+	// 5. Site plane, exact paths.
+	if site, isSite := siteEndpoint(req.path); isSite {
+		if req.proj = r.projections.Current(); req.proj == nil {
+			return notReady, nil
+		}
+		return site(r, req)
+	}
+
+	// 6-7. Daemon plane, by last segment under basePath.
+	if !strings.HasPrefix(req.path, r.basePath+"/") {
+		return notFoundBare, nil
+	}
+	var h func(*Relay, *request) (reply, error)
+	switch req.endpoint {
+	case "pair":
+		h = (*Relay).pair
+	case "claim":
+		h = (*Relay).claim
+	case "fetch":
+		h = (*Relay).fetch
+	case "result":
+		h = (*Relay).result
+	case "heartbeat":
+		h = (*Relay).heartbeat
+	case "release":
+		h = (*Relay).release
+	default:
+		return notFoundBare, nil
+	}
+	if req.proj = r.projections.Current(); req.proj == nil {
+		return notReady, nil
+	}
+	return h(r, req)
+}
+
+func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
+	switch path {
+	case sitePrefix + "enqueue":
+		return (*Relay).enqueue, true
+	case sitePrefix + "payload":
+		return (*Relay).payload, true
+	case sitePrefix + "cancel":
+		return (*Relay).cancel, true
+	case sitePrefix + "pending":
+		return (*Relay).pending, true
+	case sitePrefix + "results":
+		return (*Relay).results, true
+	}
+	return nil, false
+}
+
+// readBody reads at most MaxBodyBytes; tooBig reports a larger body, which is
+// refused without being read further.
+func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
+	if hr.ContentLength > MaxBodyBytes {
+		return nil, true, nil
+	}
+	if hr.Body == nil {
+		return nil, false, nil
+	}
+	raw, err = io.ReadAll(io.LimitReader(hr.Body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("read body: %w", err)
+	}
+	if len(raw) > MaxBodyBytes {
+		return nil, true, nil
+	}
+	return raw, false, nil
+}
+
+// pathname approximates the WHATWG URL pathname of the request target:
+// percent-escapes are kept, '\' is '/', and dot segments (including their
+// %2e spellings) are resolved. Go's URL.Path would decode escapes.
+func pathname(hr *http.Request) string {
+	raw := hr.RequestURI
+	if raw == "" {
+		raw = hr.URL.RequestURI()
+	}
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
+	}
+	lower := strings.ToLower(raw)
+	if strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {
+		rest := raw[strings.Index(raw, "//")+2:]
+		if j := strings.IndexAny(rest, "/\\"); j >= 0 {
+			raw = rest[j:]
+		} else {
+			raw = "/"
+		}
+	}
+	raw = strings.ReplaceAll(raw, "\\", "/")
+	if !strings.HasPrefix(raw, "/") {
+		raw = "/" + raw
+	}
+	segs := strings.Split(raw[1:], "/")
+	out := make([]string, 0, len(segs))
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch ls := strings.ToLower(s); ls {
+		case ".", "%2e":
+			if last {
+				out = append(out, "")
+			}
+		case "..", ".%2e", "%2e.", "%2e%2e":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// queryGet is URLSearchParams.get: the first occurrence.
+func queryGet(q url.Values, name string) (string, bool) {
+	if v, ok := q[name]; ok && len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}

@@ -1,0 +1,207 @@
+// Package relay serves the two HTTP planes of the BYOLLM relay (the daemon
+// plane under basePath and the site plane under /relay/site/) plus the
+// optional per-site /debug page, wire-compatible with @byollm/relay@0.1.1
+// (shared/spec/wire.md). It holds no routing state of its own: every decision
+// is one store operation (internal/store, atomic in Valkey), and every policy
+// question is answered by the current projection (internal/projection).
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+)
+
+// Defaults of the reference RelayOptions.
+const (
+	DefaultBasePath = "/byollm"
+	DefaultLeaseMs  = 60_000
+)
+
+// MaxBodyBytes bounds a POST body before it is read. The largest legitimate
+// request carries one 6 MiB envelope (measured in UTF-16 units of its JSON);
+// 13 MiB leaves room for JSON escaping of that envelope plus the rest of the
+// request. A larger body is refused with the protocol's own bad-request body
+// (see tooLargeBody) without being read.
+const MaxBodyBytes = 13 << 20
+
+// clockResample is how often the default plane clock re-reads Valkey TIME to
+// correct the local clock's offset.
+const clockResample = 5 * time.Second
+
+// Store is the part of *store.Store the planes use. It is declared here, at
+// the consumer, so tests and other backends can stand in for it.
+type Store interface {
+	Now(ctx context.Context) (int64, error)
+	Enqueue(ctx context.Context, in store.EnqueueInput) (store.Job, error)
+	Jobs(ctx context.Context) ([]store.Job, error)
+	Awaiting(ctx context.Context, siteID string) ([]store.Job, error)
+	Finished(ctx context.Context, siteID string) ([]store.Job, error)
+	Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error)
+	TakePayload(ctx context.Context, in store.HolderInput) (store.TakeResult, error)
+	Complete(ctx context.Context, in store.CompleteInput) (store.CompleteResult, error)
+	ReleaseLeases(ctx context.Context, in store.ReleaseInput) ([]string, error)
+	Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (store.SealResult, error)
+	Cancel(ctx context.Context, siteID, jobID string) (bool, error)
+	CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error)
+	RenewLeases(ctx context.Context, in store.RenewInput) (store.RenewResult, error)
+	Seen(ctx context.Context, p store.Presence) (store.Presence, error)
+	Presence(ctx context.Context, runnerID string) (*store.Presence, error)
+	Everyone(ctx context.Context) ([]store.Presence, error)
+	DropPresence(ctx context.Context, runnerID string) error
+	Sweep(ctx context.Context) ([]store.Job, error)
+	PutPairing(ctx context.Context, p store.PendingPairing) (bool, error)
+	PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error)
+	DropPairing(ctx context.Context, deviceCode string) error
+}
+
+// ProjectionSource hands out the projection in force. Current returns nil
+// until one has been loaded; the planes answer 503 not-ready until then.
+type ProjectionSource interface {
+	Current() *Projection
+}
+
+// Config configures a Relay. Zero values take the reference defaults.
+type Config struct {
+	Store      Store
+	Projection ProjectionSource
+	// BasePath is where the daemon plane is mounted; trailing slashes are
+	// stripped. Default "/byollm" (the real daemon hard-codes it).
+	BasePath string
+	// LeaseMs is the lease granted at claim and on renewal. Default 60000.
+	LeaseMs int64
+	// VerificationURL is where a human approves a device code. Empty turns
+	// device-code start into 501, as in the reference.
+	VerificationURL string
+	// Debug serves the per-site /debug page.
+	Debug bool
+	// UpdateOffer is the version offered in heartbeat updateTo; DaemonFloor
+	// the oldest daemon version served (426 below it). Empty means none.
+	UpdateOffer, DaemonFloor string
+	Logger                   *slog.Logger
+	// Clock is the plane clock in epoch ms (signature freshness, pairing
+	// expiry, serverTime, retryAfter). Default: the local clock corrected by
+	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
+	// so every replica reads (close to) the store's one clock.
+	Clock func() int64
+}
+
+// Relay is a configured pair of planes. It is safe for concurrent use and
+// keeps no state besides the clock offset.
+type Relay struct {
+	store       Store
+	projections ProjectionSource
+	basePath    string
+	leaseMs     int64
+	verifyURL   string
+	debug       bool
+	updateOffer string
+	floor       string
+	log         *slog.Logger
+	now         func() int64
+	echo        *echo.Echo
+}
+
+// New validates cfg and builds a Relay.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("relay: Config.Store is required")
+	}
+	if cfg.Projection == nil {
+		return nil, errors.New("relay: Config.Projection is required")
+	}
+	if cfg.LeaseMs < 0 {
+		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
+	}
+	r := &Relay{
+		store:       cfg.Store,
+		projections: cfg.Projection,
+		basePath:    strings.TrimRight(cfg.BasePath, "/"),
+		leaseMs:     cfg.LeaseMs,
+		verifyURL:   cfg.VerificationURL,
+		debug:       cfg.Debug,
+		updateOffer: cfg.UpdateOffer,
+		floor:       cfg.DaemonFloor,
+		log:         cfg.Logger,
+		now:         cfg.Clock,
+	}
+	if cfg.BasePath == "" {
+		r.basePath = DefaultBasePath
+	}
+	if r.leaseMs == 0 {
+		r.leaseMs = DefaultLeaseMs
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.now == nil {
+		r.now = newStoreClock(cfg.Store, r.log).now
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	// Dispatch follows the reference's own order (wire.md §3), not a router:
+	// the method is never checked and routing goes by the last path segment,
+	// so one pre-routing handler answers every request.
+	e.Pre(func(echo.HandlerFunc) echo.HandlerFunc { return r.serve })
+	r.echo = e
+	return r, nil
+}
+
+// Handler serves both planes and /debug.
+func (r *Relay) Handler() http.Handler { return r.echo }
+
+// storeClock is the default plane clock: local time plus the last measured
+// offset to the store's clock. Sampling is lazy and asynchronous so a request
+// never waits on it, except the very first one.
+type storeClock struct {
+	st       Store
+	log      *slog.Logger
+	offset   atomic.Int64
+	sampled  atomic.Int64 // local ms of the last sample attempt; 0 = never
+	inflight atomic.Bool
+	first    sync.Once
+}
+
+func newStoreClock(st Store, log *slog.Logger) *storeClock {
+	return &storeClock{st: st, log: log}
+}
+
+func (c *storeClock) now() int64 {
+	local := time.Now().UnixMilli()
+	c.first.Do(func() { c.sample(local) })
+	if local-c.sampled.Load() >= clockResample.Milliseconds() && c.inflight.CompareAndSwap(false, true) {
+		go func() {
+			defer c.inflight.Store(false)
+			c.sample(time.Now().UnixMilli())
+		}()
+	}
+	return local + c.offset.Load()
+}
+
+func (c *storeClock) sample(at int64) {
+	c.sampled.Store(at)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	before := time.Now().UnixMilli()
+	server, err := c.st.Now(ctx)
+	if err != nil {
+		c.log.Warn("plane clock: cannot read store clock; keeping last offset", "err", err)
+		return
+	}
+	after := time.Now().UnixMilli()
+	// Assume the server read TIME half way through the round trip.
+	c.offset.Store(server - (before+after)/2)
+}

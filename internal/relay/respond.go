@@ -1,0 +1,60 @@
+package relay
+
+import (
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// reply is one HTTP answer: JSON unless html is set.
+type reply struct {
+	status int
+	body   []byte
+	html   bool
+}
+
+func refused(r *protocol.Refusal) reply { return reply{status: r.Status, body: r.JSON()} }
+
+func fail(status int, code, message string) reply {
+	return refused(&protocol.Refusal{Status: status, Body: protocol.RefusalBody{Error: code, Message: message}})
+}
+
+// Refusal catalogue (wire.md §7.1), built once from the protocol package.
+var (
+	notFoundBare     = refused(protocol.NotFound())
+	debugBadRequest  = refused(protocol.DebugBadRequest())
+	notSigned        = refused(protocol.NotSigned())
+	runnerUnknown    = refused(protocol.RunnerNotRecognised())
+	siteUnknown      = refused(protocol.SiteNotRegistered())
+	badSignature     = refused(protocol.BadSignature())
+	revokedRunner    = refused(protocol.Revoked())
+	schemaFailed     = refused(protocol.SchemaFailed())
+	pairSchemaFailed = refused(protocol.PairSchemaFailed())
+	identityBroken   = refused(protocol.IdentityInconsistent())
+	noConsent        = refused(protocol.NoConsent())
+	notApproved      = refused(protocol.DeviceNotApproved())
+	otherOwner       = refused(protocol.DeviceOfAnotherOwner())
+	noDeviceCodes    = refused(protocol.PairingNotOffered())
+	pairingBusy      = refused(protocol.PairingBusy())
+	runnerMismatch   = refused(protocol.RunnerMismatch())
+	notYourSite      = refused(protocol.NotYourSite())
+	stubNotYours     = refused(protocol.StubSiteMismatch())
+	unknownSiteJob   = refused(protocol.UnknownJob())
+
+	// Not in 0.1.1, which has no request cap and no shared store. Both use
+	// the protocol's own error shape and codes the clients already handle:
+	// a 400 bad-request is a hard refusal, and 503 with server-error or
+	// not-ready is retryable on both planes (wire.md §7.1, §17.40).
+	bodyTooLarge  = fail(400, protocol.CodeBadRequest, "this request is too large for the relay to read")
+	bodyUnread    = fail(400, protocol.CodeBadRequest, "the request body could not be read")
+	storeDown     = fail(503, protocol.CodeServerError, "the relay cannot reach its routing store just now — try again shortly")
+	notReady      = fail(503, protocol.CodeNotReady, "the relay has not loaded its routing projection yet — try again shortly")
+	serverFailure = refused(protocol.ServerError("the relay failed to handle this request"))
+)
+
+func clockSkew(now int64) reply { return refused(protocol.ClockSkew(now)) }
+
+func holderRefusal(code string) reply {
+	if r := protocol.HolderRefusal(code); r != nil {
+		return refused(r)
+	}
+	panic("relay: unknown holder refusal " + code)
+}

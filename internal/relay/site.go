@@ -1,0 +1,160 @@
+package relay
+
+import (
+	"fmt"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+)
+
+// siteAuthed runs site auth, the schema and the body-site check (wire.md
+// §5.8) for a POST endpoint, and returns the signer's site id.
+func siteAuthed[T any](r *Relay, req *request, decode func(any) (T, error), siteOf func(T) string) (string, T, reply, bool) {
+	var zero T
+	siteID, refusal, ok := r.siteAuth(req)
+	if !ok {
+		return "", zero, refusal, false
+	}
+	in, err := decode(req.body)
+	if err != nil {
+		return "", zero, schemaFailed, false
+	}
+	if siteOf(in) != siteID {
+		return "", zero, notYourSite, false
+	}
+	return siteID, in, reply{}, true
+}
+
+// siteQueryAuthed is the same for the reads, whose schema is {siteId} built
+// from the query (default "").
+func (r *Relay) siteQueryAuthed(req *request) (string, reply, bool) {
+	siteID, refusal, ok := r.siteAuth(req)
+	if !ok {
+		return "", refusal, false
+	}
+	asked, _ := queryGet(req.query, "siteId")
+	q, err := protocol.DecodeSiteQuery(asked)
+	if err != nil {
+		return "", schemaFailed, false
+	}
+	if q.SiteID != siteID {
+		return "", notYourSite, false
+	}
+	return siteID, reply{}, true
+}
+
+// enqueue is wire.md §9.1. No satisfiable callback is configured here.
+func (r *Relay) enqueue(req *request) (reply, error) {
+	siteID, in, refusal, ok := siteAuthed(r, req, protocol.DecodeEnqueueRequest,
+		func(x protocol.EnqueueRequest) string { return x.SiteID })
+	if !ok {
+		return refusal, nil
+	}
+	stub := in.Stub
+	if registered := req.proj.SiteFor(siteID); registered == nil || protocol.KeyID(registered.Site.Identity) != stub.Site {
+		return stubNotYours, nil
+	}
+	job, err := r.store.Enqueue(req.ctx, store.EnqueueInput{ID: stub.ID, SiteID: siteID, Stub: stub})
+	if err != nil {
+		return reply{}, fmt.Errorf("enqueue: %w", err)
+	}
+	return ok200(newObj().val("jobId", job.ID).val("state", job.State)), nil
+}
+
+// payload is wire.md §9.2: size rule, then seal.
+func (r *Relay) payload(req *request) (reply, error) {
+	siteID, in, refusal, ok := siteAuthed(r, req, protocol.DecodePayloadRequest,
+		func(x protocol.PayloadRequest) string { return x.SiteID })
+	if !ok {
+		return refusal, nil
+	}
+	env := in.Envelope
+	if n := protocol.EnvelopeBytes(env); n > protocol.MaxEnvelopeBytes {
+		return refused(protocol.EnvelopeTooLarge(n)), nil
+	}
+	jobID := in.JobID
+	sealed, err := r.store.Seal(req.ctx, siteID, jobID, protocol.MustMarshal(env))
+	if err != nil {
+		return reply{}, fmt.Errorf("payload: %w", err)
+	}
+	switch sealed.Refused {
+	case "":
+		return ok200(newObj().val("jobId", jobID).val("state", sealed.State)), nil
+	case store.RefusedNotFound:
+		return unknownSiteJob, nil
+	default:
+		return refused(protocol.NotAwaitingPayload(sealed.Was)), nil
+	}
+}
+
+// cancel is wire.md §9.3.
+func (r *Relay) cancel(req *request) (reply, error) {
+	siteID, in, refusal, ok := siteAuthed(r, req, protocol.DecodeCancelRequest,
+		func(x protocol.CancelRequest) string { return x.SiteID })
+	if !ok {
+		return refusal, nil
+	}
+	cancelled, err := r.store.Cancel(req.ctx, siteID, in.JobID)
+	if err != nil {
+		return reply{}, fmt.Errorf("cancel: %w", err)
+	}
+	return ok200(newObj().val("cancelled", cancelled)), nil
+}
+
+// pending is wire.md §9.4: sweep, then the site's awaiting-payload jobs.
+func (r *Relay) pending(req *request) (reply, error) {
+	siteID, refusal, ok := r.siteQueryAuthed(req)
+	if !ok {
+		return refusal, nil
+	}
+	if _, err := r.store.Sweep(req.ctx); err != nil {
+		return reply{}, fmt.Errorf("pending: sweep: %w", err)
+	}
+	jobs, err := r.store.Awaiting(req.ctx, siteID)
+	if err != nil {
+		return reply{}, fmt.Errorf("pending: %w", err)
+	}
+	out := make([][]byte, 0, len(jobs))
+	for _, j := range jobs {
+		o := newObj().val("jobId", j.ID)
+		if c := j.ClaimedBy; c != nil {
+			o.val("device", c.Device).val("runnerId", c.RunnerID).val("leaseId", c.LeaseID)
+		}
+		if j.AwaitingUntil != 0 {
+			o.val("awaitingUntil", j.AwaitingUntil)
+		}
+		if c := j.ClaimedBy; c != nil {
+			o.val("leaseExpiresAt", c.LeaseExpiresAt)
+		}
+		out = append(out, o.bytes())
+	}
+	return ok200(newObj().raw("jobs", jsonArr(out))), nil
+}
+
+// results is wire.md §9.5: every done job with a result, never removed on
+// delivery, no sweep.
+func (r *Relay) results(req *request) (reply, error) {
+	siteID, refusal, ok := r.siteQueryAuthed(req)
+	if !ok {
+		return refusal, nil
+	}
+	jobs, err := r.store.Finished(req.ctx, siteID)
+	if err != nil {
+		return reply{}, fmt.Errorf("results: %w", err)
+	}
+	out := make([][]byte, 0, len(jobs))
+	for _, j := range jobs {
+		o := newObj().val("jobId", j.ID)
+		if len(j.Result) > 0 {
+			o.raw("envelope", j.Result)
+		}
+		if j.Disposition != "" {
+			o.val("disposition", j.Disposition)
+		}
+		if c := j.ClaimedBy; c != nil {
+			o.val("runnerId", c.RunnerID).val("leaseId", c.LeaseID).val("device", c.Device).val("runnerOwner", c.Owner)
+		}
+		out = append(out, o.bytes())
+	}
+	return ok200(newObj().raw("jobs", jsonArr(out))), nil
+}
