@@ -17,8 +17,8 @@ import (
 // way the reference's WHATWG Request does it.
 type request struct {
 	ctx      context.Context
-	path     string // WHATWG pathname: escapes kept, dot segments resolved
-	endpoint string // text after the last '/'
+	path     string     // WHATWG pathname: escapes kept, dot segments resolved
+	endpoint string     // text after the last '/'
 	query    url.Values // URLSearchParams of the raw query
 	header   http.Header
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
@@ -55,10 +55,10 @@ func (r *Relay) write(c echo.Context, rep reply) error {
 
 func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	req := &request{
-		ctx:      hr.Context(),
-		path:     pathname(hr),
-		query:    protocol.ParseQuery(hr.URL.RawQuery),
-		header:   hr.Header,
+		ctx:    hr.Context(),
+		path:   pathname(hr),
+		query:  protocol.ParseQuery(hr.URL.RawQuery),
+		header: hr.Header,
 	}
 
 	// 1. Debug, before the body and the handshake.

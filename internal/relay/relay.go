@@ -9,10 +9,10 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
