@@ -405,6 +405,7 @@ func jsonSafe(s string) string {
 	return strings.Trim(string(b), `"`)
 }
 
+// pick chooses a live replica and counts the request against it.
 func (p *proxy) pick() (int, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -417,7 +418,12 @@ func (p *proxy) pick() (int, bool) {
 	if len(alive) == 0 {
 		return 0, false
 	}
-	return alive[mrand.IntN(len(alive))], true
+	i := alive[mrand.IntN(len(alive))]
+	// Counted under the lock, so a kill sees every request that was sent
+	// to the replica before it left the rotation.
+	p.requests[i].Add(1)
+	p.inflight[i].Add(1)
+	return i, true
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -427,8 +433,6 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error":"server-error","message":"proxy: no live replica"}`, http.StatusBadGateway)
 		return
 	}
-	p.requests[i].Add(1)
-	p.inflight[i].Add(1)
 	defer p.inflight[i].Add(-1)
 	p.forward[i].ServeHTTP(w, req)
 }
@@ -496,6 +500,7 @@ func (p *proxy) controlHandler() http.Handler {
 		}
 		p.live[index] = false
 		inflight := p.inflight[index].Load()
+		requests := p.requests[index].Load()
 		p.mu.Unlock()
 		started := time.Now()
 		if err := p.replicas[index].kill(); err != nil {
@@ -505,7 +510,7 @@ func (p *proxy) controlHandler() http.Handler {
 		p.logger.Info("proxy: replica killed", "replica", index, "inflight", inflight)
 		writeJSON(w, http.StatusOK, map[string]any{
 			"killed": index, "pid": p.replicas[index].cmd.Process.Pid,
-			"inflightAtKill": inflight, "killMs": time.Since(started).Milliseconds(),
+			"inflightAtKill": inflight, "requestsAtKill": requests, "killMs": time.Since(started).Milliseconds(),
 		})
 	})
 	return mux

@@ -81,7 +81,13 @@ export const uniq = () => randomUUID().slice(0, 8);
 
 /** One line per scenario in the figures file, which peers_test.go prints. */
 export function recordFigures(figures) {
-  const line = JSON.stringify({ at: new Date().toISOString(), target: env.target, ...figures });
+  const waits = projectionWaits.splice(0);
+  const line = JSON.stringify({
+    at: new Date().toISOString(),
+    target: env.target,
+    ...figures,
+    ...(waits.length === 0 ? {} : { projectionPushes: waits.length, projectionPropagationMsMax: Math.max(...waits) }),
+  });
   if (env.figures !== "") appendFileSync(env.figures, line + "\n");
   console.log(`[figures] ${line}`);
 }
@@ -128,19 +134,38 @@ export function recordingFetch(log, inner = globalThis.fetch) {
 // ---------------------------------------------------------------------------
 // The relay: admin plane, proxy control, raw signed requests
 
-/** Upsert records into the projection of every replica (POST /projection/merge). */
+/**
+ * Upsert records into the projection (POST /projection/merge), through the
+ * admin listener of one replica chosen at random, as a control plane would.
+ *
+ * The Go relay keeps the projection in Valkey and every replica loads new
+ * versions on its own; its answer names the version written, and this waits
+ * until every replica reports that version in force (GET /projection/status)
+ * so a scenario never races the propagation it did not set out to measure.
+ * The reference host answers counts only and is a single replica.
+ */
+export const projectionWaits = [];
 export async function mergeProjection(patch) {
-  for (const admin of env.admins) {
-    const response = await fetch(`${admin}/projection/merge`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${env.adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify(patch),
-    });
-    const text = await response.text();
-    if (response.status !== 200) {
-      throw new Error(`projection merge on ${admin} answered ${response.status}: ${text}`);
-    }
+  const headers = { authorization: `Bearer ${env.adminToken}`, "content-type": "application/json" };
+  const admin = env.admins[Math.floor(Math.random() * env.admins.length)];
+  const response = await fetch(`${admin}/projection/merge`, { method: "POST", headers, body: JSON.stringify(patch) });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`projection merge on ${admin} answered ${response.status}: ${text}`);
+  const { version } = JSON.parse(text);
+  if (typeof version !== "number") return;
+  const started = Date.now();
+  for (const other of env.admins) {
+    await waitFor(
+      async () => {
+        const status = await fetch(`${other}/projection/status`, { headers });
+        if (status.status !== 200) throw new Error(`projection status on ${other} answered ${status.status}: ${await status.text()}`);
+        const body = await status.json();
+        return body.replica?.loaded === true && body.replica.version >= version;
+      },
+      { timeoutMs: 10_000, intervalMs: 20, what: `${other} to load projection version ${version}` },
+    );
   }
+  projectionWaits.push(Date.now() - started);
 }
 
 export async function proxyStats() {
