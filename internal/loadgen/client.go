@@ -1,0 +1,173 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// client sends signed requests, rotating over the replicas, and records
+// every response in stats.
+type client struct {
+	http     *http.Client
+	replicas []string
+	basePath string
+	next     atomic.Uint64
+	stats    *requestStats
+}
+
+func newClient(c Config, stats *requestStats) *client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Every simulated party keeps connections open the way a long-running
+	// daemon or site would; the default of 2 idle per host would turn each
+	// request into a new TCP connection at load.
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = 1024
+	tr.IdleConnTimeout = 90 * time.Second
+	trim := make([]string, len(c.Replicas))
+	for i, r := range c.Replicas {
+		trim[i] = strings.TrimRight(r, "/")
+	}
+	return &client{
+		http:     &http.Client{Transport: tr, Timeout: c.Timeout},
+		replicas: trim,
+		basePath: c.BasePath,
+		stats:    stats,
+	}
+}
+
+func (c *client) base() string {
+	return c.replicas[c.next.Add(1)%uint64(len(c.replicas))]
+}
+
+// signer is who signs a request: a daemon (x-byollm-runner) or a site
+// (x-byollm-site).
+type signer struct {
+	header string
+	caller string
+	key    ed25519.PrivateKey
+}
+
+// response is what the callers look at.
+type response struct {
+	status int
+	body   []byte
+}
+
+// errorCode is the "error" field of a refusal body, "" if none.
+func (r response) errorCode() string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(r.body, &e)
+	return e.Error
+}
+
+func (c *client) daemon(ctx context.Context, s signer, endpoint string, body any) (response, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return response{}, fmt.Errorf("%s: encode: %w", endpoint, err)
+	}
+	return c.do(ctx, endpoint, http.MethodPost, c.base()+c.basePath+"/"+endpoint, endpoint, raw, &s)
+}
+
+func (c *client) sitePost(ctx context.Context, s signer, endpoint string, body any) (response, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return response{}, fmt.Errorf("site/%s: encode: %w", endpoint, err)
+	}
+	return c.do(ctx, "site/"+endpoint, http.MethodPost, c.base()+"/relay/site/"+endpoint, "site/"+endpoint, raw, &s)
+}
+
+func (c *client) siteGet(ctx context.Context, s signer, endpoint string) (response, error) {
+	q := url.Values{"siteId": {s.caller}, "protocolVersion": {protocol.ProtocolVersion}}
+	return c.do(ctx, "site/"+endpoint, http.MethodGet, c.base()+"/relay/site/"+endpoint+"?"+q.Encode(), "site/"+endpoint, nil, &s)
+}
+
+// pair is unauthenticated.
+func (c *client) pair(ctx context.Context, body any) (response, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return response{}, fmt.Errorf("pair: encode: %w", err)
+	}
+	return c.do(ctx, "pair", http.MethodPost, c.base()+c.basePath+"/pair", "", raw, nil)
+}
+
+// do sends one request. signedEndpoint is the canonical endpoint (site plane
+// with its "site/" prefix); s nil means unsigned.
+func (c *client) do(ctx context.Context, name, method, target, signedEndpoint string, body []byte, s *signer) (response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return response{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if body != nil {
+		req.Header.Set("content-type", "application/json")
+	}
+	req.Header.Set("accept", "application/json")
+	if s != nil {
+		now := time.Now().UnixMilli()
+		req.Header.Set(s.header, s.caller)
+		req.Header.Set("x-byollm-issued-at", strconv.FormatInt(now, 10))
+		req.Header.Set("x-byollm-signature", protocol.SignRequest(s.key, signedEndpoint, s.caller, now, body))
+	}
+	start := time.Now()
+	res, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.stats.record(name, 0, time.Since(start))
+		}
+		return response{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	elapsed := time.Since(start)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.stats.record(name, 0, elapsed)
+		}
+		return response{}, fmt.Errorf("%s: read body: %w", name, err)
+	}
+	c.stats.record(name, res.StatusCode, elapsed)
+	return response{status: res.StatusCode, body: out}, nil
+}
+
+// admin sends the projection to every admin URL.
+func adminSend(ctx context.Context, hc *http.Client, adminURLs []string, token, mode string, fixture []byte) error {
+	for _, base := range adminURLs {
+		method, path := http.MethodPost, "/projection/merge"
+		if mode == ProjectionPut {
+			method, path = http.MethodPut, "/projection"
+		}
+		req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, bytes.NewReader(fixture))
+		if err != nil {
+			return fmt.Errorf("projection %s: %w", base, err)
+		}
+		req.Header.Set("authorization", "Bearer "+token)
+		req.Header.Set("content-type", "application/json")
+		res, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("projection %s: %w", base, err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		res.Body.Close()
+		if res.StatusCode/100 != 2 {
+			return fmt.Errorf("projection %s %s%s: HTTP %d: %s", method, base, path, res.StatusCode, msg)
+		}
+	}
+	return nil
+}

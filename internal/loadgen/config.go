@@ -1,0 +1,191 @@
+// Package loadgen drives a BYOLLM relay with simulated sites and daemons that
+// do everything real ones do on the wire: Ed25519-signed requests, device and
+// site key sets, payloads sealed to the claiming device, results sealed back
+// to the site, and every collected result opened and checked. It reports
+// throughput, latency per phase and per endpoint, status counts, and the two
+// numbers that must stay zero: jobs lost and jobs run twice.
+//
+// It works against any relay speaking protocol 2 with the projection admin
+// interface (PUT /projection, POST /projection/merge): the Go relay, or the
+// reference relay hosted by test/reference/server.mjs.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Pairing modes.
+const (
+	PairFixture = "fixture" // POST {basePath}/pair with the fixture shape before work starts
+	PairNone    = "none"    // no pair call; the relay rebuilds presence from the projection
+)
+
+// Projection modes.
+const (
+	ProjectionMerge = "merge" // POST /projection/merge: leaves other tenants' records alone
+	ProjectionPut   = "put"   // PUT /projection: replaces the whole projection
+)
+
+// Config is one run. Zero values take the defaults of WithDefaults.
+type Config struct {
+	Replicas   []string // relay base URLs; requests rotate over them
+	AdminURLs  []string // projection admin base URLs; the projection goes to each
+	AdminToken string
+	BasePath   string // daemon plane mount, default /byollm
+
+	Sites   int
+	Daemons int
+	Owners  int // distinct device owners; daemons are spread over them (default: one per daemon)
+
+	Jobs        int           // stop enqueuing after this many (0: no count bound)
+	Duration    time.Duration // stop enqueuing after this long (0: no time bound)
+	Rate        float64       // open loop: jobs enqueued per second
+	Concurrency int           // closed loop: jobs in flight (used when Rate is 0)
+	Drain       time.Duration // after enqueuing stops, wait this long for jobs to finish
+
+	PayloadChars int           // prompt length in characters
+	TTL          time.Duration // stub deadlineAt = enqueue time + TTL
+	LeaseMs      int64         // if set, claims must echo exactly this leaseMs
+	Heartbeat    time.Duration // daemon heartbeat period
+	DaemonSlots  int           // jobs one daemon runs at once (claim max)
+
+	ClaimPoll   time.Duration // idle daemon's pause between empty claims
+	FetchPoll   time.Duration // pause between fetches answered not-ready
+	PendingPoll time.Duration // site's period for GET pending
+	ResultsPoll time.Duration // site's period for GET results
+
+	Pair        string // PairFixture or PairNone
+	Projection  string // ProjectionMerge or ProjectionPut
+	RunID       string // prefix of every id this run creates (default: random)
+	AllowRemote bool
+	Timeout     time.Duration // per HTTP request
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if len(c.Replicas) == 0 {
+		c.Replicas = []string{"http://127.0.0.1:8080"}
+	}
+	if len(c.AdminURLs) == 0 {
+		c.AdminURLs = []string{"http://127.0.0.1:8081"}
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defD := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.BasePath == "" {
+		c.BasePath = "/byollm"
+	}
+	c.BasePath = "/" + strings.Trim(c.BasePath, "/")
+	def(&c.Sites, 4)
+	def(&c.Daemons, 8)
+	def(&c.Owners, c.Daemons)
+	if c.Rate == 0 {
+		def(&c.Concurrency, 32)
+	}
+	if c.Jobs == 0 && c.Duration == 0 {
+		c.Jobs = 1000
+	}
+	defD(&c.Drain, 30*time.Second)
+	def(&c.PayloadChars, 256)
+	defD(&c.TTL, 60*time.Second)
+	defD(&c.Heartbeat, 5*time.Second)
+	def(&c.DaemonSlots, 8)
+	defD(&c.ClaimPoll, 50*time.Millisecond)
+	defD(&c.FetchPoll, 10*time.Millisecond)
+	defD(&c.PendingPoll, 20*time.Millisecond)
+	defD(&c.ResultsPoll, 100*time.Millisecond)
+	if c.Pair == "" {
+		c.Pair = PairFixture
+	}
+	if c.Projection == "" {
+		c.Projection = ProjectionMerge
+	}
+	defD(&c.Timeout, 30*time.Second)
+	return c
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate(ctx context.Context) error {
+	var problems []string
+	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	if c.Sites < 1 || c.Daemons < 1 {
+		add("need at least one site and one daemon (have %d sites, %d daemons)", c.Sites, c.Daemons)
+	}
+	if c.Owners < 1 || c.Owners > c.Daemons {
+		add("owners must be between 1 and the number of daemons (%d), have %d: every owner needs a device to run its jobs", c.Daemons, c.Owners)
+	}
+	if c.Rate < 0 || c.Concurrency < 0 || c.Jobs < 0 || c.Duration < 0 {
+		add("rate, concurrency, jobs and duration must not be negative")
+	}
+	if c.Rate > 0 && c.Concurrency > 0 {
+		add("give either -rate (open loop) or -concurrency (closed loop), not both")
+	}
+	if c.DaemonSlots < 1 || c.DaemonSlots > 64 {
+		add("daemon slots must be 1..64 (the claim max the protocol allows), have %d", c.DaemonSlots)
+	}
+	if c.PayloadChars < 1 || c.PayloadChars > 1_000_000 {
+		add("payload size must be 1..1000000 characters (the llm.generate prompt limit), have %d", c.PayloadChars)
+	}
+	if c.TTL < time.Second {
+		add("ttl %s is too short for a job to make the round trip", c.TTL)
+	}
+	if c.Pair != PairFixture && c.Pair != PairNone {
+		add("pair mode %q: want %q or %q", c.Pair, PairFixture, PairNone)
+	}
+	if c.Projection != ProjectionMerge && c.Projection != ProjectionPut {
+		add("projection mode %q: want %q or %q", c.Projection, ProjectionMerge, ProjectionPut)
+	}
+	if c.AdminToken == "" {
+		add("no admin token: the projection admin interface refuses every request without one (set -admin-token or RELAY_ADMIN_TOKEN)")
+	}
+	for _, raw := range append(append([]string{}, c.Replicas...), c.AdminURLs...) {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("%q is not an http(s) base URL", raw)
+			continue
+		}
+		if c.AllowRemote {
+			continue
+		}
+		if ok, why := loopback(ctx, u.Hostname()); !ok {
+			add("refusing to load %s: %s. A load test saturates its target on purpose; against a relay you do not run it is an attack. Pass -allow-remote if you operate it", raw, why)
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+// loopback reports whether host names only this machine.
+func loopback(ctx context.Context, host string) (bool, string) {
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsLoopback() {
+			return true, ""
+		}
+		return false, host + " is not a loopback address"
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return false, fmt.Sprintf("%s does not resolve here (%v), so it cannot be shown to be loopback", host, err)
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return false, fmt.Sprintf("%s resolves to %s, which is not loopback", host, a.IP)
+		}
+	}
+	return true, ""
+}

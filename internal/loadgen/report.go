@@ -1,0 +1,266 @@
+package loadgen
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Phases in the order a job passes through them.
+var phaseOrder = []string{"enqueue", "queue-wait", "seal", "fetch", "result", "collect", "end-to-end"}
+
+// Report is the outcome of a run; its JSON form is what -json writes.
+type Report struct {
+	RunID     string    `json:"runId"`
+	StartedAt time.Time `json:"startedAt"`
+	Settings  Settings  `json:"settings"`
+
+	EnqueueSeconds float64 `json:"enqueueSeconds"` // until the count or time bound stopped new work
+	ElapsedSeconds float64 `json:"elapsedSeconds"` // first enqueue to last collection
+	Throughput     float64 `json:"jobsPerSecond"`  // collected / elapsed
+
+	Jobs      JobCounts                 `json:"jobs"`
+	Phases    map[string]Latency        `json:"phases"`
+	Endpoints map[string]EndpointReport `json:"endpoints"`
+	Errors    int64                     `json:"errors"`   // unexpected responses, transport failures, integrity failures
+	Problems  []string                  `json:"problems"` // the first few, verbatim
+}
+
+// Settings echoes what the run was asked to do.
+type Settings struct {
+	Replicas     []string `json:"replicas"`
+	Admin        []string `json:"admin"`
+	Sites        int      `json:"sites"`
+	Daemons      int      `json:"daemons"`
+	Owners       int      `json:"owners"`
+	Jobs         int      `json:"jobs"`
+	Duration     string   `json:"duration"`
+	Rate         float64  `json:"rate"`
+	Concurrency  int      `json:"concurrency"`
+	PayloadChars int      `json:"payloadChars"`
+	TTL          string   `json:"ttl"`
+	LeaseMs      int64    `json:"leaseMs"`
+	Heartbeat    string   `json:"heartbeat"`
+	DaemonSlots  int      `json:"daemonSlots"`
+	Pair         string   `json:"pair"`
+}
+
+// JobCounts is the accounting every run must balance. Lost and RunTwice
+// must be zero for a correct relay under a load it can carry.
+type JobCounts struct {
+	Attempted     int64 `json:"attempted"`
+	Enqueued      int64 `json:"enqueued"`
+	EnqueueFailed int64 `json:"enqueueFailed"`
+	Collected     int64 `json:"collected"`     // result opened and checked by the site
+	Lost          int64 `json:"lost"`          // enqueued, never collected, no integrity failure
+	LostExpired   int64 `json:"lostExpired"`   // of Lost: stub deadline passed before the end (relay dropped it by TTL)
+	RunTwice      int64 `json:"runTwice"`      // more than one result accepted for one job
+	Integrity     int64 `json:"integrity"`     // a payload or result failed to open or check
+	Foreign       int64 `json:"foreign"`       // work for jobs this run never enqueued
+	Reclaimed     int64 `json:"reclaimed"`     // claimed under more than one lease (allowed after a requeue)
+	DupResults    int64 `json:"dupResults"`    // result posts answered duplicate:true
+	LateSeals     int64 `json:"lateSeals"`     // payload posts answered 409
+	Aborted       int64 `json:"aborted"`       // daemon gave a job up (grant lost)
+	LeasesLost    int64 `json:"leasesLost"`    // heartbeat said lost or cancel for a lease in hand
+	Heartbeats    int64 `json:"heartbeats"`    // heartbeats answered 200
+	Released      int64 `json:"released"`      // leases handed back at shutdown or refused
+	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
+}
+
+func (r *runner) report(started, enqueueEnded time.Time) *Report {
+	phases := map[string]*samples{}
+	for _, p := range phaseOrder {
+		phases[p] = &samples{}
+	}
+	var jc JobCounts
+	now := time.Now()
+	r.jobs.Range(func(_, v any) bool {
+		j := v.(*job)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if len(j.leases) > 1 {
+			jc.Reclaimed++
+		}
+		if j.accepted > 1 {
+			jc.RunTwice++
+		}
+		if j.enqDone.IsZero() {
+			return true
+		}
+		if j.collected.IsZero() {
+			if !j.bad {
+				jc.Lost++
+				if now.UnixMilli() >= j.deadlineAt {
+					jc.LostExpired++
+				} else {
+					jc.StillInFlight++
+				}
+			}
+			return true
+		}
+		span := func(name string, from, to time.Time) {
+			if !from.IsZero() && !to.IsZero() {
+				phases[name].add(max(0, to.Sub(from)))
+			}
+		}
+		span("enqueue", j.enqStart, j.enqDone)
+		span("queue-wait", j.enqDone, j.claimed)
+		span("seal", j.claimed, j.sealed)
+		span("fetch", j.sealed, j.fetched)
+		span("result", j.fetched, j.resulted)
+		span("collect", j.resulted, j.collected)
+		span("end-to-end", j.enqStart, j.collected)
+		return true
+	})
+	jc.Attempted = r.attempted.Load()
+	jc.Enqueued = r.enqueued.Load()
+	jc.EnqueueFailed = r.enqueueFailed.Load()
+	jc.Collected = r.collected.Load()
+	jc.Integrity = r.integrity.Load()
+	jc.Foreign = r.foreign.Load()
+	jc.DupResults = r.duplicates.Load()
+	jc.LateSeals = r.lateSeals.Load()
+	jc.Aborted = r.aborted.Load()
+	jc.LeasesLost = r.leasesLost.Load()
+	jc.Heartbeats = r.heartbeats.Load()
+	jc.Released = r.released.Load()
+
+	rep := &Report{
+		RunID:     r.cfg.RunID,
+		StartedAt: started,
+		Settings: Settings{
+			Replicas: r.cfg.Replicas, Admin: r.cfg.AdminURLs, Sites: r.cfg.Sites, Daemons: r.cfg.Daemons, Owners: r.cfg.Owners,
+			Jobs: r.cfg.Jobs, Duration: r.cfg.Duration.String(), Rate: r.cfg.Rate, Concurrency: r.cfg.Concurrency,
+			PayloadChars: r.cfg.PayloadChars, TTL: r.cfg.TTL.String(), LeaseMs: r.cfg.LeaseMs, Heartbeat: r.cfg.Heartbeat.String(),
+			DaemonSlots: r.cfg.DaemonSlots, Pair: r.cfg.Pair,
+		},
+		EnqueueSeconds: round3(enqueueEnded.Sub(started).Seconds()),
+		Jobs:           jc,
+		Phases:         map[string]Latency{},
+		Endpoints:      r.stats.report(),
+		Errors:         r.unexpected.Load(),
+	}
+	if last := r.lastCollect.Load(); last > 0 {
+		el := time.Unix(0, last).Sub(started).Seconds()
+		rep.ElapsedSeconds = round3(el)
+		if el > 0 {
+			rep.Throughput = round3(float64(jc.Collected) / el)
+		}
+	}
+	for name, s := range phases {
+		rep.Phases[name] = s.summary()
+	}
+	r.problemsMu.Lock()
+	rep.Problems = slices.Clone(r.problems)
+	r.problemsMu.Unlock()
+	if rep.Problems == nil {
+		rep.Problems = []string{}
+	}
+	return rep
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// OK reports whether the run balanced: nothing lost, nothing run twice, no
+// integrity failure, no foreign work.
+func (rep *Report) OK() bool {
+	j := rep.Jobs
+	return j.Lost == 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0 && j.Collected == j.Enqueued && j.Enqueued > 0
+}
+
+// WriteText renders the report for a person.
+func (rep *Report) WriteText(w io.Writer) {
+	j := rep.Jobs
+	fmt.Fprintf(w, "loadgen run %s against %s\n", rep.RunID, strings.Join(rep.Settings.Replicas, ", "))
+	mode := fmt.Sprintf("closed loop, %d in flight", rep.Settings.Concurrency)
+	if rep.Settings.Rate > 0 {
+		mode = fmt.Sprintf("open loop, %.1f jobs/s offered", rep.Settings.Rate)
+	}
+	fmt.Fprintf(w, "  %d sites, %d daemons (%d owners, %d slots each), %s, payload %d chars, ttl %s, pair %s\n",
+		rep.Settings.Sites, rep.Settings.Daemons, rep.Settings.Owners, rep.Settings.DaemonSlots, mode, rep.Settings.PayloadChars, rep.Settings.TTL, rep.Settings.Pair)
+	fmt.Fprintf(w, "\nthroughput  %.1f jobs/s  (%d collected in %.2fs; enqueuing ran %.2fs)\n", rep.Throughput, j.Collected, rep.ElapsedSeconds, rep.EnqueueSeconds)
+	fmt.Fprintf(w, "jobs        attempted %d  enqueued %d  collected %d  enqueue-failed %d\n", j.Attempted, j.Enqueued, j.Collected, j.EnqueueFailed)
+	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
+	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  errors %d\n",
+		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, rep.Errors)
+
+	fmt.Fprintf(w, "\n%-14s %8s %9s %9s %9s %9s %9s\n", "phase (ms)", "count", "mean", "p50", "p90", "p99", "max")
+	for _, p := range phaseOrder {
+		l := rep.Phases[p]
+		fmt.Fprintf(w, "%-14s %8d %9.2f %9.2f %9.2f %9.2f %9.2f\n", p, l.Count, l.MeanMs, l.P50Ms, l.P90Ms, l.P99Ms, l.MaxMs)
+	}
+	names := make([]string, 0, len(rep.Endpoints))
+	for n := range rep.Endpoints {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(w, "\n%-14s %8s %9s %9s %9s %9s  %s\n", "request (ms)", "count", "p50", "p90", "p99", "max", "statuses")
+	for _, n := range names {
+		e := rep.Endpoints[n]
+		codes := make([]int, 0, len(e.Statuses))
+		for c := range e.Statuses {
+			codes = append(codes, c)
+		}
+		slices.Sort(codes)
+		var st []string
+		for _, c := range codes {
+			label := fmt.Sprint(c)
+			if c == 0 {
+				label = "neterr"
+			}
+			st = append(st, fmt.Sprintf("%s:%d", label, e.Statuses[c]))
+		}
+		fmt.Fprintf(w, "%-14s %8d %9.2f %9.2f %9.2f %9.2f  %s\n", n, e.Requests, e.Latency.P50Ms, e.Latency.P90Ms, e.Latency.P99Ms, e.Latency.MaxMs, strings.Join(st, " "))
+	}
+	if len(rep.Problems) > 0 {
+		fmt.Fprintf(w, "\nfirst problems:\n")
+		for _, p := range rep.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
+	verdict := "OK: nothing lost, nothing run twice"
+	if !rep.OK() {
+		verdict = "FAILED: the run did not balance (see must-be-0 line)"
+	}
+	fmt.Fprintf(w, "\n%s\n", verdict)
+}
+
+// IsTerminal reports whether f is a character device (a live terminal).
+func IsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// startProgress prints a status line every half second until stopped.
+func (r *runner) startProgress(w io.Writer, started time.Time) func() {
+	if w == nil {
+		return func() {}
+	}
+	var stopped atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		var lastN int64
+		last := started
+		for range t.C {
+			if stopped.Load() {
+				fmt.Fprint(w, "\r\033[K")
+				return
+			}
+			n := r.collected.Load()
+			now := time.Now()
+			rate := float64(n-lastN) / now.Sub(last).Seconds()
+			lastN, last = n, now
+			fmt.Fprintf(w, "\r\033[K%6.1fs  enqueued %d  done %d  %.0f jobs/s  in flight %d  errors %d",
+				now.Sub(started).Seconds(), r.enqueued.Load(), n, rate, r.enqueued.Load()-n, r.unexpected.Load())
+		}
+	}()
+	return func() { stopped.Store(true); <-done }
+}

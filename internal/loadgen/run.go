@@ -1,0 +1,728 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/byollm/relay-go/internal/envelope"
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// maxProblems bounds the problem list kept for the report.
+const maxProblems = 20
+
+type runner struct {
+	cfg     Config
+	cl      *client
+	stats   requestStats
+	sites   []*site
+	daemons []*daemon
+	byKeyID map[string]*site
+	devices map[string]*daemon // by identity public key
+	jobs    sync.Map           // job id -> *job
+	prompt  string             // random text prompts are cut from
+
+	attempted, enqueued, enqueueFailed       atomic.Int64
+	collected, integrity, foreign            atomic.Int64
+	duplicates, leasesLost, unexpected       atomic.Int64
+	lateSeals, aborted, heartbeats, released atomic.Int64
+
+	problemsMu sync.Mutex
+	problems   []string
+
+	firstEnqueue time.Time
+	lastCollect  atomic.Int64 // unix nanos
+}
+
+// Run executes one load run and returns its report. progress, if not nil,
+// receives a live status line every half second.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = "lg" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	}
+	r := &runner{cfg: cfg, byKeyID: map[string]*site{}, devices: map[string]*daemon{}}
+	r.cl = newClient(cfg, &r.stats)
+	if err := r.setUp(ctx); err != nil {
+		return nil, err
+	}
+	return r.drive(ctx, progress)
+}
+
+// setUp makes the parties, registers them in the projection and pairs the
+// daemons.
+func (r *runner) setUp(ctx context.Context) error {
+	now := time.Now().UnixMilli()
+	var fx fixture
+	for i := range r.cfg.Sites {
+		keys, err := newIdentity(now)
+		if err != nil {
+			return err
+		}
+		s := &site{id: fmt.Sprintf("%s-site-%d", r.cfg.RunID, i), keys: keys, begun: map[string]bool{}}
+		s.sig = signer{header: "x-byollm-site", caller: s.id, key: keys.SigningKey()}
+		r.sites = append(r.sites, s)
+		r.byKeyID[keys.KeyID()] = s
+		fx.Sites = append(fx.Sites, fixtureSite{SiteID: s.id, Site: keys.Public()})
+	}
+	for o := range r.cfg.Owners {
+		for _, s := range r.sites {
+			fx.Consents = append(fx.Consents, fixtureConsent{Owner: r.owner(o), SiteID: s.id})
+		}
+	}
+	for i := range r.cfg.Daemons {
+		keys, err := newIdentity(now)
+		if err != nil {
+			return err
+		}
+		d := &daemon{runnerID: fmt.Sprintf("%s-runner-%d", r.cfg.RunID, i), owner: r.owner(i % r.cfg.Owners), keys: keys, held: map[string]*holding{}}
+		d.sig = signer{header: "x-byollm-runner", caller: d.runnerID, key: keys.SigningKey()}
+		r.daemons = append(r.daemons, d)
+		r.devices[keys.Stored.IdentityPublic] = d
+		fx.Devices = append(fx.Devices, fixtureDevice{Owner: d.owner, RunnerID: d.runnerID, Device: keys.Public()})
+	}
+	body, err := json.Marshal(fx)
+	if err != nil {
+		return fmt.Errorf("projection: %w", err)
+	}
+	if err := adminSend(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, r.cfg.Projection, body); err != nil {
+		return err
+	}
+	const letters = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	p := make([]byte, 2*r.cfg.PayloadChars)
+	for i := range p {
+		p[i] = letters[rand.IntN(len(letters))] //nolint:gosec // filler text
+	}
+	r.prompt = string(p)
+	if r.cfg.Pair == PairFixture {
+		return r.pairAll(ctx)
+	}
+	return nil
+}
+
+func (r *runner) owner(i int) string { return fmt.Sprintf("%s-owner-%d", r.cfg.RunID, i) }
+
+func (r *runner) pairAll(ctx context.Context) error {
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, len(r.daemons))
+	var wg sync.WaitGroup
+	for _, d := range r.daemons {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := r.cl.pair(ctx, pairRequest{ProtocolVersion: protocol.ProtocolVersion, Owner: d.owner, Device: d.keys.Public()})
+			if err != nil {
+				errs <- err
+				return
+			}
+			var pr pairResponse
+			if res.status != http.StatusOK || json.Unmarshal(res.body, &pr) != nil || pr.RunnerID != d.runnerID {
+				errs <- fmt.Errorf("pair %s: HTTP %d: %s", d.runnerID, res.status, res.body)
+				return
+			}
+			if len(pr.Sites) != len(r.sites) {
+				errs <- fmt.Errorf("pair %s: relay pinned %d sites, want %d", d.runnerID, len(pr.Sites), len(r.sites))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for e := range ch {
+		out = append(out, e)
+	}
+	return out
+}
+
+func (r *runner) problem(format string, a ...any) {
+	r.unexpected.Add(1)
+	r.problemsMu.Lock()
+	if len(r.problems) < maxProblems {
+		r.problems = append(r.problems, fmt.Sprintf(format, a...))
+	}
+	r.problemsMu.Unlock()
+}
+
+func (r *runner) integrityFailure(j *job, format string, a ...any) {
+	if j != nil {
+		j.mu.Lock()
+		already := j.bad
+		j.bad = true
+		j.mu.Unlock()
+		if already {
+			return
+		}
+	}
+	r.integrity.Add(1)
+	r.problem("integrity: "+format, a...)
+}
+
+func (r *runner) lookup(id string) *job {
+	v, ok := r.jobs.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*job)
+}
+
+// drive runs the parties and the enqueue loop, drains, and reports.
+func (r *runner) drive(ctx context.Context, progress io.Writer) (*Report, error) {
+	partyCtx, stopParties := context.WithCancel(ctx)
+	defer stopParties()
+	var parties sync.WaitGroup
+	for _, d := range r.daemons {
+		parties.Add(2)
+		go func() { defer parties.Done(); r.daemonLoop(partyCtx, d) }()
+		go func() { defer parties.Done(); r.heartbeatLoop(partyCtx, d) }()
+	}
+	for _, s := range r.sites {
+		parties.Add(2)
+		go func() { defer parties.Done(); r.pendingLoop(partyCtx, s) }()
+		go func() { defer parties.Done(); r.resultsLoop(partyCtx, s) }()
+	}
+
+	started := time.Now()
+	r.firstEnqueue = started
+	stopProgress := r.startProgress(progress, started)
+
+	// Enqueue until the count or the time bound.
+	enqCtx := ctx
+	if r.cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		enqCtx, cancel = context.WithTimeout(ctx, r.cfg.Duration)
+		defer cancel()
+	}
+	// The bounds stop new work (enqCtx); requests already sent finish under
+	// ctx, so the time bound does not turn in-flight enqueues into failures.
+	if r.cfg.Rate > 0 {
+		r.openLoop(enqCtx, ctx)
+	} else {
+		r.closedLoop(enqCtx, ctx)
+	}
+	enqueueEnded := time.Now()
+
+	// Drain: wait for what was enqueued to be collected.
+	drainUntil := time.Now().Add(r.cfg.Drain)
+	for time.Now().Before(drainUntil) && ctx.Err() == nil && r.collected.Load()+r.integrity.Load() < r.enqueued.Load() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopProgress()
+	stopParties()
+	parties.Wait()
+	r.releaseAll(ctx)
+	return r.report(started, enqueueEnded), nil
+}
+
+// ticket numbers the next job, or reports that the count bound is reached.
+func (r *runner) ticket() (int, bool) {
+	n := r.attempted.Add(1)
+	if r.cfg.Jobs > 0 && n > int64(r.cfg.Jobs) {
+		r.attempted.Add(-1)
+		return 0, false
+	}
+	return int(n - 1), true
+}
+
+func (r *runner) closedLoop(ctx, reqCtx context.Context) {
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n, ok := r.ticket()
+				if !ok {
+					return
+				}
+				j, ok := r.enqueue(reqCtx, n)
+				if !ok {
+					continue
+				}
+				wait := time.Until(time.UnixMilli(j.deadlineAt)) + time.Second
+				select {
+				case <-j.done:
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (r *runner) openLoop(ctx, reqCtx context.Context) {
+	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; ; i++ {
+		// Schedule from the start time, not from the last send, so a slow
+		// enqueue does not lower the offered rate (no coordinated omission).
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		n, ok := r.ticket()
+		if !ok {
+			break
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); r.enqueue(reqCtx, n) }()
+	}
+	wg.Wait()
+}
+
+// enqueue creates one job and publishes its stub.
+func (r *runner) enqueue(ctx context.Context, n int) (*job, bool) {
+	s := r.sites[n%len(r.sites)]
+	owner := r.owner((n / len(r.sites)) % r.cfg.Owners)
+	off := rand.IntN(len(r.prompt) - r.cfg.PayloadChars + 1) //nolint:gosec // filler text
+	prompt := r.prompt[off : off+r.cfg.PayloadChars]
+	id := uuid.NewString()
+	now := time.Now()
+	j := &job{
+		id: id, site: s, owner: owner,
+		plaintext: `{"prompt":` + envelope.JSString(prompt) + `}`,
+		want:      resultText(id, prompt),
+		createdAt: now.UnixMilli(),
+		// The stub's TTL: the relay drops the job, result included, then.
+		deadlineAt: now.Add(r.cfg.TTL).UnixMilli(),
+		done:       make(chan struct{}),
+		leases:     map[string]bool{},
+		enqStart:   now,
+	}
+	r.jobs.Store(id, j)
+	stub := protocol.JobStub{
+		ID: id, Kind: protocol.KindGenerate, Owner: owner, Site: s.keys.KeyID(),
+		Audience: protocol.AudiencePrivate, SizeClass: envelope.SizeClassOf(envelope.JSLength(prompt)),
+		DeadlineAt: j.deadlineAt,
+	}
+	res, err := r.cl.sitePost(ctx, s.sig, "enqueue", enqueueRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: s.id, Stub: stub})
+	var er struct {
+		JobID string `json:"jobId"`
+		State string `json:"state"`
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("enqueue: %v", err)
+		}
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &er) != nil || er.JobID != id || er.State != "queued":
+		r.problem("enqueue: HTTP %d: %.200s", res.status, res.body)
+	default:
+		j.stamp(&j.enqDone, time.Now())
+		r.enqueued.Add(1)
+		return j, true
+	}
+	r.jobs.Delete(id)
+	r.enqueueFailed.Add(1)
+	return nil, false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// daemonLoop claims work whenever a slot is free and runs each job.
+func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
+	slots := make(chan struct{}, r.cfg.DaemonSlots)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		// Take one slot (waiting if all are busy), then every other free one.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+		for n < r.cfg.DaemonSlots {
+			select {
+			case slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: capabilities, Max: n})
+		var cr claimResponse
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.problem("claim: %v", err)
+			}
+		case res.status != http.StatusOK || json.Unmarshal(res.body, &cr) != nil:
+			r.problem("claim: HTTP %d: %.200s", res.status, res.body)
+		case r.cfg.LeaseMs > 0 && cr.LeaseMs != r.cfg.LeaseMs:
+			r.problem("claim: relay grants leaseMs %d, run expects %d", cr.LeaseMs, r.cfg.LeaseMs)
+		}
+		if len(cr.Jobs) > n {
+			r.problem("claim: asked for %d jobs, got %d", n, len(cr.Jobs))
+		}
+		for i, cs := range cr.Jobs {
+			if i >= n {
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				r.runJob(ctx, d, cs)
+			}()
+		}
+		for range n - min(len(cr.Jobs), n) {
+			<-slots
+		}
+		if len(cr.Jobs) == 0 {
+			sleepCtx(ctx, r.cfg.ClaimPoll)
+		}
+	}
+}
+
+// runJob is what a daemon does with one claimed stub: fetch the sealed
+// payload, open it, "run" it, seal the result back to the site.
+func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
+	j := r.lookup(cs.ID)
+	if j == nil || cs.Owner != d.owner && cs.Audience == protocol.AudiencePrivate {
+		r.foreign.Add(1)
+		r.problem("claim: %s got job %s it never enqueued or may not run", d.runnerID, cs.ID)
+		r.release(ctx, d, []protocol.GrantRef{{JobID: cs.ID, LeaseID: cs.Lease.ID}}, "refused")
+		return
+	}
+	now := time.Now()
+	j.mu.Lock()
+	j.leases[cs.Lease.ID] = true
+	if j.claimed.IsZero() {
+		j.claimed = now
+	}
+	j.mu.Unlock()
+	if cs.Lease.RunnerID != d.runnerID || cs.Site != j.site.keys.KeyID() || cs.Owner != j.owner {
+		r.integrityFailure(j, "claim of %s: stub or lease altered (runner %s site %s owner %s)", cs.ID, cs.Lease.RunnerID, cs.Site, cs.Owner)
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.hold(cs.ID, cs.Lease.ID, cancel)
+	defer d.drop(cs.ID, cs.Lease.ID)
+	grant := grantRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, JobID: cs.ID, LeaseID: cs.Lease.ID}
+
+	var env protocol.SealedEnvelope
+	for {
+		res, err := r.cl.daemon(jctx, d.sig, "fetch", grant)
+		if err != nil {
+			if jctx.Err() == nil {
+				r.problem("fetch: %v", err)
+				sleepCtx(jctx, r.cfg.FetchPoll)
+				continue
+			}
+			r.aborted.Add(1)
+			return
+		}
+		if res.status == http.StatusConflict && res.errorCode() == "not-ready" {
+			sleepCtx(jctx, r.cfg.FetchPoll)
+			if jctx.Err() != nil {
+				r.aborted.Add(1)
+				return
+			}
+			continue
+		}
+		var fr fetchResponse
+		if res.status != http.StatusOK || json.Unmarshal(res.body, &fr) != nil {
+			// Lost the grant (requeued after the seal window, or swept):
+			// the daemon drops the job, as the real one does.
+			r.aborted.Add(1)
+			if res.status >= 500 {
+				r.problem("fetch: HTTP %d: %.200s", res.status, res.body)
+			}
+			return
+		}
+		env = fr.Envelope
+		break
+	}
+	j.stamp(&j.fetched, time.Now())
+
+	// The daemon's checks before opening: the payload names the stub's site,
+	// and it is opened against that site's pinned key.
+	s := r.byKeyID[cs.Site]
+	if s == nil || env.SenderKeyID != cs.Site {
+		r.integrityFailure(j, "payload of %s not from the stub's site (%s)", cs.ID, env.SenderKeyID)
+		return
+	}
+	plaintext, err := envelope.Open(env, d.keys, s.keys.Stored.IdentityPublic, envelope.Expected{
+		JobID: cs.ID, SenderKeyID: cs.Site, RecipientKeyID: d.keys.KeyID(), Direction: envelope.DirectionPayload,
+	})
+	if err != nil {
+		r.integrityFailure(j, "open payload of %s: %v", cs.ID, err)
+		return
+	}
+	prompt, err := promptOf(plaintext)
+	if err != nil {
+		r.integrityFailure(j, "payload of %s: %v", cs.ID, err)
+		return
+	}
+	renv, err := envelope.Seal(outcomePlaintext(resultText(cs.ID, prompt)), d.keys, s.keys.Stored.EncryptionPublic, envelope.Context{
+		JobID: cs.ID, SenderKeyID: d.keys.KeyID(), RecipientKeyID: cs.Site,
+		DeadlineAt: time.Now().UnixMilli() + envelope.MaxAgeMs, Direction: envelope.DirectionResult,
+	}, nil)
+	if err != nil {
+		r.problem("seal result: %v", err)
+		return
+	}
+	res, err := r.cl.daemon(jctx, d.sig, "result", resultRequest{
+		ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, JobID: cs.ID, LeaseID: cs.Lease.ID, Envelope: renv, Disposition: "ok",
+	})
+	var rr resultResponse
+	switch {
+	case err != nil:
+		if jctx.Err() == nil {
+			r.problem("result: %v", err)
+		}
+		r.aborted.Add(1)
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &rr) != nil:
+		r.aborted.Add(1)
+		if res.status >= 500 {
+			r.problem("result: HTTP %d: %.200s", res.status, res.body)
+		}
+	case rr.Accepted:
+		j.mu.Lock()
+		j.accepted++
+		if j.resulted.IsZero() {
+			j.resulted = time.Now()
+		}
+		j.mu.Unlock()
+	case rr.Duplicate:
+		r.duplicates.Add(1)
+	default:
+		r.problem("result: unexpected answer %.200s", res.body)
+	}
+}
+
+func (r *runner) heartbeatLoop(ctx context.Context, d *daemon) {
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		res, err := r.cl.daemon(ctx, d.sig, "heartbeat", heartbeatRequest{
+			ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, DaemonVersion: "0.1.1",
+			Capabilities: capabilities, ActiveLeases: d.activeLeases(),
+		})
+		var hr heartbeatResponse
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.problem("heartbeat: %v", err)
+			}
+		case res.status != http.StatusOK || json.Unmarshal(res.body, &hr) != nil:
+			r.problem("heartbeat: HTTP %d: %.200s", res.status, res.body)
+		default:
+			r.heartbeats.Add(1)
+			if len(hr.Sites) != len(r.sites) {
+				r.problem("heartbeat: %s pinned %d sites, want %d", d.runnerID, len(hr.Sites), len(r.sites))
+			}
+			for _, g := range append(hr.Lost, hr.Cancel...) {
+				if d.abort(g) {
+					r.leasesLost.Add(1)
+				}
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pendingLoop is the site's pump: seal every job a device has claimed.
+func (r *runner) pendingLoop(ctx context.Context, s *site) {
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(r.cfg.PendingPoll)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		res, err := r.cl.siteGet(ctx, s.sig, "pending")
+		var pr pendingResponse
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.problem("pending: %v", err)
+			}
+		case res.status != http.StatusOK || json.Unmarshal(res.body, &pr) != nil:
+			r.problem("pending: HTTP %d: %.200s", res.status, res.body)
+		}
+		for _, p := range pr.Jobs {
+			key := p.JobID + "\x00" + p.LeaseID
+			s.mu.Lock()
+			begun := s.begun[key]
+			s.begun[key] = true
+			s.mu.Unlock()
+			if begun {
+				continue
+			}
+			j := r.lookup(p.JobID)
+			if j == nil {
+				r.foreign.Add(1)
+				r.problem("pending: site %s asked to seal %s it never enqueued", s.id, p.JobID)
+				continue
+			}
+			d := r.devices[p.Device.Identity]
+			if d == nil || d.runnerID != p.RunnerID || !envelope.VerifyPublicIdentity(p.Device) {
+				r.integrityFailure(j, "pending: %s names device %s (runner %s) that is not the paired one", p.JobID, envelope.KeyID(p.Device.Identity), p.RunnerID)
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				r.seal(ctx, s, j, p.Device)
+			}()
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.PublicIdentity) {
+	env, err := envelope.Seal(j.plaintext, s.keys, device.Encryption, envelope.Context{
+		JobID: j.id, SenderKeyID: s.keys.KeyID(), RecipientKeyID: envelope.KeyID(device.Identity),
+		DeadlineAt: j.createdAt + envelope.MaxAgeMs, Direction: envelope.DirectionPayload,
+	}, nil)
+	if err != nil {
+		r.problem("seal payload: %v", err)
+		return
+	}
+	res, err := r.cl.sitePost(ctx, s.sig, "payload", payloadRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: s.id, JobID: j.id, Envelope: env})
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("payload: %v", err)
+		}
+	case res.status == http.StatusOK:
+		j.stamp(&j.sealed, time.Now())
+	case res.status == http.StatusConflict:
+		// The seal window closed (requeued) or the job moved on: a late
+		// seal, which the protocol answers too-late.
+		r.lateSeals.Add(1)
+	default:
+		r.problem("payload: HTTP %d: %.200s", res.status, res.body)
+	}
+}
+
+// resultsLoop collects, opens and checks every result for the site.
+func (r *runner) resultsLoop(ctx context.Context, s *site) {
+	t := time.NewTicker(r.cfg.ResultsPoll)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		res, err := r.cl.siteGet(ctx, s.sig, "results")
+		var rr resultsResponse
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.problem("results: %v", err)
+			}
+		case res.status != http.StatusOK || json.Unmarshal(res.body, &rr) != nil:
+			r.problem("results: HTTP %d: %.200s", res.status, res.body)
+		}
+		for _, x := range rr.Jobs {
+			j := r.lookup(x.JobID)
+			if j == nil {
+				r.foreign.Add(1)
+				r.problem("results: site %s got a result for %s it never enqueued", s.id, x.JobID)
+				continue
+			}
+			j.mu.Lock()
+			seen := !j.collected.IsZero() || j.bad
+			j.mu.Unlock()
+			if seen {
+				continue // results are re-sent on every poll until the deadline
+			}
+			if j.site != s {
+				r.integrityFailure(j, "results: %s delivered to site %s, enqueued by %s", x.JobID, s.id, j.site.id)
+				continue
+			}
+			if d := r.devices[x.Device.Identity]; d == nil || d.runnerID != x.RunnerID || x.RunnerOwner != d.owner {
+				r.integrityFailure(j, "results: %s names runner %s owner %s that did not claim it", x.JobID, x.RunnerID, x.RunnerOwner)
+				continue
+			}
+			plaintext, err := envelope.Open(x.Envelope, s.keys, x.Device.Identity, envelope.Expected{
+				JobID: x.JobID, SenderKeyID: envelope.KeyID(x.Device.Identity), RecipientKeyID: s.keys.KeyID(), Direction: envelope.DirectionResult,
+			})
+			if err != nil {
+				r.integrityFailure(j, "open result of %s: %v", x.JobID, err)
+				continue
+			}
+			if err := checkOutcome(plaintext, x.Disposition, j.want); err != nil {
+				r.integrityFailure(j, "result of %s: %v", x.JobID, err)
+				continue
+			}
+			now := time.Now()
+			j.mu.Lock()
+			first := j.collected.IsZero()
+			if first {
+				j.collected = now
+			}
+			j.mu.Unlock()
+			if first {
+				r.collected.Add(1)
+				r.lastCollect.Store(now.UnixNano())
+				close(j.done)
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *runner) release(ctx context.Context, d *daemon, leases []protocol.GrantRef, reason string) {
+	if len(leases) == 0 {
+		return
+	}
+	res, err := r.cl.daemon(ctx, d.sig, "release", releaseRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Leases: leases, Reason: reason})
+	if err == nil && res.status == http.StatusOK {
+		r.released.Add(int64(len(leases)))
+	}
+}
+
+// releaseAll hands back whatever the daemons still hold, as a daemon does at
+// shutdown, so a run leaves nothing leased behind.
+func (r *runner) releaseAll(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, d := range r.daemons {
+		r.release(rctx, d, d.activeLeases(), "shutdown")
+	}
+}
