@@ -1,0 +1,366 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
+)
+
+// Every store test runs against both backends: a real server at
+// RELAY_TEST_VALKEY_URL (default redis://127.0.0.1:6379/0) and the embedded
+// miniredis. Each test gets its own random namespace and deletes its keys.
+
+type backend struct {
+	name   string
+	client valkey.Client
+}
+
+var (
+	backendsOnce sync.Once
+	backendsList []backend
+	backendsErr  error
+)
+
+func testValkeyURL() string {
+	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func allBackends(t testing.TB) []backend {
+	t.Helper()
+	backendsOnce.Do(func() {
+		ctx := context.Background()
+		real, _, _, err := valkeyconn.Open(ctx, testValkeyURL(), quietLogger())
+		if err != nil {
+			backendsErr = err
+			return
+		}
+		emb, _, embedded, err := valkeyconn.Open(ctx, "", quietLogger())
+		if err != nil || !embedded {
+			backendsErr = err
+			return
+		}
+		backendsList = []backend{{"valkey", real}, {"embedded", emb}}
+	})
+	if backendsErr != nil {
+		t.Fatalf("backends: %v", backendsErr)
+	}
+	return backendsList
+}
+
+func realBackend(t testing.TB) backend { return allBackends(t)[0] }
+
+// eachBackend runs f as a subtest per backend.
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range allBackends(t) {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+func randomNamespace() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// newStore makes a store in a fresh namespace and removes its keys after.
+func newStore(t testing.TB, b backend, opts Options) *Store {
+	t.Helper()
+	if opts.Namespace == "" {
+		opts.Namespace = randomNamespace()
+	}
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	s, err := New(context.Background(), b.client, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { deleteKeys(t, b.client, s.KeyPattern()) })
+	return s
+}
+
+func scanKeys(t testing.TB, c valkey.Client, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	cursor := uint64(0)
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		out = append(out, e.Elements...)
+		if e.Cursor == 0 {
+			break
+		}
+		cursor = e.Cursor
+	}
+	sort.Strings(out)
+	return out
+}
+
+func deleteKeys(t testing.TB, c valkey.Client, pattern string) {
+	t.Helper()
+	keys := scanKeys(t, c, pattern)
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := c.Do(context.Background(), c.B().Del().Key(keys[:n]...).Build()).Error(); err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		keys = keys[n:]
+	}
+}
+
+// dump is every key of the namespace with its DUMP bytes: two equal dumps
+// mean the call in between changed nothing.
+func dump(t testing.TB, b backend, s *Store) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, k := range scanKeys(t, b.client, s.KeyPattern()) {
+		typ, err := b.client.Do(context.Background(), b.client.B().Type().Key(k).Build()).ToString()
+		if err != nil {
+			t.Fatalf("type %s: %v", k, err)
+		}
+		var v string
+		switch typ {
+		case "hash":
+			m, err := b.client.Do(context.Background(), b.client.B().Hgetall().Key(k).Build()).AsStrMap()
+			if err != nil {
+				t.Fatalf("hgetall: %v", err)
+			}
+			raw, _ := json.Marshal(m)
+			v = string(raw)
+		case "zset":
+			z, err := b.client.Do(context.Background(), b.client.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+			if err != nil {
+				t.Fatalf("zrange: %v", err)
+			}
+			raw, _ := json.Marshal(z)
+			v = string(raw)
+		case "set":
+			m, err := b.client.Do(context.Background(), b.client.B().Smembers().Key(k).Build()).AsStrSlice()
+			if err != nil {
+				t.Fatalf("smembers: %v", err)
+			}
+			slices.Sort(m)
+			raw, _ := json.Marshal(m)
+			v = string(raw)
+		default:
+			v, _ = b.client.Do(context.Background(), b.client.B().Get().Key(k).Build()).ToString()
+		}
+		out[k] = typ + ":" + v
+	}
+	return out
+}
+
+// The store contract's fixtures (store.md §7.1).
+const (
+	site        = "site_store"
+	farDeadline = int64(4102444800000)
+)
+
+var envelope = json.RawMessage(`{"ciphertext":"AAAA","recipientKeyId":"r","senderKeyId":"s","direction":"payload","deadlineAt":4102444800000}`)
+
+func stub(id, owner string) protocol.JobStub {
+	return protocol.JobStub{ID: id, Kind: protocol.KindGenerate, Owner: owner, Site: "BYOLLM-TEST-SITE-KEY-ID",
+		Audience: protocol.AudiencePrivate, SizeClass: "small", Streaming: false, DeadlineAt: farDeadline}
+}
+
+func freshDevice() protocol.PublicIdentity {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	x := hex.EncodeToString(b[:])
+	return protocol.PublicIdentity{Identity: "id-" + x, Encryption: "enc-" + x, EncryptionSig: "sig-" + x}
+}
+
+// h bundles a store and the test for terse case bodies.
+type h struct {
+	t   *testing.T
+	b   backend
+	s   *Store
+	ctx context.Context
+}
+
+func newH(t *testing.T, b backend, opts Options) *h {
+	return &h{t: t, b: b, s: newStore(t, b, opts), ctx: context.Background()}
+}
+
+func (h *h) enqueueStub(siteID string, st protocol.JobStub) Job {
+	h.t.Helper()
+	j, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: st.ID, SiteID: siteID, Stub: st})
+	if err != nil {
+		h.t.Fatalf("enqueue %s: %v", st.ID, err)
+	}
+	return j
+}
+
+func (h *h) enqueue(id, owner string) Job { return h.enqueueStub(site, stub(id, owner)) }
+
+func claimArgs(mods ...func(*ClaimInput)) ClaimInput {
+	in := ClaimInput{RunnerID: "runner_1", Owner: "alice", Device: freshDevice(),
+		Routes: []Route{{site, "alice"}}, Kinds: []string{protocol.KindGenerate}, Max: 10, LeaseMs: 60000}
+	for _, m := range mods {
+		m(&in)
+	}
+	return in
+}
+
+func runner(id string) func(*ClaimInput)     { return func(in *ClaimInput) { in.RunnerID = id } }
+func maxJobs(n int) func(*ClaimInput)        { return func(in *ClaimInput) { in.Max = n } }
+func leaseMs(ms int64) func(*ClaimInput)     { return func(in *ClaimInput) { in.LeaseMs = ms } }
+func kinds(k ...string) func(*ClaimInput)    { return func(in *ClaimInput) { in.Kinds = k } }
+func deviceOwner(o string) func(*ClaimInput) { return func(in *ClaimInput) { in.Owner = o } }
+func routes(sites, owners []string) func(*ClaimInput) {
+	return func(in *ClaimInput) {
+		in.Routes = nil
+		for _, s := range sites {
+			for _, o := range owners {
+				in.Routes = append(in.Routes, Route{s, o})
+			}
+		}
+	}
+}
+
+func (h *h) claim(mods ...func(*ClaimInput)) []ClaimedStub {
+	h.t.Helper()
+	out, err := h.s.Claim(h.ctx, claimArgs(mods...))
+	if err != nil {
+		h.t.Fatalf("claim: %v", err)
+	}
+	return out
+}
+
+func stubID(c ClaimedStub) string {
+	var st protocol.JobStub
+	_ = json.Unmarshal(c.Stub, &st)
+	return st.ID
+}
+
+func stubOwner(c ClaimedStub) string {
+	var st protocol.JobStub
+	_ = json.Unmarshal(c.Stub, &st)
+	return st.Owner
+}
+
+func ids(cs []ClaimedStub) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, stubID(c))
+	}
+	return out
+}
+
+func jobIDs(js []Job) []string {
+	out := []string{}
+	for _, j := range js {
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+func (h *h) job(siteID, id string) *Job {
+	h.t.Helper()
+	j, err := h.s.Job(h.ctx, siteID, id)
+	if err != nil {
+		h.t.Fatalf("job: %v", err)
+	}
+	return j
+}
+
+func (h *h) mustState(id, want string) {
+	h.t.Helper()
+	j := h.job(site, id)
+	if j == nil {
+		h.t.Fatalf("job %s missing, want %s", id, want)
+	}
+	if j.State != want {
+		h.t.Fatalf("job %s state %s, want %s", id, j.State, want)
+	}
+}
+
+func (h *h) seal(id string) SealResult {
+	h.t.Helper()
+	r, err := h.s.Seal(h.ctx, site, id, envelope)
+	if err != nil {
+		h.t.Fatalf("seal: %v", err)
+	}
+	return r
+}
+
+func (h *h) take(id, runnerID, lease string) TakeResult {
+	h.t.Helper()
+	r, err := h.s.TakePayload(h.ctx, HolderInput{JobID: id, RunnerID: runnerID, LeaseID: lease})
+	if err != nil {
+		h.t.Fatalf("take: %v", err)
+	}
+	return r
+}
+
+func (h *h) complete(id, runnerID, lease string, disp string) CompleteResult {
+	h.t.Helper()
+	r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: runnerID, LeaseID: lease, Envelope: envelope, Disposition: disp})
+	if err != nil {
+		h.t.Fatalf("complete: %v", err)
+	}
+	return r
+}
+
+func (h *h) release(runnerID string, grants []protocol.GrantRef, reason string, retryAfter *int64) []string {
+	h.t.Helper()
+	r, err := h.s.ReleaseLeases(h.ctx, ReleaseInput{RunnerID: runnerID, Leases: grants, Reason: reason, RetryAfter: retryAfter})
+	if err != nil {
+		h.t.Fatalf("release: %v", err)
+	}
+	return r
+}
+
+func (h *h) sweep() []Job {
+	h.t.Helper()
+	r, err := h.s.Sweep(h.ctx)
+	if err != nil {
+		h.t.Fatalf("sweep: %v", err)
+	}
+	return r
+}
+
+func (h *h) now() int64 {
+	h.t.Helper()
+	n, err := h.s.Now(h.ctx)
+	if err != nil {
+		h.t.Fatalf("now: %v", err)
+	}
+	return n
+}
+
+func grant(c ClaimedStub) protocol.GrantRef {
+	return protocol.GrantRef{JobID: stubID(c), LeaseID: c.Lease.ID}
+}
+
+func hostNow() int64 { return time.Now().UnixMilli() }
+
+func equalStrings(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s = %q, want %q", what, got, want)
+	}
+}

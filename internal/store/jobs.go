@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// EnqueueInput is a site's new job. ID keys the job within SiteID (normally
+// Stub.ID); Stub is stored as the exact bytes protocol.Marshal produces.
+type EnqueueInput struct {
+	ID     string
+	SiteID string
+	Stub   protocol.JobStub
+}
+
+// Enqueue stores a new queued job, or returns the job already stored under
+// (SiteID, ID) exactly as it is, whatever the new stub says (§2.2). It never
+// reads the clock or validates the stub.
+func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
+	for _, f := range []struct{ name, v string }{
+		{"site id", in.SiteID}, {"job id", in.ID}, {"owner", in.Stub.Owner},
+		{"kind", in.Stub.Kind}, {"audience", in.Stub.Audience},
+	} {
+		if err := s.checkID(f.name, f.v); err != nil {
+			return Job{}, fmt.Errorf("enqueue: %w", err)
+		}
+	}
+	stub, err := protocol.Marshal(in.Stub)
+	if err != nil {
+		return Job{}, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := s.checkBlob("stub", stub); err != nil {
+		return Job{}, fmt.Errorf("enqueue: %w", err)
+	}
+	st := in.Stub
+	msg, err := s.run(ctx, "enqueue",
+		[]string{s.k.job(in.SiteID, in.ID), s.k.seq(), s.k.all(),
+			s.k.readyQueue(in.SiteID, st.Owner, st.Kind, st.Audience), s.k.due()},
+		member(in.SiteID, in.ID), in.ID, in.SiteID, string(stub),
+		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
+		enc(in.SiteID), enc(in.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience))
+	if err != nil {
+		return Job{}, fmt.Errorf("enqueue: %w", err)
+	}
+	parts, err := elems(msg, 2)
+	if err != nil {
+		return Job{}, fmt.Errorf("enqueue: %w", err)
+	}
+	snap, err := parseSnapshot(parts[1])
+	if err != nil || snap == nil {
+		return Job{}, fmt.Errorf("enqueue: snapshot: %v", err)
+	}
+	return snap.Job, nil
+}
+
+// Job reads one job by (siteID, jobID); nil, nil when absent. A pure read:
+// an overdue job shows until something settles it (trap 21).
+func (s *Store) Job(ctx context.Context, siteID, jobID string) (*Job, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	if err := s.checkID("job id", jobID); err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	msg, err := s.run(ctx, "job", []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	snap, err := parseSnapshot(msg)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	if snap == nil {
+		return nil, nil
+	}
+	return &snap.Job, nil
+}
+
+// jobsPageSize bounds one jobs_page script.
+const jobsPageSize = 500
+
+// Jobs lists every job in insertion order (debug page). O(N), read in pages
+// by seq, so it is not one atomic snapshot of a store under writes.
+func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
+	out := []Job{}
+	cursor := "-inf"
+	for {
+		msg, err := s.run(ctx, "jobs_page", []string{s.k.all()}, cursor, strconv.Itoa(jobsPageSize))
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		parts, err := elems(msg, 1)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		last, err := str(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		for _, e := range parts[1:] {
+			snap, err := parseSnapshot(e)
+			if err != nil {
+				return nil, fmt.Errorf("jobs: %w", err)
+			}
+			if snap != nil {
+				out = append(out, snap.Job)
+			}
+		}
+		if last == "" {
+			return out, nil
+		}
+		cursor = "(" + last
+	}
+}
+
+// Awaiting lists the site's awaiting-payload jobs in insertion order,
+// cancelled ones included. A pure read.
+func (s *Store) Awaiting(ctx context.Context, siteID string) ([]Job, error) {
+	return s.siteList(ctx, "awaiting", s.k.awaiting(siteID), siteID)
+}
+
+// Finished lists the site's done jobs that carry a result, in insertion
+// order, until their deadline removes them. A pure read.
+func (s *Store) Finished(ctx context.Context, siteID string) ([]Job, error) {
+	return s.siteList(ctx, "finished", s.k.finished(siteID), siteID)
+}
+
+func (s *Store) siteList(ctx context.Context, op, key, siteID string) ([]Job, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	msg, err := s.run(ctx, op, []string{key}, enc(siteID))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	snaps, err := parseSnapshots(msg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return jobsOf(snaps), nil
+}
+
+// Seal stores the payload the site sealed to the claiming device and makes
+// the job ready (§2.11). An overdue job is settled first (§9.8), so a seal
+// after the window answers too-late (was queued) or not-found.
+func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (SealResult, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	if err := s.checkID("job id", jobID); err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	if err := s.checkBlob("envelope", envelope); err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	msg, err := s.run(ctx, "seal", []string{s.k.job(siteID, jobID)}, member(siteID, jobID), string(envelope))
+	if err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	parts, err := elems(msg, 2)
+	if err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	status, err := str(parts[0])
+	if err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	reports, err := parseReports(parts[len(parts)-1])
+	if err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
+	s.fireChurn(reports)
+	switch status {
+	case StateReady:
+		return SealResult{State: StateReady}, nil
+	case RefusedNotFound:
+		return SealResult{Refused: RefusedNotFound}, nil
+	case RefusedTooLate:
+		was, err := str(parts[1])
+		if err != nil {
+			return SealResult{}, fmt.Errorf("seal: %w", err)
+		}
+		return SealResult{Refused: RefusedTooLate, Was: was}, nil
+	}
+	return SealResult{}, fmt.Errorf("seal: unexpected status %q", status)
+}
+
+// Cancel flags the site's job as cancelled (§2.12): false when the site has
+// no such job. Nothing else changes; a holder hears of it via CancelRequests.
+func (s *Store) Cancel(ctx context.Context, siteID, jobID string) (bool, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return false, fmt.Errorf("cancel: %w", err)
+	}
+	if err := s.checkID("job id", jobID); err != nil {
+		return false, fmt.Errorf("cancel: %w", err)
+	}
+	n, err := s.runInt(ctx, "cancel", []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	if err != nil {
+		return false, fmt.Errorf("cancel: %w", err)
+	}
+	return n == 1, nil
+}
+
+// WriteRawStubForTests overwrites the stored stub bytes of (siteID, jobID),
+// as an older version might have written them (store contract case 13).
+func (s *Store) WriteRawStubForTests(ctx context.Context, siteID, jobID string, raw []byte) error {
+	if err := s.checkID("site id", siteID); err != nil {
+		return fmt.Errorf("write raw stub: %w", err)
+	}
+	if err := s.checkID("job id", jobID); err != nil {
+		return fmt.Errorf("write raw stub: %w", err)
+	}
+	if len(raw) > s.opts.MaxBlobBytes {
+		return fmt.Errorf("write raw stub: %w: %d bytes", ErrInvalidInput, len(raw))
+	}
+	n, err := s.runInt(ctx, "write_raw_stub", []string{s.k.job(siteID, jobID)}, member(siteID, jobID), string(raw))
+	if err != nil {
+		return fmt.Errorf("write raw stub: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("write raw stub: no job %q at site %q", jobID, siteID)
+	}
+	return nil
+}
+
+func (s *Store) runInt(ctx context.Context, name string, keys []string, args ...string) (int64, error) {
+	msg, err := s.run(ctx, name, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return num(msg)
+}

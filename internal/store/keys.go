@@ -1,0 +1,61 @@
+package store
+
+import (
+	"encoding/base64"
+	"fmt"
+	"regexp"
+)
+
+// enc is the key-part encoding of store.md §9.2: base64url without padding.
+// Its alphabet has no ':', '{', '}' or ';', so every key splits unambiguously
+// and a hash tag built from it stays well-formed, whatever bytes the id holds.
+func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+// namespacePattern keeps the namespace usable inside a hash tag.
+var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
+
+// keys builds every key name of one namespace. All of them start with
+// "<ns>:{<ns>}:", so they share one hash tag and one cluster slot (mode G).
+type keys struct{ p string }
+
+func newKeys(namespace string) (keys, error) {
+	if !namespacePattern.MatchString(namespace) {
+		return keys{}, fmt.Errorf("namespace %q: want 1-64 of [A-Za-z0-9_.-]", namespace)
+	}
+	return keys{p: namespace + ":{" + namespace + "}:"}, nil
+}
+
+// member names a job inside indexes that span sites: <eS>:<eJ>.
+func member(siteID, jobID string) string { return enc(siteID) + ":" + enc(jobID) }
+
+func (k keys) job(siteID, jobID string) string { return k.p + "j:" + member(siteID, jobID) }
+func (k keys) seq() string                     { return k.p + "seq" }
+func (k keys) all() string                     { return k.p + "all" }
+func (k keys) due() string                     { return k.p + "due" }
+func (k keys) lease() string                   { return k.p + "lease" }
+
+func (k keys) readyQueue(siteID, owner, kind, audience string) string {
+	return k.p + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)
+}
+func (k keys) stickyQueue(siteID, owner, runnerID string) string {
+	return k.p + "sq:" + enc(siteID) + ":" + enc(owner) + ":" + enc(runnerID)
+}
+func (k keys) unsealed(siteID, owner string) string {
+	return k.p + "uns:" + enc(siteID) + ":" + enc(owner)
+}
+func (k keys) awaiting(siteID string) string { return k.p + "aw:" + enc(siteID) }
+func (k keys) finished(siteID string) string { return k.p + "fin:" + enc(siteID) }
+func (k keys) held(runnerID string) string   { return k.p + "held:" + enc(runnerID) }
+func (k keys) heldIDs(runnerID string) string {
+	return k.p + "hid:" + enc(runnerID)
+}
+func (k keys) cancelled(runnerID string) string { return k.p + "cxl:" + enc(runnerID) }
+
+func (k keys) presence(runnerID string) string { return k.p + "p:" + enc(runnerID) }
+func (k keys) presenceIndex() string           { return k.p + "pidx" }
+func (k keys) presenceSeq() string             { return k.p + "pseq" }
+
+func (k keys) pairing(part string) string { return k.p + "pc:" + part }
+
+// pattern matches every key of the namespace (tests, operators).
+func (k keys) pattern() string { return k.p + "*" }

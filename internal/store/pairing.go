@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// Pending pairings (§6). Liveness (expiresAt > now) is judged on the store
+// clock, the same clock the planes use to compute expiresAt.
+
+// PutPairing stores p unless the store is at capacity (false). Expired
+// entries are purged first and the same keypair's previous code is replaced,
+// so re-pairing never needs a free slot.
+func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (bool, error) {
+	for _, f := range []struct{ name, v string }{
+		{"device code", p.DeviceCode}, {"user code", p.UserCode}, {"identity", p.Device.Identity},
+	} {
+		if err := s.checkID(f.name, f.v); err != nil {
+			return false, fmt.Errorf("put pairing: %w", err)
+		}
+	}
+	p.Capabilities = orEmptyArray(p.Capabilities)
+	raw, err := protocol.Marshal(p)
+	if err != nil {
+		return false, fmt.Errorf("put pairing: %w", err)
+	}
+	if err := s.checkBlob("pairing", raw); err != nil {
+		return false, fmt.Errorf("put pairing: %w", err)
+	}
+	msg, err := s.run(ctx, "pairing_put",
+		[]string{s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("mi"), s.k.pairing("mu"), s.k.pairing("i"), s.k.pairing("u")},
+		strconv.Itoa(s.opts.PairingCapacity), p.DeviceCode, p.UserCode, p.Device.Identity,
+		strconv.FormatInt(p.ExpiresAt, 10), string(raw))
+	if err != nil {
+		return false, fmt.Errorf("put pairing: %w", err)
+	}
+	status, err := str(msg)
+	if err != nil {
+		return false, fmt.Errorf("put pairing: %w", err)
+	}
+	return status == "stored", nil
+}
+
+// PairingByDeviceCode returns the live pairing of deviceCode, else nil.
+func (s *Store) PairingByDeviceCode(ctx context.Context, deviceCode string) (*PendingPairing, error) {
+	if err := s.checkID("device code", deviceCode); err != nil {
+		return nil, fmt.Errorf("pairing by device code: %w", err)
+	}
+	msg, err := s.run(ctx, "pairing_get", []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode)
+	if err != nil {
+		return nil, fmt.Errorf("pairing by device code: %w", err)
+	}
+	return parsePairing(msg.IsNil(), msg.ToString)
+}
+
+// PairingByUserCode returns the live pairing of a user code; the input is
+// trimmed and upper-cased first, stored codes already are.
+func (s *Store) PairingByUserCode(ctx context.Context, userCode string) (*PendingPairing, error) {
+	code := strings.ToUpper(strings.TrimSpace(userCode))
+	if err := s.checkID("user code", code); err != nil {
+		return nil, fmt.Errorf("pairing by user code: %w", err)
+	}
+	msg, err := s.run(ctx, "pairing_by_user", []string{s.k.pairing("u"), s.k.pairing("d"), s.k.pairing("x")}, code)
+	if err != nil {
+		return nil, fmt.Errorf("pairing by user code: %w", err)
+	}
+	return parsePairing(msg.IsNil(), msg.ToString)
+}
+
+func parsePairing(isNil bool, get func() (string, error)) (*PendingPairing, error) {
+	if isNil {
+		return nil, nil
+	}
+	raw, err := get()
+	if err != nil {
+		return nil, fmt.Errorf("pairing: %w", err)
+	}
+	var p PendingPairing
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return nil, fmt.Errorf("pairing: %w", err)
+	}
+	return &p, nil
+}
+
+// DropPairing deletes a pairing by device code (single use after approval).
+func (s *Store) DropPairing(ctx context.Context, deviceCode string) error {
+	if err := s.checkID("device code", deviceCode); err != nil {
+		return fmt.Errorf("drop pairing: %w", err)
+	}
+	if _, err := s.run(ctx, "pairing_drop", []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode); err != nil {
+		return fmt.Errorf("drop pairing: %w", err)
+	}
+	return nil
+}

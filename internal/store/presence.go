@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// Seen records a heartbeat stamped with the store clock (§2.15). An existing
+// record keeps its owner and device; capabilities and withheld are replaced.
+func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
+	if err := s.checkID("runner id", p.RunnerID); err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	if err := s.checkID("owner", p.Owner); err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	device, err := protocol.Marshal(p.Device)
+	if err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	caps, withheld := orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld)
+	if err := s.checkBlob("capabilities", caps); err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	if err := s.checkBlob("withheld", withheld); err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	msg, err := s.run(ctx, "presence_seen",
+		[]string{s.k.presence(p.RunnerID), s.k.presenceIndex(), s.k.presenceSeq()},
+		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10))
+	if err != nil {
+		return Presence{}, fmt.Errorf("seen: %w", err)
+	}
+	rec, err := parsePresence(msg)
+	if err != nil || rec == nil {
+		return Presence{}, fmt.Errorf("seen: record: %v", err)
+	}
+	return *rec, nil
+}
+
+// orEmptyArray stores a missing matrix as [], the reference's empty answer.
+func orEmptyArray(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("[]")
+	}
+	return b
+}
+
+// Presence reads one runner's record; nil, nil when there is none.
+func (s *Store) Presence(ctx context.Context, runnerID string) (*Presence, error) {
+	if err := s.checkID("runner id", runnerID); err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
+	}
+	msg, err := s.run(ctx, "presence_get", []string{s.k.presence(runnerID)})
+	if err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
+	}
+	p, err := parsePresence(msg)
+	if err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
+	}
+	return p, nil
+}
+
+// Everyone lists every record in first-seen order, dropping index entries
+// whose record is gone.
+func (s *Store) Everyone(ctx context.Context) ([]Presence, error) {
+	msg, err := s.run(ctx, "presence_all", []string{s.k.presenceIndex()})
+	if err != nil {
+		return nil, fmt.Errorf("everyone: %w", err)
+	}
+	recs, err := msg.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("everyone: %w", err)
+	}
+	out := make([]Presence, 0, len(recs))
+	for _, r := range recs {
+		p, err := parsePresence(r)
+		if err != nil {
+			return nil, fmt.Errorf("everyone: %w", err)
+		}
+		if p != nil {
+			out = append(out, *p)
+		}
+	}
+	return out, nil
+}
+
+// DropPresence deletes a runner's record, as a presence TTL would.
+func (s *Store) DropPresence(ctx context.Context, runnerID string) error {
+	if err := s.checkID("runner id", runnerID); err != nil {
+		return fmt.Errorf("drop presence: %w", err)
+	}
+	if _, err := s.run(ctx, "presence_drop", []string{s.k.presence(runnerID), s.k.presenceIndex()}, enc(runnerID)); err != nil {
+		return fmt.Errorf("drop presence: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/lua"
+)
+
+// ErrInvalidInput marks a call the store refuses before touching Valkey: an
+// identifier holding U+0000 or longer than Options.MaxIDBytes, a blob that is
+// not JSON or is larger than Options.MaxBlobBytes, a negative lease length.
+// Nothing is written when it is returned.
+var ErrInvalidInput = errors.New("invalid input")
+
+// Defaults of Options.
+const (
+	DefaultNamespace         = "byollm"
+	DefaultSweepBatch        = 100
+	DefaultClaimSettleBudget = 100
+	DefaultClaimScanBudget   = 10_000
+	DefaultMaxIDBytes        = 4096
+	DefaultMaxBlobBytes      = 32 << 20
+	maxSweepBatchesPerCall   = 10_000
+	maxLeaseMs               = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
+)
+
+// Options configures a Store. Zero values mean the defaults named below.
+type Options struct {
+	// Namespace prefixes every key ("<ns>:{<ns>}:..."); default "byollm".
+	// 1-64 of [A-Za-z0-9_.-]. Two stores share state exactly when they share
+	// a Valkey database and a namespace.
+	Namespace string
+	// OnChurn is told when a (site, owner) pair lets CHURN_EXPIRIES grants
+	// expire unsealed within CHURN_WINDOW_MS (store.md §1.6). It runs after the
+	// script that noticed it, on its own goroutine; a panic is recovered and
+	// logged. At most one report per pair per hour across all replicas. When
+	// nil, no churn is recorded at all, as in the reference.
+	OnChurn func(ChurnReport)
+	// Logger receives warnings (quarantined stubs, scan budget hits, recovered
+	// callback panics); default slog.Default().
+	Logger *slog.Logger
+	// PairingCapacity bounds outstanding pairings; default 500.
+	PairingCapacity int
+	// PresenceTTLMs, when positive, expires presence records that long after
+	// their last heartbeat. 0 keeps them, as the reference does.
+	PresenceTTLMs int64
+	// SweepBatch is the most due jobs one sweep script settles; default 100.
+	SweepBatch int
+	// ClaimSettleBudget is the most due jobs a claim settles inside its own
+	// script. With more due, claim first drains them with Sweep and retries,
+	// so no single script runs long; default 100.
+	ClaimSettleBudget int
+	// ClaimScanBudget is the most queue entries one claim examines. Only
+	// entries skipped for this runner (refusedBy, retryAfter) cost scans
+	// without granting, so the default 10000 is never reached in practice; it
+	// bounds a pathological claim rather than shaping a normal one.
+	ClaimScanBudget int
+	// MaxIDBytes bounds identifiers (site, job, owner, runner, lease, kind,
+	// audience, disposition, pairing codes); default 4096.
+	MaxIDBytes int
+	// MaxBlobBytes bounds stored JSON (stubs, envelopes, identities,
+	// capabilities); default 32 MiB. The planes enforce the wire's 6 MiB.
+	MaxBlobBytes int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.PairingCapacity <= 0 {
+		o.PairingCapacity = MaxOutstandingPairings
+	}
+	if o.SweepBatch <= 0 {
+		o.SweepBatch = DefaultSweepBatch
+	}
+	if o.ClaimSettleBudget <= 0 {
+		o.ClaimSettleBudget = DefaultClaimSettleBudget
+	}
+	if o.ClaimScanBudget <= 0 {
+		o.ClaimScanBudget = DefaultClaimScanBudget
+	}
+	if o.MaxIDBytes <= 0 {
+		o.MaxIDBytes = DefaultMaxIDBytes
+	}
+	if o.MaxBlobBytes <= 0 {
+		o.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	return o
+}
+
+// Store is the routing store and the pairing-code store of one namespace in
+// Valkey. It holds no routing state of its own: every decision is one Lua
+// script, so any number of Stores (replicas) may share a namespace.
+type Store struct {
+	c       valkey.Client
+	k       keys
+	opts    Options
+	log     *slog.Logger
+	offset  atomic.Int64
+	scripts map[string]*valkey.Lua
+}
+
+// readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
+// (miniredis refuses TIME in read-only scripts).
+var readOnlyScripts = map[string]bool{
+	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
+	"cancel_requests": true, "presence_get": true,
+}
+
+// New checks the options and prepares the scripts. It does not talk to
+// Valkey; scripts are loaded on first use (EVALSHA, EVAL on NOSCRIPT).
+func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("store: nil valkey client")
+	}
+	opts = opts.withDefaults()
+	k, err := newKeys(opts.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	sources, err := loadScripts(lua.FS)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
+	for name, src := range sources {
+		if readOnlyScripts[name] {
+			s.scripts[name] = valkey.NewLuaScriptReadOnly(src)
+		} else {
+			s.scripts[name] = valkey.NewLuaScript(src)
+		}
+	}
+	return s, nil
+}
+
+// loadScripts assembles every operation: lib/common.lua, then each library
+// named on a "-- lib: <name>" header line, then the operation itself.
+func loadScripts(fsys fs.FS) (map[string]string, error) {
+	common, err := fs.ReadFile(fsys, "lib/common.lua")
+	if err != nil {
+		return nil, fmt.Errorf("load lua lib: %w", err)
+	}
+	ops, err := fs.Glob(fsys, "*.lua")
+	if err != nil {
+		return nil, fmt.Errorf("list lua scripts: %w", err)
+	}
+	out := make(map[string]string, len(ops))
+	for _, op := range ops {
+		body, err := fs.ReadFile(fsys, op)
+		if err != nil {
+			return nil, fmt.Errorf("load lua %s: %w", op, err)
+		}
+		var b strings.Builder
+		b.Write(common)
+		for _, line := range strings.Split(string(body), "\n") {
+			name, ok := strings.CutPrefix(strings.TrimSpace(line), "-- lib:")
+			if !ok {
+				continue
+			}
+			lib, err := fs.ReadFile(fsys, "lib/"+strings.TrimSpace(name)+".lua")
+			if err != nil {
+				return nil, fmt.Errorf("lua %s: %w", op, err)
+			}
+			b.Write(lib)
+		}
+		b.Write(body)
+		out[strings.TrimSuffix(op, ".lua")] = b.String()
+	}
+	return out, nil
+}
+
+// Namespace is the namespace this store works in.
+func (s *Store) Namespace() string { return s.opts.Namespace }
+
+// KeyPattern matches every key of this store's namespace (SCAN MATCH).
+func (s *Store) KeyPattern() string { return s.k.pattern() }
+
+// SetClockOffsetForTests shifts this Store's clock by ms: Now and every
+// script read TIME plus the offset. Always 0 in production.
+func (s *Store) SetClockOffsetForTests(ms int64) { s.offset.Store(ms) }
+
+// AdvanceClockForTests moves this Store's clock forward by ms (the store
+// contract's advance hook).
+func (s *Store) AdvanceClockForTests(ms int64) { s.offset.Add(ms) }
+
+// Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
+// test offset, the same formula every script uses.
+func (s *Store) Now(ctx context.Context) (int64, error) {
+	parts, err := s.c.Do(ctx, s.c.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		return 0, fmt.Errorf("now: %w", err)
+	}
+	if len(parts) != 2 {
+		return 0, fmt.Errorf("now: TIME replied %d parts", len(parts))
+	}
+	sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+	usec, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("now: %w", err)
+	}
+	return sec*1000 + usec/1000 + s.offset.Load(), nil
+}
+
+// run executes one script with the common ARGV prefix (key prefix, clock
+// offset, churn flag) in front of args.
+func (s *Store) run(ctx context.Context, name string, keys []string, args ...string) (valkey.ValkeyMessage, error) {
+	sc, ok := s.scripts[name]
+	if !ok {
+		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", name)
+	}
+	churn := "0"
+	if s.opts.OnChurn != nil {
+		churn = "1"
+	}
+	all := make([]string, 0, len(args)+3)
+	all = append(all, s.k.p, strconv.FormatInt(s.offset.Load(), 10), churn)
+	all = append(all, args...)
+	msg, err := sc.Exec(ctx, s.c, keys, all).ToMessage()
+	if err != nil && !valkey.IsValkeyNil(err) {
+		return msg, err
+	}
+	return msg, nil
+}
+
+// checkID refuses identifiers that are too long or hold U+0000 (which the
+// reference's joined keys rule out, §1.1). Every other byte is fine: key
+// parts are base64url-encoded.
+func (s *Store) checkID(field, v string) error {
+	if len(v) > s.opts.MaxIDBytes {
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalidInput, field, len(v), s.opts.MaxIDBytes)
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return fmt.Errorf("%w: %s holds U+0000", ErrInvalidInput, field)
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%w: %s is not UTF-8", ErrInvalidInput, field)
+	}
+	return nil
+}
+
+// checkBlob refuses stored JSON that is oversized or not JSON at all, so
+// every snapshot can be re-encoded.
+func (s *Store) checkBlob(field string, b []byte) error {
+	if len(b) > s.opts.MaxBlobBytes {
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalidInput, field, len(b), s.opts.MaxBlobBytes)
+	}
+	if !json.Valid(b) {
+		return fmt.Errorf("%w: %s is not JSON", ErrInvalidInput, field)
+	}
+	return nil
+}
+
+// fireChurn calls OnChurn for each report, after the script that raised it
+// returned, each on its own goroutine, never letting a panic escape.
+func (s *Store) fireChurn(reports []ChurnReport) {
+	if s.opts.OnChurn == nil {
+		return
+	}
+	for _, r := range reports {
+		go func(r ChurnReport) {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.Error("store: OnChurn panicked", "site", r.SiteID, "owner", r.Owner, "panic", p)
+				}
+			}()
+			s.opts.OnChurn(r)
+		}(r)
+	}
+}

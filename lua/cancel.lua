@@ -1,0 +1,23 @@
+-- cancel: the site withdraws a job (§2.12). A flag, not a state: no
+-- requeue, no end of the grant. Idempotent; works in every state.
+-- lib: store
+--
+-- KEYS[1]  j:<eS>:<eJ>
+-- ARGV[1..3] prefix, offset, churn (unused: cancel neither reads the clock nor settles)
+-- ARGV[4]  member <eS>:<eJ>
+-- Reply: 1 (cancelled) | 0 (no such job at this site)
+
+local m = ARGV[4]
+local h = core(m)
+if not h then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'cx', '1')
+if h.state == QUEUED then
+  local qk, qm = queue_of(h) -- a cancelled queued job belongs to no queue
+  redis.call('ZREM', qk, qm)
+end
+if h.cl then
+  redis.call('ZADD', P .. 'cxl:' .. h.ecr, h.seq, m)
+end
+return 1

@@ -1,0 +1,191 @@
+-- claim: settle what is due, then grant the oldest eligible queued jobs of
+-- the caller's routes (§3, §9.6). CLAIM_ATOMIC: choosing, the unsealed cap
+-- and the grant are one script.
+-- lib: store
+--
+-- Cost is independent of how many jobs other routes hold: only the queues
+-- named in KEYS are read, by a k-way merge on seq (first-enqueue order).
+--
+-- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  held:<eR>    KEYS[4]  hid:<eR>
+-- then, per route r (in ARGV order):
+--   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues
+--   q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds (private only when the
+--   route owner is the device owner), and last the sticky queue sq:<eS>:<eO>:<eR>
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  runnerId          ARGV[5]  eR (base64url runnerId)
+-- ARGV[6]  device owner      ARGV[7]  device identity (raw JSON)
+-- ARGV[8]  leaseMs           ARGV[9]  max
+-- ARGV[10] scan budget: most queue entries examined in one call
+-- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
+--          (Go drains with sweep and calls again). -1: settle everything.
+-- ARGV[12] nk, then nk kinds (raw)
+-- then     nr, then per route: eS, eO, nq_r
+-- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
+-- Reply: {'sweep', {}, reports, 0, 0, 0}
+--      | {'ok', grants, reports, scanned, truncated (1|0), quarantined}
+--   grant   = {siteId, stub (raw), leaseId, expiresAt}
+--   report  = {siteId, owner, expiries}
+
+local runner, e_runner = ARGV[4], ARGV[5]
+local device_owner, device = ARGV[6], ARGV[7]
+local lease_ms = tonumber(ARGV[8])
+local remaining = tonumber(ARGV[9])
+local scan_budget = tonumber(ARGV[10])
+local settle_budget = tonumber(ARGV[11])
+
+local a = 12
+local kinds = {}
+local nk = tonumber(ARGV[a])
+for i = 1, nk do
+  kinds[ARGV[a + i]] = true
+end
+a = a + nk + 1
+local nr = tonumber(ARGV[a])
+a = a + 1
+
+local now = clock()
+
+-- 1. Settle first (the reference sweeps at the top of every claim), bounded.
+local due
+if settle_budget < 0 then
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now))
+else
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
+  if #due > settle_budget then
+    return {'sweep', {}, REPORTS, 0, 0, 0}
+  end
+end
+for _, m in ipairs(due) do
+  settle(m, now, false)
+end
+
+-- 2. Routes, their verified unsealed budgets, and their queues.
+local routes, queues = {}, {}
+local k = 5
+for r = 1, nr do
+  local route = {eS = ARGV[a], eO = ARGV[a + 1], uns = KEYS[k], aw = KEYS[k + 1]}
+  local nq = tonumber(ARGV[a + 2])
+  a = a + 3
+  local unsealed = 0
+  for _, e_job in ipairs(redis.call('SMEMBERS', route.uns)) do
+    if redis.call('HGET', jkey(route.eS .. ':' .. e_job), 'state') == AWAITING then
+      unsealed = unsealed + 1
+    else
+      redis.call('SREM', route.uns, e_job) -- stale member; the set holds no counts
+    end
+  end
+  route.budget = UNSEALED_PER_PAIR - unsealed
+  routes[r] = route
+  for i = 1, nq do
+    queues[#queues + 1] = {key = KEYS[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
+  end
+  k = k + 2 + nq
+end
+local lease_at = a
+
+local function fill(q)
+  local lo = '-inf'
+  if q.last then
+    lo = '(' .. q.last
+  end
+  local res = redis.call('ZRANGEBYSCORE', q.key, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 16)
+  q.buf, q.i = {}, 1
+  for i = 1, #res, 2 do
+    q.buf[#q.buf + 1] = {res[i], tonumber(res[i + 1]), res[i + 1]}
+  end
+  if #q.buf == 0 then
+    q.done = true
+  end
+end
+
+-- 3. Merge the queues by seq and grant.
+local grants = {}
+local scanned, truncated, quarantined = 0, 0, 0
+while remaining > 0 do
+  local best
+  for _, q in ipairs(queues) do
+    if not q.done and routes[q.r].budget > 0 then
+      if q.i > #q.buf then
+        fill(q)
+      end
+      if not q.done and (not best or q.buf[q.i][2] < best.buf[best.i][2]) then
+        best = q
+      end
+    end
+  end
+  if not best then
+    break
+  end
+  if scanned >= scan_budget then
+    truncated = 1
+    break
+  end
+  scanned = scanned + 1
+  local entry = best.buf[best.i]
+  best.i = best.i + 1
+  best.last = entry[3]
+  local e_job = entry[1]
+  local route = routes[best.r]
+  local m = route.eS .. ':' .. e_job
+  local h = core(m)
+
+  if not h or h.state ~= QUEUED or h.cx == '1' or h.bad == '1'
+      or (best.sticky and h.ero ~= e_runner) or (not best.sticky and h.ero) then
+    -- The index disagrees with the record: repair it, never trust it.
+    redis.call('ZREM', best.key, e_job)
+    if h and h.state == QUEUED and h.cx ~= '1' then
+      local qk, qm = queue_of(h)
+      redis.call('ZADD', qk, h.seq, qm)
+    end
+  elseif tonumber(h.dl) <= now then
+    settle(m, now, false)
+  else
+    local ok = true
+    if best.sticky then
+      -- sticky queues mix kinds and audiences; ready queues are split by both
+      ok = kinds[h.kind] and (h.aud ~= 'private' or h.owner == device_owner)
+    end
+    local jk = jkey(m)
+    if ok and redis.call('ZSCORE', jk .. ':ref', runner) then
+      ok = false
+    end
+    if ok then
+      local ra = redis.call('HGET', jk .. ':ra', runner)
+      if ra and tonumber(ra) > now then
+        ok = false
+      end
+    end
+    if ok then
+      local stub = redis.call('HGET', jk, 'stub')
+      if not valid_stub(stub) then
+        -- §3.5: stays queued and readable, out of every ready queue.
+        redis.call('ZREM', best.key, e_job)
+        redis.call('HSET', jk, 'bad', '1')
+        redis.call('ZADD', P .. 'bad', h.seq, m)
+        quarantined = quarantined + 1
+      else
+        local lease_id = ARGV[lease_at + #grants]
+        if not lease_id then
+          return redis.error_reply('claim: ran out of pre-minted lease ids')
+        end
+        local expires = fmt(now + lease_ms)
+        local until_ = fmt(now + AWAITING_MS)
+        redis.call('HSET', jk, 'state', AWAITING, 'cr', runner, 'ecr', e_runner,
+          'co', device_owner, 'cd', device, 'cl', lease_id, 'ce', expires, 'au', until_)
+        redis.call('ZREM', best.key, e_job)
+        redis.call('SADD', route.uns, e_job)
+        redis.call('ZADD', route.aw, h.seq, e_job)
+        redis.call('HSET', KEYS[2], lease_id, m)
+        redis.call('ZADD', KEYS[3], h.seq, m)
+        redis.call('ZADD', KEYS[4], 0, e_job .. ':' .. route.eS)
+        h.state, h.cl, h.ce, h.au = AWAITING, lease_id, expires, until_
+        rescore(m, h)
+        route.budget = route.budget - 1
+        remaining = remaining - 1
+        grants[#grants + 1] = {h.site, stub, lease_id, expires}
+      end
+    end
+  end
+end
+
+return {'ok', grants, REPORTS, scanned, truncated, quarantined}

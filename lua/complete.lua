@@ -1,0 +1,41 @@
+-- complete: record the first result under the current grant (§2.9).
+-- lib: store
+--
+-- Guards: resolve (not-found), runner (not-holder), done (duplicate for the
+-- same lease, else stale-lease), lease (stale-lease). Legal from
+-- awaiting-payload, ready and running; done keeps its grant, payload and
+-- awaitingUntil. Settles the grant first (§9.8).
+--
+-- KEYS[1]  lease      KEYS[2]  hid:<eR>
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR
+-- ARGV[8]  leaseId    ARGV[9]  result envelope (raw JSON)  ARGV[10] disposition
+-- Reply: {'accepted', reports} | {'duplicate', reports} | {'refused', reason, reports}
+
+local job_id, e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local now = clock()
+
+local m, h = resolve_exact(job_id, lease_id, now)
+if not m then
+  -- Any fallback candidate holds a different lease (else the exact lookup
+  -- would have found it), so the only answers left are these two.
+  if holds_bare(e_job, e_runner, now) then
+    return {'refused', 'stale-lease', REPORTS}
+  end
+  return {'refused', 'not-found', REPORTS}
+end
+if h.cr ~= runner then
+  return {'refused', 'not-holder', REPORTS}
+end
+if h.state == DONE then
+  return {'duplicate', REPORTS}
+end
+local was = h.state
+redis.call('HSET', jkey(m), 'rs', ARGV[9], 'dp', ARGV[10], 'state', DONE)
+if was == AWAITING then
+  leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
+end
+redis.call('ZADD', P .. 'fin:' .. h.eS, h.seq, h.eJ)
+h.state = DONE
+rescore(m, h)
+return {'accepted', REPORTS}

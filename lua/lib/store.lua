@@ -1,0 +1,360 @@
+-- lib/store.lua: the routing store's shared helpers (store.md §9.4).
+-- Prepended after lib/common.lua to every script whose header says
+-- "-- lib: store". Key layout: internal/store/doc.go.
+--
+-- A job is named inside Lua by its member m = <eS>:<eJ> (base64url of the
+-- site id and of the job id, neither of which can contain ':'). Its record is
+-- the hash P..'j:'..m. The hash carries the encoded forms of every variable
+-- key part (eS, eJ, eO, eK, eA, ecr, ero) so that scripts can rebuild every
+-- index key of a job they discovered without a base64 encoder.
+
+local AWAITING_MS = 10000      -- AWAITING_PAYLOAD_MS
+local UNSEALED_PER_PAIR = 2
+local EVICT_AT = 3             -- SEAL_ATTEMPTS_BEFORE_EVICTION
+local CHURN_EXPIRIES = 6
+local CHURN_WINDOW_MS = 300000
+local CHURN_QUIET_MS = 3600000
+local CHURN_TTL_MS = '7200000' -- backstop expiry of churn keys
+
+local QUEUED = 'queued'
+local AWAITING = 'awaiting-payload'
+local READY = 'ready'
+local RUNNING = 'running'
+local DONE = 'done'
+
+local CHURN_ON = ARGV[3] == '1'
+
+-- Churn reports raised by settle() during this call: {siteId, owner, count}.
+-- Every settling script returns them so Go can call OnChurn after the write.
+local REPORTS = {}
+
+local function jkey(m)
+  return P .. 'j:' .. m
+end
+
+-- The routing fields of a job: everything a transition reads. Blobs (stub,
+-- device, payload, result) stay in Valkey unless a reply needs them.
+local CORE = {'state', 'dl', 'seq', 'au', 'ce', 'cl', 'cr', 'ecr', 'sa', 'ro', 'ero',
+  'cx', 'bad', 'eS', 'eJ', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
+
+local function core(m)
+  local v = redis.call('HMGET', jkey(m), unpack(CORE))
+  if not v[1] then
+    return nil
+  end
+  local h = {}
+  for i, f in ipairs(CORE) do
+    if v[i] then
+      h[f] = v[i]
+    end
+  end
+  return h
+end
+
+-- Snapshot fields without the ciphertext blobs; used where a reply may hold
+-- many jobs (sweep), so one reply never carries megabytes per job.
+local LIGHT = {'id', 'site', 'stub', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
+  'co', 'cd', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
+
+-- snapshot(m, light) -> {flat hash, refusedBy in order, flat retryAfter}, or
+-- false when the job does not exist.
+local function snapshot(m, light)
+  local k = jkey(m)
+  local flat
+  if light then
+    local v = redis.call('HMGET', k, unpack(LIGHT))
+    flat = {}
+    for i, f in ipairs(LIGHT) do
+      if v[i] then
+        flat[#flat + 1] = f
+        flat[#flat + 1] = v[i]
+      end
+    end
+  else
+    flat = redis.call('HGETALL', k)
+  end
+  if #flat == 0 then
+    return false
+  end
+  return {flat, redis.call('ZRANGE', k .. ':ref', 0, -1), redis.call('HGETALL', k .. ':ra')}
+end
+
+local function ready_queue(h)
+  return P .. 'q:' .. h.eS .. ':' .. h.eO .. ':' .. h.eK .. ':' .. h.eA
+end
+
+local function sticky_queue(h)
+  return P .. 'sq:' .. h.eS .. ':' .. h.eO .. ':' .. h.ero
+end
+
+-- The index a queued, uncancelled job belongs to, and its member there.
+local function queue_of(h)
+  if h.bad == '1' then
+    return P .. 'bad', h.eS .. ':' .. h.eJ
+  end
+  if h.ero then
+    return sticky_queue(h), h.eJ
+  end
+  return ready_queue(h), h.eJ
+end
+
+-- The earliest instant at which settle() could change the job.
+local function next_due(h)
+  local d = tonumber(h.dl)
+  if h.state == AWAITING then
+    local a = tonumber(h.au or '0')
+    if a < d then
+      d = a
+    end
+  elseif (h.state == READY or h.state == RUNNING) and h.cl then
+    local e = tonumber(h.ce)
+    if e < d then
+      d = e
+    end
+  end
+  return d
+end
+
+local function rescore(m, h)
+  redis.call('ZADD', P .. 'due', fmt(next_due(h)), m)
+end
+
+local function leave_awaiting(h)
+  redis.call('SREM', P .. 'uns:' .. h.eS .. ':' .. h.eO, h.eJ)
+  redis.call('ZREM', P .. 'aw:' .. h.eS, h.eJ)
+end
+
+-- Remove every index entry that names the current grant.
+local function drop_grant(m, h)
+  if not h.cl then
+    return
+  end
+  if redis.call('HGET', P .. 'lease', h.cl) == m then
+    redis.call('HDEL', P .. 'lease', h.cl)
+  end
+  redis.call('ZREM', P .. 'held:' .. h.ecr, m)
+  redis.call('ZREM', P .. 'cxl:' .. h.ecr, m)
+  redis.call('ZREM', P .. 'hid:' .. h.ecr, h.eJ .. ':' .. h.eS)
+end
+
+-- §1.3 requeue: back to queued with its ORIGINAL seq (FIFO position kept);
+-- the grant, the window and the payload go; sealAttempts, reofferTo,
+-- refusedBy, retryAfter and cancelled stay.
+local function requeue(m, h)
+  if h.state == AWAITING then
+    leave_awaiting(h)
+  end
+  drop_grant(m, h)
+  local k = jkey(m)
+  redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cd', 'cl', 'ce', 'au', 'pl')
+  redis.call('HSET', k, 'state', QUEUED)
+  h.state = QUEUED
+  h.cr, h.ecr, h.cl, h.ce, h.au = nil, nil, nil, nil, nil
+  if h.cx ~= '1' then
+    local qk, qm = queue_of(h)
+    redis.call('ZADD', qk, h.seq, qm)
+  end
+  rescore(m, h)
+end
+
+-- §1.3 forget: the record and every index entry, current lease included.
+local function forget(m, h)
+  redis.call('ZREM', ready_queue(h), h.eJ)
+  if h.ero then
+    redis.call('ZREM', sticky_queue(h), h.eJ)
+  end
+  redis.call('ZREM', P .. 'bad', m)
+  leave_awaiting(h)
+  redis.call('ZREM', P .. 'fin:' .. h.eS, h.eJ)
+  redis.call('ZREM', P .. 'due', m)
+  redis.call('ZREM', P .. 'all', m)
+  drop_grant(m, h)
+  local k = jkey(m)
+  redis.call('DEL', k, k .. ':ref', k .. ':ra')
+end
+
+-- §1.6 churn: one note per awaiting-payload timeout, taken before the
+-- eviction decision. The member is the ended lease id, so a timeout can only
+-- ever be noted once. The report state lives in Valkey, which makes "at most
+-- one report per pair per hour" hold across every replica.
+local function note_churn(m, h, now)
+  if not CHURN_ON then
+    return
+  end
+  local ck = P .. 'churn:' .. h.eS .. ':' .. h.eO
+  local rk = P .. 'churnrep:' .. h.eS .. ':' .. h.eO
+  redis.call('ZADD', ck, fmt(now), (h.cl or fmt(now)) .. ':' .. m)
+  redis.call('ZREMRANGEBYSCORE', ck, '-inf', '(' .. fmt(now - CHURN_WINDOW_MS))
+  redis.call('PEXPIRE', ck, CHURN_TTL_MS)
+  local c = redis.call('ZCARD', ck)
+  if c >= CHURN_EXPIRIES then
+    local last = redis.call('GET', rk)
+    if (not last) or now - tonumber(last) >= CHURN_QUIET_MS then
+      redis.call('SET', rk, fmt(now), 'PX', CHURN_TTL_MS)
+      REPORTS[#REPORTS + 1] = {h.site, h.owner, c}
+    end
+  end
+end
+
+-- settle(m, now, snap) is the per-job sweep of §4, re-reading the record
+-- rather than trusting the due score, so concurrent sweepers are harmless.
+-- Returns nil when nothing was due, else 'requeued' or 'removed' plus (when
+-- snap) a light snapshot: after the requeue, or before the forget.
+local function settle(m, now, snap)
+  local h = core(m)
+  if not h then
+    redis.call('ZREM', P .. 'due', m)
+    return nil
+  end
+  if tonumber(h.dl) <= now then
+    local s = snap and snapshot(m, true)
+    forget(m, h)
+    return 'removed', s
+  end
+  if h.state == AWAITING and tonumber(h.au or '0') <= now then
+    note_churn(m, h, now)
+    if h.cr and not h.ro then
+      redis.call('HSET', jkey(m), 'ro', h.cr, 'ero', h.ecr)
+      h.ro, h.ero = h.cr, h.ecr
+    end
+    local attempts = tonumber(h.sa or '0') + 1
+    if attempts >= EVICT_AT then
+      local s = snap and snapshot(m, true)
+      forget(m, h)
+      return 'removed', s
+    end
+    h.sa = tostring(attempts)
+    redis.call('HSET', jkey(m), 'sa', h.sa)
+    requeue(m, h)
+    return 'requeued', snap and snapshot(m, true)
+  end
+  if h.cl and (h.state == READY or h.state == RUNNING) and tonumber(h.ce) <= now then
+    requeue(m, h)
+    return 'requeued', snap and snapshot(m, true)
+  end
+  rescore(m, h)
+  return nil
+end
+
+-- §2.0 step 1 with settle-on-touch (§9.8): the job that lease L names, if
+-- its bare id is jobId and its grant is still current after settling.
+local function resolve_exact(job_id, lease_id, now)
+  local m = redis.call('HGET', P .. 'lease', lease_id)
+  if not m then
+    return nil
+  end
+  local h = core(m)
+  if not h or h.cl ~= lease_id then
+    redis.call('HDEL', P .. 'lease', lease_id) -- index entry outlived its grant
+    return nil
+  end
+  if h.id ~= job_id then
+    return nil
+  end
+  if settle(m, now, false) then
+    return nil
+  end
+  return m, h
+end
+
+-- §2.0 step 2, reduced to the only question it has to answer: does the
+-- runner (encoded eR) currently hold some job whose bare id encodes to eJ?
+-- The hid zset holds "<eJ>:<eS>" per held job; base64url has no ':' and ';'
+-- sorts right after ':', so the lex range below is exact. Candidates are
+-- settled first, so an overdue grant answers as if a sweep had run.
+local function holds_bare(e_job, e_runner, now)
+  local hk = P .. 'hid:' .. e_runner
+  while true do
+    local found = redis.call('ZRANGEBYLEX', hk, '[' .. e_job .. ':', '(' .. e_job .. ';', 'LIMIT', 0, 8)
+    if #found == 0 then
+      return false
+    end
+    for _, member in ipairs(found) do
+      local m = string.sub(member, #e_job + 2) .. ':' .. e_job
+      local h = core(m)
+      if not h or h.ecr ~= e_runner then
+        redis.call('ZREM', hk, member)
+      elseif not settle(m, now, false) then
+        return true
+      end
+    end
+  end
+end
+
+-- §3.5 strict JobStub check for stored bytes that no longer parse.
+local STUB_FIELDS = {id = 'str', kind = 'kind', owner = 'str', site = 'str',
+  audience = 'aud', purpose = 'str', sizeClass = 'size', streaming = 'bool', deadlineAt = 'int'}
+local STUB_REQUIRED = {'id', 'kind', 'owner', 'site', 'audience', 'sizeClass', 'streaming', 'deadlineAt'}
+local STUB_ENUMS = {
+  kind = {['llm.generate'] = true, ['llm.chat'] = true},
+  aud = {private = true, team = true},
+  size = {small = true, medium = true, large = true, unbounded = true},
+}
+
+-- True when the JSON text has a null literal outside string literals. No
+-- stub field may be null, and miniredis' cjson turns null into a missing key
+-- instead of cjson.null, so this is checked on the text.
+local function has_null(raw)
+  local i = 1
+  while true do
+    local j = string.find(raw, '["n]', i)
+    if not j then
+      return false
+    end
+    if string.sub(raw, j, j) == 'n' then
+      return true
+    end
+    local k = j + 1
+    while true do
+      local q = string.find(raw, '["\\]', k)
+      if not q then
+        return true -- unterminated string: not JSON anyway
+      end
+      if string.sub(raw, q, q) == '\\' then
+        k = q + 2
+      else
+        i = q + 1
+        break
+      end
+    end
+  end
+end
+
+local function valid_stub(raw)
+  if type(raw) ~= 'string' or has_null(raw) then
+    return false
+  end
+  local ok, t = pcall(cjson.decode, raw)
+  if not ok or type(t) ~= 'table' then
+    return false
+  end
+  for k, v in pairs(t) do
+    local want = STUB_FIELDS[k]
+    if not want then
+      return false
+    end
+    if want == 'bool' then
+      if type(v) ~= 'boolean' then
+        return false
+      end
+    elseif want == 'int' then
+      if type(v) ~= 'number' or v ~= math.floor(v) or v <= 0 or v > 9007199254740991 then
+        return false
+      end
+    else
+      if type(v) ~= 'string' or #v == 0 then
+        return false
+      end
+      local enum = STUB_ENUMS[want]
+      if enum and not enum[v] then
+        return false
+      end
+    end
+  end
+  for _, f in ipairs(STUB_REQUIRED) do
+    if t[f] == nil then
+      return false
+    end
+  end
+  return true
+end

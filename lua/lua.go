@@ -1,0 +1,12 @@
+// Package lua holds the routing store's Lua scripts, one file per operation,
+// and the helper libraries they share (lib/). internal/store loads them: each
+// script is prepended with lib/common.lua and with every library its header
+// names on a "-- lib: <name>" line, then run with EVALSHA (EVAL on NOSCRIPT).
+package lua
+
+import "embed"
+
+// FS holds *.lua (operations) and lib/*.lua (shared helpers).
+//
+//go:embed *.lua lib/*.lua
+var FS embed.FS

@@ -1,0 +1,25 @@
+-- presence_seen: record a heartbeat (§2.15). An existing record keeps its
+-- owner and device; only lastSeenAt, capabilities and withheld are replaced
+-- (never merged; an empty array is a value).
+--
+-- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
+-- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
+-- ARGV[10] ttl ms ("0": records never expire, as in the reference)
+-- Reply: the record as a flat hash
+
+local now = fmt(clock())
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'lastSeenAt', now, 'capabilities', ARGV[8], 'withheld', ARGV[9])
+else
+  redis.call('HSET', KEYS[1], 'runnerId', ARGV[5], 'owner', ARGV[6], 'device', ARGV[7],
+    'capabilities', ARGV[8], 'withheld', ARGV[9], 'lastSeenAt', now)
+  -- A new record goes to the end of the listing, even if an index entry of a
+  -- lost record lingers (everyone() cleans those).
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[4])
+end
+if ARGV[10] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[10])
+end
+return redis.call('HGETALL', KEYS[1])

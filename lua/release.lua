@@ -1,0 +1,34 @@
+-- release: hand grants back (§2.10). Each named grant is released at most
+-- once, in input order; skips are silent. A done job is never reopened.
+-- lib: store
+--
+-- KEYS[1]  lease      KEYS[2]  held:<eR>
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)
+-- ARGV[6]  retryAfter (absolute ms on the caller's clock, "" for none)
+-- ARGV[7]  n, then n pairs: jobId, leaseId
+-- Reply: {released bare job ids in input order, reports}
+
+local runner, reason, retry_after = ARGV[4], ARGV[5], ARGV[6]
+local n = tonumber(ARGV[7])
+local now = clock()
+local released = {}
+for i = 0, n - 1 do
+  local job_id, lease_id = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+  -- Only the exact grant can be released: a fallback candidate always holds
+  -- another lease, and the reference skips it.
+  local m, h = resolve_exact(job_id, lease_id, now)
+  if m and h.cr == runner and h.state ~= DONE then
+    local jk = jkey(m)
+    if reason == 'refused' and not redis.call('ZSCORE', jk .. ':ref', runner) then
+      -- score = position, so refusedBy reads back in refusal order
+      redis.call('ZADD', jk .. ':ref', redis.call('ZCARD', jk .. ':ref'), runner)
+    end
+    if retry_after ~= '' then
+      redis.call('HSET', jk .. ':ra', runner, retry_after)
+    end
+    requeue(m, h)
+    released[#released + 1] = job_id
+  end
+end
+return {released, REPORTS}

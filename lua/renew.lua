@@ -1,0 +1,30 @@
+-- renew: move the lease expiry of grants still held (§2.14). The new expiry
+-- replaces the old one even when earlier; awaitingUntil is never touched.
+-- Done jobs renew. A grant that settling ends is reported lost (§9.8).
+-- lib: store
+--
+-- KEYS[1]  lease      KEYS[2]  due
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  runnerId   ARGV[5]  leaseMs
+-- ARGV[6]  n, then n pairs: jobId, leaseId
+-- Reply: {renewed = {jobId, expiresAt, ...} flat, lost = {jobId, leaseId, ...} flat, reports}
+
+local runner, lease_ms = ARGV[4], tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
+local now = clock()
+local renewed, lost = {}, {}
+for i = 0, n - 1 do
+  local job_id, lease_id = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local m, h = resolve_exact(job_id, lease_id, now)
+  if m and h.cr == runner then
+    h.ce = fmt(now + lease_ms)
+    redis.call('HSET', jkey(m), 'ce', h.ce)
+    rescore(m, h)
+    renewed[#renewed + 1] = job_id
+    renewed[#renewed + 1] = h.ce
+  else
+    lost[#lost + 1] = job_id
+    lost[#lost + 1] = lease_id
+  end
+end
+return {renewed, lost, REPORTS}

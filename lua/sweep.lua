@@ -1,0 +1,28 @@
+-- sweep: settle one bounded batch of due jobs (§4, §9.7). Go calls it until
+-- 'more' is 0. Each settle re-checks the record inside this atomic step, so
+-- concurrent sweepers count each timeout exactly once.
+-- lib: store
+--
+-- KEYS[1]  due
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  batch size
+-- Reply: {requeued snapshots (after the requeue), removed snapshots (before
+--         the forget), reports, more (1|0)}. Snapshots are light: no payload
+--         or result ciphertext.
+
+local now = clock()
+local batch = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[4]))
+local requeued, removed = {}, {}
+for _, m in ipairs(batch) do
+  local outcome, snap = settle(m, now, true)
+  if outcome == 'requeued' then
+    requeued[#requeued + 1] = snap
+  elseif outcome == 'removed' then
+    removed[#removed + 1] = snap
+  end
+end
+local more = 0
+if #redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, 1) > 0 then
+  more = 1
+end
+return {requeued, removed, REPORTS, more}

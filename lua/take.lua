@@ -1,0 +1,37 @@
+-- take: hand the sealed payload to the holder of the current grant (§2.8).
+-- lib: store
+--
+-- Guards in the reference's order: resolve (not-found), runner (not-holder),
+-- lease (stale-lease), payload (not-ready), state (terminal). The grant is
+-- settled first (§9.8): an overdue grant answers as if a sweep had run.
+--
+-- KEYS[1]  lease      KEYS[2]  hid:<eR>
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR
+-- ARGV[8]  leaseId
+-- Reply: {'ok', envelope (raw), reports} | {'refused', reason, reports}
+
+local job_id, e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local now = clock()
+
+local m, h = resolve_exact(job_id, lease_id, now)
+if not m then
+  if holds_bare(e_job, e_runner, now) then
+    return {'refused', 'stale-lease', REPORTS}
+  end
+  return {'refused', 'not-found', REPORTS}
+end
+if h.cr ~= runner then
+  return {'refused', 'not-holder', REPORTS}
+end
+local payload = redis.call('HGET', jkey(m), 'pl')
+if not payload then
+  return {'refused', 'not-ready', REPORTS}
+end
+if h.state ~= READY and h.state ~= RUNNING then
+  return {'refused', 'terminal', REPORTS}
+end
+if h.state == READY then
+  redis.call('HSET', jkey(m), 'state', RUNNING)
+end
+return {'ok', payload, REPORTS}

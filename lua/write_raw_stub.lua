@@ -1,0 +1,27 @@
+-- write_raw_stub: test hook of the store contract (case 13): overwrite the
+-- stored stub bytes of a job, as an older version might have written them.
+-- The denormalised routing fields are left alone, as they would be. A job
+-- quarantined earlier gets a fresh chance in its ready queue.
+-- lib: store
+--
+-- KEYS[1]  j:<eS>:<eJ>
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  member <eS>:<eJ>   ARGV[5]  raw stub bytes
+-- Reply: 1 | 0 (no such job)
+
+local m = ARGV[4]
+local h = core(m)
+if not h then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'stub', ARGV[5])
+if h.bad == '1' then
+  redis.call('HDEL', KEYS[1], 'bad')
+  redis.call('ZREM', P .. 'bad', m)
+  h.bad = nil
+  if h.state == QUEUED and h.cx ~= '1' then
+    local qk, qm = queue_of(h)
+    redis.call('ZADD', qk, h.seq, qm)
+  end
+end
+return 1
