@@ -1,0 +1,302 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/projectionsync"
+)
+
+const token = "test-admin-token-0123456789"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+const site1 = `{"siteId":"site-1","site":{"identity":"aWRlbnRpdHktMQ","encryption":"ZW5jLTE","encryptionSig":"c2lnLTE"}}`
+
+func doc(owners ...string) string {
+	var cs []string
+	for _, o := range owners {
+		cs = append(cs, `{"owner":"`+o+`","siteId":"site-1"}`)
+	}
+	return `{"sites":[` + site1 + `],"consents":[` + strings.Join(cs, ",") + `]}`
+}
+
+// setup starts an admin server over a real Valkey in a fresh namespace.
+func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) {
+	t.Helper()
+	u := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if u == "" {
+		u = "redis://127.0.0.1:6379/0"
+	}
+	vo, err := valkey.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vo.DisableCache = true
+	c, err := valkey.NewClient(vo)
+	if err != nil {
+		t.Fatalf("connect %s: %v", u, err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	ns := "admintest-" + hex.EncodeToString(b)
+	key, _ := projectionsync.Keys(ns)
+	t.Cleanup(func() {
+		c.Do(context.Background(), c.B().Del().Key(key).Build())
+		c.Close()
+	})
+	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	if err := sync.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	opts.Projections = sync
+	opts.Logger = quiet
+	srv := httptest.NewServer(New(opts))
+	t.Cleanup(srv.Close)
+	return srv, sync
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func call(t *testing.T, srv *httptest.Server, method, path, auth, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func TestAuth(t *testing.T) {
+	srv, _ := setup(t, Options{Token: token})
+	tests := []struct {
+		name, auth string
+		want       int
+	}{
+		{"missing", "", 401},
+		{"wrong", "Bearer wrong-token-wrong-token", 401},
+		{"right token, wrong scheme", "Basic " + token, 401},
+		{"prefix of the token", "Bearer " + token[:len(token)-1], 401},
+		{"token plus junk", "Bearer " + token + "x", 401},
+		{"right", "Bearer " + token, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, route := range [][2]string{{"GET", "/projection"}, {"PUT", "/projection"}, {"POST", "/projection/merge"}, {"GET", "/nowhere"}} {
+				a := call(t, srv, route[0], route[1], tt.auth, doc("alice"))
+				want := tt.want
+				if want == 200 && route[1] == "/nowhere" {
+					want = 404
+				}
+				if a.status != want {
+					t.Fatalf("%s %s: %d %s, want %d", route[0], route[1], a.status, a.body, want)
+				}
+				if want == 401 {
+					if a.body != `{"error":"unauthorized","message":"admin token required"}` {
+						t.Fatalf("401 body %s", a.body)
+					}
+					if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer") {
+						t.Fatalf("401 without WWW-Authenticate: Bearer")
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestNoTokenRefusesEverything(t *testing.T) {
+	srv, sync := setup(t, Options{})
+	for _, auth := range []string{"", "Bearer ", "Bearer anything-at-all-here"} {
+		a := call(t, srv, "PUT", "/projection", auth, doc("alice"))
+		if a.status != 401 || !strings.Contains(a.body, "RELAY_ADMIN_TOKEN is not set") {
+			t.Fatalf("auth %q: %d %s", auth, a.status, a.body)
+		}
+	}
+	if d, _ := sync.Get(context.Background()); d.Version != 0 {
+		t.Fatal("a write got through with no token configured")
+	}
+}
+
+func TestOpenRoutesBypassToken(t *testing.T) {
+	s := New(Options{Logger: quiet})
+	s.HandleOpen("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	s.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	if a := call(t, srv, "GET", "/healthz", "", ""); a.status != 200 || a.body != "ok" {
+		t.Fatalf("open route: %d %s", a.status, a.body)
+	}
+	if a := call(t, srv, "GET", "/metrics", "", ""); a.status != 401 {
+		t.Fatalf("authenticated route without token: %d", a.status)
+	}
+}
+
+func TestProjectionRoutes(t *testing.T) {
+	srv, sync := setup(t, Options{Token: token, MaxBody: 4096})
+	auth := "Bearer " + token
+
+	a := call(t, srv, "GET", "/projection", auth, "")
+	if a.status != 200 || a.header.Get("X-Projection-Version") != "0" ||
+		a.body != `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked":[]}` {
+		t.Fatalf("GET with nothing stored: %d %v %s", a.status, a.header, a.body)
+	}
+
+	a = call(t, srv, "PUT", "/projection", auth, doc("alice", "bob"))
+	var res projectionsync.Result
+	if a.status != 200 || json.Unmarshal([]byte(a.body), &res) != nil || res.Version != 1 || !res.Changed || res.Consents != 2 || res.Sites != 1 {
+		t.Fatalf("PUT: %d %s", a.status, a.body)
+	}
+	for _, k := range []string{`"sites":1`, `"consents":2`, `"devices":0`, `"rosters":0`, `"revoked":0`, `"version":1`} {
+		if !strings.Contains(a.body, k) {
+			t.Fatalf("PUT answer %s lacks %s", a.body, k)
+		}
+	}
+	if !sync.Current().MayRouteFor("bob", "site-1") {
+		t.Fatal("PUT not in force on the answering replica")
+	}
+
+	a = call(t, srv, "POST", "/projection/merge", auth, `{"consents":[{"owner":"carol","siteId":"site-1"}]}`)
+	if a.status != 200 || !strings.Contains(a.body, `"consents":3`) || !strings.Contains(a.body, `"version":2`) {
+		t.Fatalf("merge: %d %s", a.status, a.body)
+	}
+
+	a = call(t, srv, "GET", "/projection", auth, "")
+	if a.status != 200 || a.header.Get("X-Projection-Version") != "2" || !strings.Contains(a.body, `"owner":"carol"`) {
+		t.Fatalf("GET: %d %v %s", a.status, a.header, a.body)
+	}
+	a = call(t, srv, "GET", "/projection/status", auth, "")
+	if a.status != 200 || !strings.Contains(a.body, `"version":2`) || !strings.Contains(a.body, `"replica":{"loaded":true,"version":2`) {
+		t.Fatalf("status: %d %s", a.status, a.body)
+	}
+
+	refusals := []struct {
+		name, method, path, body string
+		status                   int
+		error, mention           string
+	}{
+		{"unknown field", "PUT", "/projection", `{"consents":[{"owner":"x","siteId":"s","colour":1}]}`, 400, "bad-request", "colour"},
+		{"missing consents", "PUT", "/projection", `{"sites":[]}`, 400, "bad-request", "consents"},
+		{"not JSON", "PUT", "/projection", `{`, 400, "bad-request", "JSON"},
+		{"merge record", "POST", "/projection/merge", `{"devices":[{"owner":"x"}]}`, 400, "bad-request", "runnerId"},
+		{"too large", "PUT", "/projection", `{"consents":[],"x":"` + strings.Repeat("a", 5000) + `"}`, 413, "too-large", "RELAY_ADMIN_MAX_BODY"},
+		{"wrong method", "DELETE", "/projection", "", 405, "method-not-allowed", ""},
+		{"wrong method on merge", "GET", "/projection/merge", "", 405, "method-not-allowed", ""},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			a := call(t, srv, tt.method, tt.path, auth, tt.body)
+			var e errorBody
+			if a.status != tt.status || json.Unmarshal([]byte(a.body), &e) != nil || e.Error != tt.error || !strings.Contains(e.Message, tt.mention) {
+				t.Fatalf("%d %s, want %d %s mentioning %q", a.status, a.body, tt.status, tt.error, tt.mention)
+			}
+			if a.header.Get("Content-Type") != "application/json" {
+				t.Fatalf("content-type %q", a.header.Get("Content-Type"))
+			}
+		})
+	}
+	if sync.Version() != 2 || !sync.Current().MayRouteFor("carol", "site-1") {
+		t.Fatal("a refused document changed the projection in force")
+	}
+}
+
+// TestPushCommand runs the CLI against a running admin server.
+func TestPushCommand(t *testing.T) {
+	srv, sync := setup(t, Options{Token: token})
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	patch := filepath.Join(dir, "patch.json")
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(good, []byte(doc("alice")), 0o600)
+	os.WriteFile(patch, []byte(`{"consents":[{"owner":"bob","siteId":"site-1"}]}`), 0o600)
+	os.WriteFile(bad, []byte(`{"consents":[{"owner":"bob"}]}`), 0o600)
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	withToken := env(map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_ADMIN_URL": srv.URL})
+
+	tests := []struct {
+		name       string
+		args       []string
+		getenv     func(string) string
+		code       int
+		out, errs  string
+		wantVer    int64
+		wantRoutes []string
+	}{
+		{"push replaces", []string{"push", good}, withToken, ExitOK, `"version":1`, "", 1, []string{"alice"}},
+		{"push --merge after the file", []string{"push", patch, "--merge"}, withToken, ExitOK, `"consents":2`, "", 2, []string{"alice", "bob"}},
+		{"bad file refused", []string{"push", bad}, withToken, ExitRefused, "", "refused (400): bad-request: projection: consents[0].siteId", 2, nil},
+		{"wrong token", []string{"push", "--token", "nope-nope-nope-nope", good}, withToken, ExitRefused, "", "refused (401)", 2, nil},
+		{"token and url from flags", []string{"push", "--admin", srv.URL, "--token", token, good}, env(nil), ExitOK, `"version":3`, "", 3, []string{"alice"}},
+		{"no token", []string{"push", good}, env(map[string]string{"RELAY_ADMIN_URL": srv.URL}), ExitUsage, "", "no token", 3, nil},
+		{"missing file", []string{"push", filepath.Join(dir, "nope.json")}, withToken, ExitUsage, "", "cannot read", 3, nil},
+		{"unreachable", []string{"push", "--admin", "http://127.0.0.1:1", good}, withToken, ExitUsage, "", "cannot reach", 3, nil},
+		{"get prints the document", []string{"get"}, withToken, ExitOK, `"consents":[{"owner":"alice","siteId":"site-1","paused":false}]`, "", 3, nil},
+		{"status", []string{"status"}, withToken, ExitOK, `"version":3`, "", 3, nil},
+		{"unknown command", []string{"pull"}, withToken, ExitUsage, "", "unknown command", 3, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errs bytes.Buffer
+			code := RunCLI(context.Background(), tt.args, tt.getenv, &out, &errs)
+			if code != tt.code || !strings.Contains(out.String(), tt.out) || !strings.Contains(errs.String(), tt.errs) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout ~%q, stderr ~%q", code, out.String(), errs.String(), tt.code, tt.out, tt.errs)
+			}
+			if err := sync.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if v := sync.Version(); v != tt.wantVer {
+				t.Fatalf("version %d after, want %d", v, tt.wantVer)
+			}
+			for _, o := range tt.wantRoutes {
+				if !sync.Current().MayRouteFor(o, "site-1") {
+					t.Fatalf("%s has no route after", o)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultAdminURL(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "http://127.0.0.1:8081"},
+		{map[string]string{"RELAY_ADMIN_LISTEN": ":9000"}, "http://127.0.0.1:9000"},
+		{map[string]string{"RELAY_ADMIN_LISTEN": "10.0.0.1:9000"}, "http://10.0.0.1:9000"},
+		{map[string]string{"RELAY_ADMIN_LISTEN": "10.0.0.1:9000", "RELAY_ADMIN_URL": "https://admin.example"}, "https://admin.example"},
+	}
+	for i, tt := range tests {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			if got := defaultAdminURL(func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

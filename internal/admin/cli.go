@@ -1,0 +1,171 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Exit codes of RunCLI.
+const (
+	ExitOK      = 0
+	ExitRefused = 1 // the admin listener answered, and not with 2xx
+	ExitUsage   = 2 // bad arguments, unreadable file, unreachable listener
+)
+
+const cliUsage = `Usage:
+  relay projection push [--admin URL] [--token TOKEN] [--merge] FILE
+  relay projection get  [--admin URL] [--token TOKEN]
+  relay projection status [--admin URL] [--token TOKEN]
+
+push  sends FILE (a RelayFixture JSON document; "-" reads stdin) to the admin
+      listener: PUT /projection replaces the projection, --merge upserts the
+      file's records instead (POST /projection/merge). It prints the result
+      and exits 1 if the relay refused the document.
+get   prints the stored projection.
+status prints the stored version and the answering replica's version.
+
+The token defaults to $RELAY_ADMIN_TOKEN (prefer it: flags show up in ps);
+the admin URL to $RELAY_ADMIN_URL, else http:// + $RELAY_ADMIN_LISTEN, else
+http://127.0.0.1:8081.
+
+Flags:
+`
+
+// RunCLI runs `relay projection ...` with args after "projection". It
+// returns the process exit code.
+func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("relay projection", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	adminURL := fs.String("admin", defaultAdminURL(getenv), "admin listener base URL")
+	token := fs.String("token", getenv("RELAY_ADMIN_TOKEN"), "admin bearer token (default $RELAY_ADMIN_TOKEN)")
+	merge := fs.Bool("merge", false, "push: upsert the file's records instead of replacing the projection")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, cliUsage)
+		fs.PrintDefaults()
+	}
+	// Accept flags after positional arguments too (push FILE --merge).
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK
+			}
+			return ExitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return ExitUsage
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "relay projection %s: %s\n", pos[0], fmt.Sprintf(format, a...))
+		return ExitUsage
+	}
+	base, err := url.Parse(strings.TrimRight(*adminURL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return fail("--admin %q is not an http(s) URL; e.g. http://127.0.0.1:8081", *adminURL)
+	}
+	if *token == "" {
+		return fail("no token: set RELAY_ADMIN_TOKEN or pass --token")
+	}
+
+	var method, path string
+	var body []byte
+	switch pos[0] {
+	case "push":
+		if len(pos) != 2 {
+			return fail("want exactly one FILE, got %d arguments", len(pos)-1)
+		}
+		if pos[1] == "-" {
+			body, err = io.ReadAll(os.Stdin)
+		} else {
+			body, err = os.ReadFile(pos[1])
+		}
+		if err != nil {
+			return fail("cannot read %s: %v", pos[1], err)
+		}
+		method, path = http.MethodPut, "/projection"
+		if *merge {
+			method, path = http.MethodPost, "/projection/merge"
+		}
+	case "get", "status":
+		if len(pos) != 1 {
+			return fail("takes no arguments")
+		}
+		method, path = http.MethodGet, "/projection"
+		if pos[0] == "status" {
+			path = "/projection/status"
+		}
+	default:
+		fmt.Fprintf(stderr, "relay projection: unknown command %q\n", pos[0])
+		fs.Usage()
+		return ExitUsage
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, base.String()+path, bytes.NewReader(body))
+	if err != nil {
+		return fail("%v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+*token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fail("cannot reach the admin listener at %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fail("reading the answer: %v", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e errorBody
+		msg := strings.TrimSpace(string(out))
+		if json.Unmarshal(out, &e) == nil && e.Error != "" {
+			msg = e.Error
+			if e.Message != "" {
+				msg += ": " + e.Message
+			}
+		}
+		fmt.Fprintf(stderr, "relay projection %s: refused (%d): %s\n", pos[0], resp.StatusCode, msg)
+		return ExitRefused
+	}
+	stdout.Write(out) //nolint:errcheck // nothing useful to do if stdout is gone
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		fmt.Fprintln(stdout)
+	}
+	return ExitOK
+}
+
+func defaultAdminURL(getenv func(string) string) string {
+	if u := getenv("RELAY_ADMIN_URL"); u != "" {
+		return u
+	}
+	if l := getenv("RELAY_ADMIN_LISTEN"); l != "" && !strings.EqualFold(l, "off") {
+		if strings.HasPrefix(l, ":") {
+			l = "127.0.0.1" + l
+		}
+		return "http://" + l
+	}
+	return "http://127.0.0.1:8081"
+}

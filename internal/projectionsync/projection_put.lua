@@ -1,0 +1,45 @@
+--[[
+projection_put: install a new projection document, bumping its version.
+
+The projection is one versioned document shared by every replica. Go has
+already validated and canonicalised the JSON; this script only decides, in
+one atomic step, whether the write goes ahead, and announces it.
+]]
+-- ==== KEYS ====
+-- KEYS[1] -> <ns>:{<ns>}:projection   HASH version, json, sha, updatedAt
+-- ==== ARGV ====
+-- ARGV[1] -> expected version (decimal); "" = write whatever is stored,
+--            "0" = only if no document exists yet
+-- ARGV[2] -> the document (canonical JSON, stored raw)
+-- ARGV[3] -> hex SHA-256 of ARGV[2]
+-- ARGV[4] -> PUB/SUB channel told the new version
+-- ==== Returns ====
+-- {status, version, updatedAt}
+--   "ok"       written; version is the new version, updatedAt Valkey TIME ms
+--   "same"     the stored document is byte-identical; nothing written or
+--              published (so replicas all pushing one file bump nothing)
+--   "conflict" the stored version is not ARGV[1]; nothing written; version
+--              is the one found
+local key = KEYS[1]
+local expected = ARGV[1]
+local doc = ARGV[2]
+local sha = ARGV[3]
+local channel = ARGV[4]
+
+local cur = redis.call('HMGET', key, 'version', 'sha', 'updatedAt')
+local version = tonumber(cur[1]) or 0
+local updated = tonumber(cur[3]) or 0
+
+if expected ~= '' and tonumber(expected) ~= version then
+  return {'conflict', version, updated}
+end
+if version > 0 and cur[2] == sha then
+  return {'same', version, updated}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+version = version + 1
+redis.call('HSET', key, 'version', version, 'json', doc, 'sha', sha, 'updatedAt', now)
+redis.call('PUBLISH', channel, version)
+return {'ok', version, now}

@@ -1,0 +1,448 @@
+package projectionsync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testClient connects to RELAY_TEST_VALKEY_URL and returns a fresh namespace
+// whose keys are deleted when the test ends.
+func testClient(t *testing.T) (valkey.Client, string) {
+	t.Helper()
+	u := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if u == "" {
+		u = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := valkey.ParseURL(u)
+	if err != nil {
+		t.Fatalf("RELAY_TEST_VALKEY_URL: %v", err)
+	}
+	opt.DisableCache = true
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatalf("connect %s: %v", u, err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	ns := "pstest-" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		key, _ := Keys(ns)
+		c.Do(context.Background(), c.B().Del().Key(key).Build())
+		c.Close()
+	})
+	return c, ns
+}
+
+// follower starts a Sync running in the background, as a replica would.
+// tweak, if given, adjusts it before it starts.
+func follower(t *testing.T, c valkey.Client, ns string, tweak ...func(*Sync)) *Sync {
+	t.Helper()
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	for _, f := range tweak {
+		f(s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-s.Loaded():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no projection loaded within 5s")
+	}
+	return s
+}
+
+const site1 = `{"siteId":"site-1","site":{"identity":"aWRlbnRpdHktMQ","encryption":"ZW5jLTE","encryptionSig":"c2lnLTE"}}`
+
+func fixture(consents ...string) string {
+	return fmt.Sprintf(`{"sites":[%s],"consents":[%s]}`, site1, strings.Join(consents, ","))
+}
+
+func consent(owner string, paused bool) string {
+	return fmt.Sprintf(`{"owner":%q,"siteId":"site-1","paused":%t}`, owner, paused)
+}
+
+// waitFor polls cond every 10 ms for up to d and reports how long it took.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestEmptyBeforeAnyWrite(t *testing.T) {
+	c, ns := testClient(t)
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	if s.Current() != nil {
+		t.Fatal("Current must be nil before the first load")
+	}
+	if err := s.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Current()
+	if p == nil {
+		t.Fatal("with nothing stored, the empty projection is in force after a load")
+	}
+	if st := s.State(); !st.Loaded || st.Version != 0 {
+		t.Fatalf("state %+v", st)
+	}
+	doc, err := s.Get(context.Background())
+	if err != nil || doc.Version != 0 {
+		t.Fatalf("Get: %+v %v", doc, err)
+	}
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(doc.JSON, &f); err != nil || string(f["consents"]) != "[]" {
+		t.Fatalf("empty document %s (%v)", doc.JSON, err)
+	}
+}
+
+// TestFollowsAnotherReplica: a write made through one instance is in force
+// on another within one second, with the subscription and with polling
+// alone.
+func TestFollowsAnotherReplica(t *testing.T) {
+	for _, mode := range []string{"subscribe+poll", "poll only"} {
+		t.Run(mode, func(t *testing.T) {
+			c, ns := testClient(t)
+			writer := New(c, Options{Namespace: ns, Logger: quiet})
+			var tweak []func(*Sync)
+			if mode == "poll only" {
+				// A different channel: messages never arrive, so only the
+				// 500 ms poll can notice.
+				tweak = append(tweak, func(s *Sync) { s.channel += ":elsewhere" })
+			}
+			reader := follower(t, c, ns, tweak...)
+			for i := 1; i <= 3; i++ {
+				owner := fmt.Sprintf("owner-%d", i)
+				res, err := writer.Replace(context.Background(), []byte(fixture(consent(owner, false))))
+				if err != nil {
+					t.Fatalf("Replace: %v", err)
+				}
+				if !res.Changed || res.Version != int64(i) || res.Consents != 1 || res.Sites != 1 {
+					t.Fatalf("result %+v", res)
+				}
+				took := waitFor(t, time.Second, func() bool { return reader.Version() == res.Version })
+				if !mayRoute(reader.Current(), owner) {
+					t.Fatalf("version %d in force but %s has no route", res.Version, owner)
+				}
+				t.Logf("version %d followed in %v", res.Version, took)
+			}
+		})
+	}
+}
+
+func TestReplaceSameDocumentWritesNothing(t *testing.T) {
+	c, ns := testClient(t)
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	ctx := context.Background()
+	first, err := s.Replace(ctx, []byte(fixture(consent("alice", false))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same records, different spelling: canonicalisation makes it the same.
+	again, err := s.Replace(ctx, []byte(" {\"consents\":["+consent("alice", false)+"],\n\"sites\":["+site1+"]} "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Changed || again.Version != first.Version || again.UpdatedAt != first.UpdatedAt {
+		t.Fatalf("identical document rewrote: first %+v, again %+v", first, again)
+	}
+}
+
+func TestBadDocumentRefusedWhole(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	reader := follower(t, c, ns)
+	good, err := writer.Replace(ctx, []byte(fixture(consent("alice", false))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, func() bool { return reader.Version() == good.Version })
+
+	tests := []struct {
+		name  string
+		doc   string
+		merge bool
+		field string // must appear in the message
+	}{
+		{"unknown top-level key", `{"consents":[],"extra":1}`, false, "extra"},
+		{"missing consents", `{"sites":[]}`, false, "consents"},
+		{"unknown key deep inside", fixture(`{"owner":"bob","siteId":"site-1","colour":"red"}`), false, "colour"},
+		{"wrong type", fixture(`{"owner":"bob","siteId":"site-1","paused":"yes"}`), false, "paused"},
+		{"null optional", fixture(`{"owner":"bob","siteId":"site-1","paused":null}`), false, "paused"},
+		{"not JSON", `{"consents":[`, false, ""},
+		{"merge: bad record", `{"consents":[{"owner":"bob"}]}`, true, "merge body: projection: consents[0].siteId: required"},
+		{"merge: bad record in another array", `{"devices":[{"owner":"bob","runnerId":"r"}]}`, true, "merge body: projection: devices[0].device: required"},
+		{"merge: unknown array", `{"robots":[]}`, true, "robots"},
+		{"merge: not an array", `{"sites":{}}`, true, "sites"},
+		{"merge: not an object", `[]`, true, "object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			if tt.merge {
+				_, err = writer.Merge(ctx, []byte(tt.doc))
+			} else {
+				_, err = writer.Replace(ctx, []byte(tt.doc))
+			}
+			var invalid *InvalidError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("want *InvalidError, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("message %q does not name %q", err, tt.field)
+			}
+			t.Logf("refused: %v", err)
+			doc, err := writer.Get(ctx)
+			if err != nil || doc.Version != good.Version {
+				t.Fatalf("stored version moved to %d (%v)", doc.Version, err)
+			}
+			if writer.Version() != good.Version || !mayRoute(writer.Current(), "alice") {
+				t.Fatal("the writer's projection in force changed")
+			}
+		})
+	}
+	time.Sleep(600 * time.Millisecond) // a poll or two
+	if reader.Version() != good.Version || !mayRoute(reader.Current(), "alice") {
+		t.Fatal("the reader's projection in force changed")
+	}
+}
+
+// TestBadDocumentInValkeyKept: a document written around the validator
+// (by hand) is refused by every replica, which keep what they have.
+func TestBadDocumentInValkeyKept(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	reader := follower(t, c, ns)
+	good, err := writer.Replace(ctx, []byte(fixture(consent("alice", false))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, func() bool { return reader.Version() == good.Version })
+	key, _ := Keys(ns)
+	if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue("version", "99").FieldValue("json", `{"nope":1}`).FieldValue("sha", "x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if reader.Version() != good.Version || !mayRoute(reader.Current(), "alice") {
+		t.Fatalf("reader installed a bad document (version %d)", reader.Version())
+	}
+	// The next valid write supersedes it everywhere.
+	next, err := writer.Replace(ctx, []byte(fixture(consent("bob", false))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Version != 100 {
+		t.Fatalf("version after the hand-written 99: %d", next.Version)
+	}
+	waitFor(t, time.Second, func() bool { return reader.Version() == 100 })
+}
+
+func TestMergeUpserts(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	if _, err := s.Replace(ctx, []byte(fixture(consent("alice", false), consent("bob", false)))); err != nil {
+		t.Fatal(err)
+	}
+	// alice's consent is replaced in place (paused), carol's appended; sites
+	// untouched because the patch does not name them.
+	res, err := s.Merge(ctx, []byte(`{"consents":[`+consent("alice", true)+`,`+consent("carol", false)+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Changed || res.Consents != 3 || res.Sites != 1 {
+		t.Fatalf("merge result %+v", res)
+	}
+	doc, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Consents []struct {
+			Owner  string `json:"owner"`
+			Paused bool   `json:"paused"`
+		} `json:"consents"`
+		Sites []json.RawMessage `json:"sites"`
+	}
+	if err := json.Unmarshal(doc.JSON, &f); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(f.Consents)
+	if got != "[{alice true} {bob false} {carol false}]" || len(f.Sites) != 1 {
+		t.Fatalf("merged document %s", doc.JSON)
+	}
+	p := s.Current()
+	if mayRoute(p, "alice") || !mayRoute(p, "bob") || !mayRoute(p, "carol") {
+		t.Fatal("merged projection not in force on the writer")
+	}
+	// Merging the same again changes nothing.
+	again, err := s.Merge(ctx, []byte(`{"consents":[`+consent("carol", false)+`]}`))
+	if err != nil || again.Changed || again.Version != res.Version {
+		t.Fatalf("idempotent merge: %+v %v", again, err)
+	}
+}
+
+// TestConcurrentMergesLoseNothing: many writers merging distinct records at
+// once, from separate instances; every record must survive.
+func TestConcurrentMergesLoseNothing(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	base := New(c, Options{Namespace: ns, Logger: quiet})
+	if _, err := base.Replace(ctx, []byte(fixture())); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := New(c, Options{Namespace: ns, Logger: quiet})
+			for i := range each {
+				_, err := s.Merge(ctx, []byte(`{"consents":[`+consent(fmt.Sprintf("w%d-%d", w, i), false)+`]}`))
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("merge: %v", err)
+	}
+	if err := base.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := base.Get(ctx)
+	var f struct{ Consents []json.RawMessage }
+	json.Unmarshal(doc.JSON, &f)
+	if len(f.Consents) != writers*each || doc.Version != writers*each+1 {
+		t.Fatalf("%d consents at version %d, want %d at %d", len(f.Consents), doc.Version, writers*each, writers*each+1)
+	}
+	for w := range writers {
+		for i := range each {
+			if !mayRoute(base.Current(), fmt.Sprintf("w%d-%d", w, i)) {
+				t.Fatalf("w%d-%d lost", w, i)
+			}
+		}
+	}
+}
+
+func TestFileSource(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "projection.json")
+	write := func(doc string) {
+		t.Helper()
+		// Write then rename, as an editor or a ConfigMap update would.
+		tmp := filepath.Join(dir, "tmp.json")
+		if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fixture(consent("alice", false)))
+	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	reader := follower(t, c, ns)
+	fs := NewFileSource(writer, path, quiet)
+	res, err := fs.Push(ctx)
+	if err != nil || !res.Changed {
+		t.Fatalf("initial push: %+v %v", res, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { fs.Watch(wctx, 100*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// A second replica pushing the same file writes nothing.
+	if again, err := NewFileSource(New(c, Options{Namespace: ns, Logger: quiet}), path, quiet).Push(ctx); err != nil || again.Changed {
+		t.Fatalf("second replica's push: %+v %v", again, err)
+	}
+
+	write(fixture(consent("bob", false)))
+	waitFor(t, 2*time.Second, func() bool { return mayRoute(reader.Current(), "bob") })
+	v := reader.Version()
+
+	// A bad edit is refused and the projection in force stays.
+	write(`{"consents":[{"owner":"carol"}]}`)
+	time.Sleep(500 * time.Millisecond)
+	if doc, _ := writer.Get(ctx); doc.Version != v || !mayRoute(reader.Current(), "bob") {
+		t.Fatalf("bad file changed the projection (stored version %d, was %d)", doc.Version, v)
+	}
+	// A bad file at start-up is an error naming the field.
+	if _, err := NewFileSource(writer, path, quiet).Push(ctx); err == nil || !strings.Contains(err.Error(), "siteId") {
+		t.Fatalf("push of a bad file: %v", err)
+	}
+
+	// Fixing the file is picked up.
+	write(fixture(consent("carol", false)))
+	waitFor(t, 2*time.Second, func() bool { return mayRoute(reader.Current(), "carol") })
+
+	// A deleted file keeps the projection in force.
+	os.Remove(path)
+	time.Sleep(300 * time.Millisecond)
+	if !mayRoute(reader.Current(), "carol") {
+		t.Fatal("deleting the file changed the projection")
+	}
+}
+
+func TestMergeDocs(t *testing.T) {
+	tests := []struct {
+		name, base, patch, want, err string
+	}{
+		{"absent arrays kept", `{"sites":[{"siteId":"a"}],"consents":[]}`, `{"consents":[{"owner":"o","siteId":"a"}]}`,
+			`{"consents":[{"owner":"o","siteId":"a"}],"sites":[{"siteId":"a"}]}`, ""},
+		{"replace in place keeps order", `{"devices":[{"runnerId":"1","n":1},{"runnerId":"2","n":2}]}`, `{"devices":[{"runnerId":"1","n":9}]}`,
+			`{"devices":[{"runnerId":"1","n":9},{"runnerId":"2","n":2}]}`, ""},
+		{"composite key", `{"revoked":[{"owner":"o","siteId":"a"}]}`, `{"revoked":[{"owner":"o","siteId":"b"},{"owner":"o","siteId":"a"}]}`,
+			`{"revoked":[{"owner":"o","siteId":"a"},{"owner":"o","siteId":"b"}]}`, ""},
+		{"rosters by id", `{"rosters":[{"id":"r","members":[]}]}`, `{"rosters":[{"id":"r","members":["x"]}]}`,
+			`{"rosters":[{"id":"r","members":["x"]}]}`, ""},
+		{"array absent from base", `{"consents":[]}`, `{"sites":[{"siteId":"a"}]}`, `{"consents":[],"sites":[{"siteId":"a"}]}`, ""},
+		{"unknown key", `{}`, `{"x":[]}`, "", "x: unknown projection key"},
+		{"record not an object", `{}`, `{"sites":[1]}`, "", "sites[0] (in the merge body): must be an object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := mergeDocs([]byte(tt.base), []byte(tt.patch))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("want error %q, got %v", tt.err, err)
+				}
+				return
+			}
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("got %s (%v), want %s", got, err, tt.want)
+			}
+		})
+	}
+}
