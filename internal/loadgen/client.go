@@ -91,8 +91,13 @@ func (c *client) sitePost(ctx context.Context, s signer, endpoint string, body a
 }
 
 func (c *client) siteGet(ctx context.Context, s signer, endpoint string) (response, error) {
+	return c.siteGetAt(ctx, "site/"+endpoint, c.base(), s, endpoint)
+}
+
+// siteGetAt reads from one given replica, recording the request as name.
+func (c *client) siteGetAt(ctx context.Context, name, base string, s signer, endpoint string) (response, error) {
 	q := url.Values{"siteId": {s.caller}, "protocolVersion": {protocol.ProtocolVersion}}
-	return c.do(ctx, "site/"+endpoint, http.MethodGet, c.base()+"/relay/site/"+endpoint+"?"+q.Encode(), "site/"+endpoint, nil, &s)
+	return c.do(ctx, name, http.MethodGet, base+"/relay/site/"+endpoint+"?"+q.Encode(), "site/"+endpoint, nil, &s)
 }
 
 // pair is unauthenticated.

@@ -108,8 +108,35 @@ func (r *runner) setUp(ctx context.Context) error {
 		p[i] = letters[rand.IntN(len(letters))] //nolint:gosec // filler text
 	}
 	r.prompt = string(p)
+	if err := r.awaitProjection(ctx); err != nil {
+		return err
+	}
 	if r.cfg.Pair == PairFixture {
 		return r.pairAll(ctx)
+	}
+	return nil
+}
+
+// awaitProjection waits until every replica knows this run's sites. A
+// replicated relay may load a new projection a moment after the admin write
+// returns; the probe is a signed site read, so it works on any relay.
+func (r *runner) awaitProjection(ctx context.Context) error {
+	last := r.sites[len(r.sites)-1]
+	for _, base := range r.cl.replicas {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			res, err := r.cl.siteGetAt(ctx, "probe (setup)", base, last.sig, "pending")
+			if err == nil && res.status == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				if err != nil {
+					return fmt.Errorf("replica %s never accepted site %s from the new projection: %w", base, last.id, err)
+				}
+				return fmt.Errorf("replica %s never accepted site %s from the new projection: HTTP %d: %.200s", base, last.id, res.status, res.body)
+			}
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
 	}
 	return nil
 }

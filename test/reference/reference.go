@@ -104,7 +104,8 @@ type Config struct {
 	Stderr          io.Writer // where the server's stderr goes (nil: discarded)
 }
 
-// Server is a running reference relay.
+// Server is a running relay process (the reference, or any process started
+// with Launch).
 type Server struct {
 	URL      string // http://127.0.0.1:port, the relay planes
 	AdminURL string // http://127.0.0.1:port, the projection admin plane
@@ -144,12 +145,19 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	cmd.Env = env
 	cmd.Stderr = c.Stderr
+	return Launch(ctx, cmd)
+}
+
+// Launch starts a relay process that, like server.mjs and cmd/relay, prints
+// a ready line {"ready":true,"listen":...,"admin":...} as its first stdout
+// line, and waits for that line. cmd must not have Stdout set.
+func Launch(ctx context.Context, cmd *exec.Cmd) (*Server, error) {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("reference relay stdout: %w", err)
+		return nil, fmt.Errorf("relay stdout: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start reference relay: %w", err)
+		return nil, fmt.Errorf("start relay %s: %w", cmd.Path, err)
 	}
 	s := &Server{Pid: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
 	ready := make(chan error, 1)
@@ -165,7 +173,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 					Admin  string `json:"admin"`
 				}
 				if err := json.Unmarshal(sc.Bytes(), &r); err != nil || !r.Ready {
-					ready <- fmt.Errorf("reference relay said %q", sc.Text())
+					ready <- fmt.Errorf("relay said %q instead of a ready line", sc.Text())
 					continue
 				}
 				s.URL, s.AdminURL = "http://"+r.Listen, "http://"+r.Admin
@@ -173,7 +181,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			}
 		}
 		if first {
-			ready <- errors.New("reference relay exited before it was ready")
+			ready <- errors.New("relay exited before it was ready")
 		}
 		s.done <- cmd.Wait()
 	}()
@@ -186,7 +194,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return s, nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		return nil, errors.New("reference relay not ready after 30s")
+		return nil, errors.New("relay not ready after 30s")
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		return nil, ctx.Err()

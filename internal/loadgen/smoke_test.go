@@ -1,0 +1,227 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/test/reference"
+)
+
+const smokeToken = "smoke-admin-token-0123456789"
+
+// TestSmokeAgainstRelay pushes a few hundred jobs through real relays (the
+// Go relay on the test Valkey, one and two replicas sharing a namespace, and
+// the reference relay under Node) with full signing and sealing, and
+// requires every job to be collected exactly once.
+func TestSmokeAgainstRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		replicas int // 0: the reference relay
+		cfg      Config
+	}{
+		{"reference", 0, Config{Jobs: 200, Concurrency: 16}},
+		{"go 1 replica", 1, Config{Jobs: 300, Concurrency: 24}},
+		{"go 2 replicas open loop", 2, Config{Jobs: 300, Rate: 150, Pair: PairNone}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var servers []*reference.Server
+			if tc.replicas == 0 {
+				s, err := reference.Start(ctx, reference.Config{AdminToken: smokeToken})
+				if err != nil {
+					t.Fatal(err)
+				}
+				servers = append(servers, s)
+			} else {
+				servers = startGoRelays(ctx, t, tc.replicas)
+			}
+			t.Cleanup(func() {
+				for _, s := range servers {
+					_ = s.Stop()
+				}
+			})
+			cfg := tc.cfg
+			cfg.Sites, cfg.Daemons = 3, 6
+			cfg.AdminToken = smokeToken
+			cfg.Drain = 30 * time.Second
+			cfg.TTL = 60 * time.Second
+			for _, s := range servers {
+				cfg.Replicas = append(cfg.Replicas, s.URL)
+				cfg.AdminURLs = append(cfg.AdminURLs, s.AdminURL)
+			}
+			cfg.AdminURLs = cfg.AdminURLs[:1] // one write; the replicas share the projection
+			rep, err := Run(ctx, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			rep.WriteText(&text)
+			t.Logf("\n%s", text.String())
+			j := rep.Jobs
+			if !rep.OK() || j.Collected != int64(cfg.Jobs) || j.Lost != 0 || j.RunTwice != 0 {
+				t.Fatalf("run did not balance: want %d collected, 0 lost, 0 run twice; got %+v", cfg.Jobs, j)
+			}
+			if rep.Endpoints["site/results"].Requests == 0 || rep.Endpoints["fetch"].Statuses[200] != cfg.Jobs {
+				t.Fatalf("jobs did not take the whole path: %+v", rep.Endpoints)
+			}
+		})
+	}
+}
+
+// startGoRelays builds cmd/relay and starts n replicas on one fresh
+// namespace of the test Valkey, deleting the namespace afterwards.
+func startGoRelays(ctx context.Context, t *testing.T, n int) []*reference.Server {
+	t.Helper()
+	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if valkeyURL == "" {
+		valkeyURL = "redis://127.0.0.1:6379/0"
+	}
+	bin := filepath.Join(t.TempDir(), "relay")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/relay")
+	build.Dir = moduleRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	namespace := "loadgen-smoke-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
+	var out []*reference.Server
+	for i := range n {
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(),
+			"RELAY_VALKEY_URL="+valkeyURL,
+			"RELAY_NAMESPACE="+namespace,
+			"RELAY_LISTEN=127.0.0.1:0",
+			"RELAY_ADMIN_LISTEN=127.0.0.1:0",
+			"RELAY_ADMIN_TOKEN="+smokeToken,
+			"RELAY_LOG_LEVEL=warn",
+		)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		s, err := reference.Launch(ctx, cmd)
+		if err != nil {
+			t.Fatalf("replica %d: %v\n%s", i, err, stderr.String())
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
+	t.Helper()
+	opt, err := valkey.ParseURL(valkeyURL)
+	if err != nil {
+		t.Errorf("parse %s: %v", valkeyURL, err)
+		return
+	}
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Errorf("connect %s: %v", valkeyURL, err)
+		return
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cursor uint64
+	for {
+		entry, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match("*"+namespace+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Errorf("scan %s: %v", namespace, err)
+			return
+		}
+		if len(entry.Elements) > 0 {
+			if err := client.Do(ctx, client.B().Unlink().Key(entry.Elements...).Build()).Error(); err != nil {
+				t.Errorf("delete %s: %v", namespace, err)
+				return
+			}
+		}
+		cursor = entry.Cursor
+		if cursor == 0 {
+			return
+		}
+	}
+}
+
+func TestValidateRefusesRemoteTargets(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"loopback ok", Config{Replicas: []string{"http://127.0.0.1:1"}, AdminURLs: []string{"http://[::1]:2"}, AdminToken: "t"}, ""},
+		{"localhost ok", Config{Replicas: []string{"http://localhost:1"}, AdminToken: "t"}, ""},
+		{"remote replica refused", Config{Replicas: []string{"http://192.0.2.10:8080"}, AdminToken: "t"}, "-allow-remote"},
+		{"remote admin refused", Config{AdminURLs: []string{"http://10.1.2.3:8081"}, AdminToken: "t"}, "not a loopback address"},
+		{"remote allowed when asked", Config{Replicas: []string{"http://192.0.2.10:8080"}, AdminToken: "t", AllowRemote: true}, ""},
+		{"no token", Config{}, "no admin token"},
+		{"rate and concurrency", Config{AdminToken: "t", Rate: 5, Concurrency: 5}, "not both"},
+		{"more owners than daemons", Config{AdminToken: "t", Daemons: 2, Owners: 3}, "owners must be"},
+		{"slots over protocol max", Config{AdminToken: "t", DaemonSlots: 65}, "1..64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.WithDefaults().Validate(ctx)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	var v []time.Duration
+	for i := 1; i <= 100; i++ {
+		v = append(v, time.Duration(i)*time.Millisecond)
+	}
+	got := summarise(v)
+	want := Latency{Count: 100, MeanMs: 50.5, P50Ms: 50, P90Ms: 90, P99Ms: 99, MaxMs: 100}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if summarise(nil) != (Latency{}) {
+		t.Fatal("empty summary")
+	}
+}
+
+func TestOutcomeRoundTrip(t *testing.T) {
+	want := resultText("job-1", "a prompt")
+	for _, tc := range []struct {
+		name        string
+		plaintext   string
+		disposition string
+		ok          bool
+	}{
+		{"ok", outcomePlaintext(want), "ok", true},
+		{"disposition differs", outcomePlaintext(want), "error", false},
+		{"other job's text", outcomePlaintext(resultText("job-2", "a prompt")), "ok", false},
+		{"not json", "nope", "ok", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := checkOutcome(tc.plaintext, tc.disposition, want); (err == nil) != tc.ok {
+				t.Fatalf("checkOutcome: %v", err)
+			}
+		})
+	}
+}
