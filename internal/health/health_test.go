@@ -1,0 +1,393 @@
+package health_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/health"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func getJSON(t *testing.T, url string) (int, health.Report) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var rep health.Report
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatalf("GET %s: body is not JSON: %v", url, err)
+	}
+	if ct := resp.Header.Get("content-type"); ct != "application/json" {
+		t.Errorf("content-type %q", ct)
+	}
+	return resp.StatusCode, rep
+}
+
+func serve(c *health.Checker) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", c.Healthz())
+	mux.Handle("/readyz", c.Readyz())
+	return httptest.NewServer(mux)
+}
+
+func TestReadiness(t *testing.T) {
+	var valkeyDown, noProjection atomic.Bool
+	c := health.New(health.Options{Timeout: 200 * time.Millisecond, Logger: quiet()})
+	c.Add("valkey", func(context.Context) error {
+		if valkeyDown.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	c.Add("projection", func(context.Context) error {
+		if noProjection.Load() {
+			return errors.New("no projection loaded")
+		}
+		return nil
+	})
+	srv := serve(c)
+	defer srv.Close()
+
+	steps := []struct {
+		name         string
+		down, noProj bool
+		wantCode     int
+		wantStatus   string
+		wantChecks   map[string]string
+	}{
+		{"all ok", false, false, 200, "ready", map[string]string{"valkey": "ok", "projection": "ok"}},
+		{"valkey down", true, false, 503, "not-ready", map[string]string{"valkey": "connection refused", "projection": "ok"}},
+		{"both down", true, true, 503, "not-ready", map[string]string{"valkey": "connection refused", "projection": "no projection loaded"}},
+		{"recovered by itself", false, false, 200, "ready", map[string]string{"valkey": "ok", "projection": "ok"}},
+	}
+	for _, s := range steps {
+		valkeyDown.Store(s.down)
+		noProjection.Store(s.noProj)
+		code, rep := getJSON(t, srv.URL+"/readyz")
+		if code != s.wantCode || rep.Status != s.wantStatus {
+			t.Errorf("%s: /readyz %d %q, want %d %q", s.name, code, rep.Status, s.wantCode, s.wantStatus)
+		}
+		for k, v := range s.wantChecks {
+			if rep.Checks[k] != v {
+				t.Errorf("%s: check %s = %q, want %q", s.name, k, rep.Checks[k], v)
+			}
+		}
+		// Liveness never follows the store.
+		if code, rep := getJSON(t, srv.URL+"/healthz"); code != 200 || rep.Status != "ok" {
+			t.Errorf("%s: /healthz %d %q", s.name, code, rep.Status)
+		}
+	}
+}
+
+func TestHangingCheckTimesOut(t *testing.T) {
+	c := health.New(health.Options{Timeout: 100 * time.Millisecond, Logger: quiet()})
+	release := make(chan struct{})
+	defer close(release)
+	c.Add("ignores-context", func(context.Context) error { <-release; return nil })
+	c.Add("panics", func(context.Context) error { panic("boom") })
+	srv := serve(c)
+	defer srv.Close()
+	start := time.Now()
+	code, rep := getJSON(t, srv.URL+"/readyz")
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("/readyz took %v with a 100ms check timeout", elapsed)
+	}
+	if code != 503 || rep.Checks["ignores-context"] != "no answer within 100ms" || rep.Checks["panics"] != "check panicked: boom" {
+		t.Errorf("/readyz %d %+v", code, rep)
+	}
+}
+
+// slowServer serves /slow (waits for its release channel) and /fast on a
+// real listener, like the relay's protocol listener.
+func slowServer(t *testing.T, release <-chan struct{}) (*http.Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "slow done")
+	})
+	mux.HandleFunc("/fast", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "fast") })
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, "http://" + ln.Addr().String()
+}
+
+func TestDrainServesThenShutsDown(t *testing.T) {
+	c := health.New(health.Options{Logger: quiet()})
+	admin := serve(c)
+	defer admin.Close()
+	release := make(chan struct{})
+	srv, base := slowServer(t, release)
+
+	// A request in flight when SIGTERM arrives.
+	slowDone := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "slow done" {
+				err = errors.New("slow body " + string(body))
+			}
+		}
+		slowDone <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+
+	const drainPeriod = 400 * time.Millisecond
+	start := time.Now()
+	drained := make(chan error, 1)
+	go func() { drained <- c.Drain(context.Background(), drainPeriod, 3*time.Second, srv) }()
+	time.Sleep(50 * time.Millisecond)
+
+	// Readiness fails at once; liveness does not.
+	if code, rep := getJSON(t, admin.URL+"/readyz"); code != 503 || rep.Status != "draining" {
+		t.Errorf("/readyz during drain: %d %q", code, rep.Status)
+	}
+	if code, _ := getJSON(t, admin.URL+"/healthz"); code != 200 {
+		t.Errorf("/healthz during drain: %d", code)
+	}
+	// Arriving requests are still served, told to close their connection.
+	resp, err := http.Get(base + "/fast")
+	if err != nil {
+		t.Fatalf("request during drain period refused: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "fast" || !resp.Close {
+		t.Errorf("during drain: %d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+
+	// The in-flight request finishes after the drain period, within the
+	// deadline; Drain waits for it.
+	time.Sleep(drainPeriod)
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v while a request was in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-slowDone; err != nil {
+		t.Errorf("in-flight request: %v", err)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed < drainPeriod {
+		t.Errorf("Drain returned after %v, before the drain period %v", elapsed, drainPeriod)
+	}
+	if _, err := http.Get(base + "/fast"); err == nil {
+		t.Error("listener still accepts after Drain")
+	}
+}
+
+func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
+	c := health.New(health.Options{Logger: quiet()})
+	release := make(chan struct{}) // never closed: the request is stuck
+	srv, base := slowServer(t, release)
+	stuck := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		stuck <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+
+	start := time.Now()
+	err := c.Drain(context.Background(), 100*time.Millisecond, 300*time.Millisecond, srv)
+	elapsed := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain = %v, want a deadline error", err)
+	}
+	if elapsed < 400*time.Millisecond || elapsed > 2*time.Second {
+		t.Errorf("Drain took %v, want about drain period + deadline (400ms)", elapsed)
+	}
+	select {
+	case err := <-stuck:
+		if err == nil {
+			t.Error("stuck request completed normally; want its connection cut")
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("stuck request still open after Drain")
+	}
+}
+
+func TestDrainCutShortByContext(t *testing.T) {
+	c := health.New(health.Options{Logger: quiet()})
+	srv, _ := slowServer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	start := time.Now()
+	if err := c.Drain(ctx, 10*time.Second, time.Second, srv); err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("a cancelled context did not cut the drain period short: %v", elapsed)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	c := health.New(health.Options{Logger: quiet()})
+	c.Add("valkey", func(context.Context) error { return errors.New("down") })
+	srv := serve(c)
+	defer srv.Close()
+	ctx := context.Background()
+	if err := health.Probe(ctx, srv.URL+"/healthz"); err != nil {
+		t.Errorf("Probe /healthz: %v", err)
+	}
+	if err := health.Probe(ctx, srv.URL+"/readyz"); err == nil {
+		t.Error("Probe /readyz succeeded with a failing check")
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	if err := health.Probe(ctx, "http://"+addr+"/healthz"); err == nil {
+		t.Error("Probe of a closed port succeeded")
+	}
+}
+
+// outageProxy forwards TCP to Valkey and can cut every connection and
+// refuse new ones, then come back on the same address.
+type outageProxy struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newOutageProxy(t *testing.T, target string) *outageProxy {
+	p := &outageProxy{target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *outageProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+func (p *outageProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+func (p *outageProxy) up(t *testing.T) {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy relisten: %v", err)
+	}
+	p.serve(ln)
+}
+
+// TestValkeyOutage runs the real Valkey check through a proxy: readiness
+// fails fast while Valkey is unreachable and returns by itself afterwards.
+func TestValkeyOutage(t *testing.T) {
+	url := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := valkey.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newOutageProxy(t, opt.InitAddress[0])
+	opt.InitAddress = []string{proxy.addr}
+	opt.DisableCache = true
+	opt.ConnWriteTimeout = 300 * time.Millisecond
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatalf("valkey client: %v", err)
+	}
+	defer client.Close()
+
+	c := health.New(health.Options{Timeout: 500 * time.Millisecond, Logger: quiet()})
+	c.Add("valkey", health.ValkeyPing(client))
+	srv := serve(c)
+	defer srv.Close()
+
+	if code, rep := getJSON(t, srv.URL+"/readyz"); code != 200 {
+		t.Fatalf("/readyz before outage: %d %+v", code, rep)
+	}
+	proxy.down()
+	start := time.Now()
+	code, rep := getJSON(t, srv.URL+"/readyz")
+	if code != 503 || rep.Checks["valkey"] == "ok" {
+		t.Errorf("/readyz during outage: %d %+v", code, rep)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("/readyz during outage took %v; must fail fast", elapsed)
+	}
+	proxy.up(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, rep = getJSON(t, srv.URL+"/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness did not come back after the outage: %d %+v", code, rep)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
