@@ -13,14 +13,16 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// Object is a parsed JSON object. Keys keeps first-occurrence order (JS
-// property order for non-index keys); Vals holds the last value given for a
-// key, as JSON.parse does with duplicates.
+// Object is a parsed JSON object. Keys is JS property order: array-index
+// keys ("0", "17", ...) first in ascending numeric order, then the rest in
+// first-occurrence order. Vals holds the last value given for a key, as
+// JSON.parse does with duplicates.
 type Object struct {
 	Keys []string
 	Vals map[string]any
@@ -32,12 +34,47 @@ func (o *Object) Get(key string) (any, bool) {
 	return v, ok
 }
 
+func (o *Object) addKey(k string) {
+	idx, ok := arrayIndex(k)
+	if !ok {
+		o.Keys = append(o.Keys, k)
+		return
+	}
+	// Index keys stay ahead of every other key, in numeric order.
+	at := 0
+	for at < len(o.Keys) {
+		other, isIdx := arrayIndex(o.Keys[at])
+		if !isIdx || other > idx {
+			break
+		}
+		at++
+	}
+	o.Keys = slices.Insert(o.Keys, at, k)
+}
+
+// arrayIndex reports whether k is a canonical array index (0 .. 2^32-2).
+func arrayIndex(k string) (uint64, bool) {
+	if k == "" || len(k) > 10 || (len(k) > 1 && k[0] == '0') {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(k); i++ {
+		if k[i] < '0' || k[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(k[i]-'0')
+	}
+	return n, n < 1<<32-1
+}
+
 // Number is a parsed JSON number: the IEEE double JS would hold.
 type Number float64
 
-// maxDepth bounds nesting. V8 throws a RangeError far deeper than any real
-// request; refusing earlier only turns a host crash into "no body".
-const maxDepth = 4096
+// maxDepth bounds nesting so a hostile body cannot grow the stack without
+// limit. V8's JSON.parse has no such bound: a body nested deeper than this
+// is "absent" here but parsed there, which changes only which 400 a
+// pathological request gets (version refusal instead of schema refusal).
+const maxDepth = 10000
 
 var errInvalidJSON = errors.New("invalid JSON")
 
@@ -127,7 +164,7 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		if _, seen := o.Vals[k]; !seen {
-			o.Keys = append(o.Keys, k)
+			o.addKey(k)
 		}
 		o.Vals[k] = v
 		p.ws()

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -59,6 +60,7 @@ func TestMarshalJSEscaping(t *testing.T) {
 func TestParseJSONRoundTrip(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{`{"b":1,"a":2,"b":3}`, `{"b":3,"a":2}`},
+		{`{"b":1,"10":2,"2":3,"01":4,"4294967295":5,"4294967294":6,"-1":7}`, `{"2":3,"10":2,"4294967294":6,"b":1,"01":4,"4294967295":5,"-1":7}`},
 		{` [1.0, 1e3, -0, 1E-7, 12345678901234567890] `, `[1,1000,0,1e-7,12345678901234567000]`},
 		{`"\ud83d\ude00"`, `"😀"`},
 		{`"\ud800x"`, `"\ud800x"`},
@@ -141,5 +143,17 @@ func TestCodePointsAndUTF16(t *testing.T) {
 	}
 	if !LessUTF16("a", "ab") || LessUTF16("ab", "a") || LessUTF16("a", "a") {
 		t.Error("prefix order wrong")
+	}
+}
+
+func TestParseJSONDepth(t *testing.T) {
+	deep := func(n int) []byte {
+		return []byte(strings.Repeat("[", n) + strings.Repeat("]", n))
+	}
+	if _, err := ParseJSON(deep(maxDepth)); err != nil {
+		t.Errorf("depth %d refused: %v", maxDepth, err)
+	}
+	if _, err := ParseJSON(deep(maxDepth + 2)); err == nil {
+		t.Error("unbounded depth accepted")
 	}
 }

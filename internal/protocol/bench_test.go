@@ -1,0 +1,45 @@
+package protocol
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+var benchStub = JobStub{ID: "job-123456", Kind: KindChat, Owner: "alice", Site: "BYOLLM-D8W0-7NFG-B682-M73D-NYY9-Q93J",
+	Audience: AudienceTeam, Purpose: "default", SizeClass: "small", Streaming: true, DeadlineAt: 1800000000000}
+
+func BenchmarkMarshalJobStub(b *testing.B) {
+	for b.Loop() {
+		if _, err := Marshal(benchStub); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodingJSONJobStub(b *testing.B) {
+	for b.Loop() {
+		if _, err := json.Marshal(benchStub); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeHeartbeat(b *testing.B) {
+	body := []byte(`{"protocolVersion":"2","runnerId":"runner_alice","daemonVersion":"0.1.1","capabilities":[{"kind":"llm.chat","service":"svc","backendId":"ollama","backendClass":"http","model":"llama3","knownModels":["a","b"],"offerScope":"team"}],"activeLeases":[{"jobId":"j1","leaseId":"6f1c2a4e-1111-4222-8333-944445555666"}]}`)
+	for b.Loop() {
+		if _, err := DecodeHeartbeatRequest(ReadBody(body).Value); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkVerifyRequest(b *testing.B) {
+	const id = "iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w"
+	body := []byte(`{"protocolVersion":"2","runnerId":"runner_alice","capabilities":[],"max":1}`)
+	const sig = "vRNuhuHWeMAo09ULB2jwRE9ZX0V-BCZl1oNLlRL7O-ID2IbgngUyMhzbHTWnAOxTZLNu2Za10rK4C33obRLqAQ"
+	for b.Loop() {
+		if ok, _ := VerifyRequest(id, "claim", "runner_alice", 1800000000000, body, sig, 1800000000000); !ok {
+			b.Fatal("did not verify")
+		}
+	}
+}
