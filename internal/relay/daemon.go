@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 
+	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -18,7 +19,7 @@ const (
 )
 
 // sitesJSON is {keyId(site): site identity} in SitesFor order.
-func sitesJSON(sites []SiteRecord) []byte {
+func sitesJSON(sites []projection.SiteRecord) []byte {
 	var m orderedObj
 	for _, s := range sites {
 		m.set(protocol.KeyID(s.Site.Identity), protocol.MustMarshal(s.Site))

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // request is what a handler sees of one HTTP request, already normalised the
@@ -23,7 +26,7 @@ type request struct {
 	header   http.Header
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
 	body     any    // JSON.parse(rawBody), nil when absent or invalid
-	proj     *Projection
+	proj     *projection.Projection
 }
 
 const sitePrefix = "/relay/site/"
@@ -38,7 +41,13 @@ func (r *Relay) serve(c echo.Context) (err error) {
 		}
 	}()
 	rep, herr := r.dispatch(hr)
-	if herr != nil {
+	switch {
+	case herr == nil:
+	case errors.Is(herr, store.ErrInvalidInput):
+		// The store's own limits (no U+0000 in ids, id and blob sizes) act
+		// as one more schema rule: a client error, never retryable.
+		rep = schemaFailed
+	default:
 		r.log.Warn("relay: store unavailable", "err", herr, "path", hr.URL.Path)
 		rep = storeDown
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -70,7 +71,7 @@ type Store interface {
 // ProjectionSource hands out the projection in force. Current returns nil
 // until one has been loaded; the planes answer 503 not-ready until then.
 type ProjectionSource interface {
-	Current() *Projection
+	Current() *projection.Projection
 }
 
 // Config configures a Relay. Zero values take the reference defaults.

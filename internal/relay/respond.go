@@ -38,6 +38,7 @@ var (
 	notYourSite      = refused(protocol.NotYourSite())
 	stubNotYours     = refused(protocol.StubSiteMismatch())
 	unknownSiteJob   = refused(protocol.UnknownJob())
+	stubNotAccepted  = refused(protocol.StubNotAccepted())
 
 	// Not in 0.1.1, which has no request cap and no shared store. Both use
 	// the protocol's own error shape and codes the clients already handle:

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -55,6 +56,9 @@ func (r *Relay) enqueue(req *request) (reply, error) {
 		return stubNotYours, nil
 	}
 	job, err := r.store.Enqueue(req.ctx, store.EnqueueInput{ID: stub.ID, SiteID: siteID, Stub: stub})
+	if errors.Is(err, store.ErrInvalidInput) {
+		return stubNotAccepted, nil
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("enqueue: %w", err)
 	}

@@ -1,0 +1,215 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+)
+
+const (
+	notFoundBody  = `{"error":"not-found"}`
+	notSignedBody = `{"error":"unauthorized","message":"this request is not signed"}`
+	schemaBody    = `{"error":"bad-request","message":"request failed schema validation"}`
+	noVersionBody = "{\"error\":\"unsupported-protocol-version\",\"message\":\"this request declared no protocol version. Upgrade the daemon: `npm i -g byollm@latest`.\",\"supported\":[\"2\"],\"minimum\":\"2\"}"
+)
+
+func versionBody(v, tail string) string {
+	return `{"error":"unsupported-protocol-version","message":"this server speaks protocol 2 and the daemon asked for ` +
+		v + `. ` + tail + `","supported":["2"],"minimum":"2"}`
+}
+
+const (
+	olderTail = "Upgrade the daemon: `npm i -g byollm@latest`."
+	newerTail = "This daemon is newer than the server; the server needs upgrading."
+)
+
+// TestDispatch covers wire.md §3: the route table, the prefix-only
+// handshake, last-segment routing, unread escapes, dot segments, methods.
+func TestDispatch(t *testing.T) {
+	e := newEnv(t)
+	newWorld(t).install(e)
+	v2 := []byte(`{"protocolVersion":"2"}`)
+	cases := []struct {
+		name, method, path string
+		body               []byte
+		status             int
+		want               string
+	}{
+		{"health is not a route", "GET", "/healthz", nil, 404, notFoundBody},
+		{"root", "GET", "/", nil, 404, notFoundBody},
+		{"outside both prefixes", "POST", "/literally/anything/claim", v2, 404, notFoundBody},
+		{"bare /byollm skips the handshake", "GET", "/byollm", nil, 404, notFoundBody},
+		{"bare /relay skips the handshake", "GET", "/relay", nil, 404, notFoundBody},
+		{"unknown endpoint without version", "GET", "/byollm/nope", nil, 400, noVersionBody},
+		{"unknown endpoint with query version", "GET", "/byollm/nope?protocolVersion=2", nil, 404, notFoundBody},
+		{"unknown site path with version", "GET", "/relay/site/nope?protocolVersion=2", nil, 404, notFoundBody},
+		{"site path is exact (trailing slash)", "POST", "/relay/site/enqueue/", v2, 404, notFoundBody},
+		{"site path is case-sensitive", "POST", "/relay/site/Enqueue", v2, 404, notFoundBody},
+		{"trailing slash", "POST", "/byollm/claim/", v2, 404, notFoundBody},
+		{"escape not decoded", "POST", "/byollm/cl%61im", v2, 404, notFoundBody},
+		{"last segment routes", "POST", "/byollm/a/b/claim", v2, 401, notSignedBody},
+		{"empty segment routes", "POST", "/byollm//claim", v2, 401, notSignedBody},
+		{"dot segments resolve", "POST", "/byollm/x/../claim", v2, 401, notSignedBody},
+		{"encoded dot segments resolve", "POST", "/byollm/x/%2E%2e/claim", v2, 401, notSignedBody},
+		{"method never checked (GET claim)", "GET", "/byollm/claim?protocolVersion=2", nil, 401, notSignedBody},
+		{"method never checked (POST pending)", "POST", "/relay/site/pending?protocolVersion=2", nil, 401, notSignedBody},
+		{"PUT body is not read", "PUT", "/byollm/claim", v2, 400, noVersionBody},
+		{"every daemon endpoint exists: pair", "POST", "/byollm/pair", v2, 400, `{"error":"bad-request","message":"pair request failed schema validation"}`},
+		{"fetch", "POST", "/byollm/fetch", v2, 401, notSignedBody},
+		{"result", "POST", "/byollm/result", v2, 401, notSignedBody},
+		{"heartbeat", "POST", "/byollm/heartbeat", v2, 401, notSignedBody},
+		{"release", "POST", "/byollm/release", v2, 401, notSignedBody},
+		{"enqueue", "POST", "/relay/site/enqueue", v2, 401, notSignedBody},
+		{"payload", "POST", "/relay/site/payload", v2, 401, notSignedBody},
+		{"cancel", "POST", "/relay/site/cancel", v2, 401, notSignedBody},
+		{"pending", "GET", "/relay/site/pending?siteId=site_a&protocolVersion=2", nil, 401, notSignedBody},
+		{"results", "GET", "/relay/site/results?siteId=site_a&protocolVersion=2", nil, 401, notSignedBody},
+		{"debug off", "GET", "/debug?site=site_a", nil, 404, notFoundBody},
+		{"debug off under basePath", "POST", "/byollm/debug", []byte("garbage"), 404, notFoundBody},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, e.do(tc.method, tc.path, nil, tc.body), tc.status, tc.want)
+		})
+	}
+}
+
+// TestVersionHandshake covers wire.md §4 on both planes.
+func TestVersionHandshake(t *testing.T) {
+	e := newEnv(t)
+	newWorld(t).install(e)
+	cases := []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"missing", "/byollm/claim", `{}`, 400, noVersionBody},
+		{"no body, no query", "/byollm/fetch", ``, 400, noVersionBody},
+		{"empty string", "/byollm/claim", `{"protocolVersion":""}`, 400, noVersionBody},
+		{"number is no version", "/byollm/claim", `{"protocolVersion":2}`, 400, noVersionBody},
+		{"body null beats query", "/byollm/claim?protocolVersion=2", `{"protocolVersion":null}`, 400, noVersionBody},
+		{"older", "/byollm/claim", `{"protocolVersion":"1"}`, 400, versionBody("1", olderTail)},
+		{"newer", "/byollm/claim", `{"protocolVersion":"3"}`, 400, versionBody("3", newerTail)},
+		{"string order: 10 is older", "/byollm/claim", `{"protocolVersion":"10"}`, 400, versionBody("10", olderTail)},
+		{"site plane says daemon too", "/relay/site/cancel", `{"protocolVersion":"0"}`, 400, versionBody("0", olderTail)},
+		{"site plane missing", "/relay/site/enqueue", `{"siteId":"site_a"}`, 400, noVersionBody},
+		{"body wins over query", "/relay/site/enqueue?protocolVersion=2", `{"protocolVersion":"1"}`, 400, versionBody("1", olderTail)},
+		{"invalid JSON falls back to query", "/byollm/claim?protocolVersion=2", `{not json`, 401, notSignedBody},
+		{"array body falls back to query", "/byollm/claim?protocolVersion=2", `["protocolVersion"]`, 401, notSignedBody},
+		{"first query value wins", "/byollm/claim?protocolVersion=2&protocolVersion=1", ``, 401, notSignedBody},
+		{"query value percent-decoded", "/byollm/claim?protocolVersion=%32", ``, 401, notSignedBody},
+		{"good version reaches auth", "/byollm/claim", `{"protocolVersion":"2"}`, 401, notSignedBody},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, e.do("POST", tc.path, nil, []byte(tc.body)), tc.status, tc.want)
+		})
+	}
+	t.Run("site read without version", func(t *testing.T) {
+		expect(t, e.do("GET", "/relay/site/pending?siteId=site_a", nil, nil), 400, noVersionBody)
+	})
+	t.Run("site read with an old version", func(t *testing.T) {
+		expect(t, e.do("GET", "/relay/site/results?siteId=site_a&protocolVersion=1", nil, nil), 400, versionBody("1", olderTail))
+	})
+}
+
+// TestBodies covers body handling: the size cap before reading, invalid JSON
+// as an absent body, a BOM, and the schema refusal for signed garbage.
+func TestBodies(t *testing.T) {
+	e := newEnv(t)
+	w := newWorld(t)
+	w.install(e)
+	tooLargeBody := `{"error":"bad-request","message":"this request is too large for the relay to read"}`
+
+	t.Run("declared length over the cap is refused unread", func(t *testing.T) {
+		big := strings.Repeat("a", MaxBodyBytes+1)
+		expect(t, e.do("POST", "/byollm/claim", nil, []byte(big)), 400, tooLargeBody)
+	})
+	t.Run("chunked body over the cap is refused", func(t *testing.T) {
+		req, err := http.NewRequest("POST", e.srv.URL+"/relay/site/enqueue", io.NopCloser(strings.NewReader(strings.Repeat("b", MaxBodyBytes+10))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = -1 // unknown: sent chunked
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 400 || string(b) != tooLargeBody {
+			t.Fatalf("got %d %s", res.StatusCode, b)
+		}
+	})
+	t.Run("a body at the cap is read", func(t *testing.T) {
+		// Valid JSON padded with whitespace to exactly the cap: it parses,
+		// so it reaches auth.
+		body := `{"protocolVersion":"2"}` + strings.Repeat(" ", MaxBodyBytes-len(`{"protocolVersion":"2"}`))
+		expect(t, e.do("POST", "/byollm/claim", nil, []byte(body)), 401, notSignedBody)
+	})
+	t.Run("unsigned garbage is not signed", func(t *testing.T) {
+		expect(t, e.do("POST", "/byollm/claim?protocolVersion=2", nil, []byte("\x00garbage")), 401, notSignedBody)
+	})
+	t.Run("signed garbage is a schema failure", func(t *testing.T) {
+		body := []byte("{garbage")
+		h := signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", e.now(), body)
+		expect(t, e.do("POST", "/byollm/claim?protocolVersion=2", h, body), 400, schemaBody)
+	})
+	t.Run("signed invalid UTF-8 hashes the replaced text", func(t *testing.T) {
+		raw := []byte("{\"protocolVersion\":\"2\",\"runnerId\":\"runner_alice\",\"capabilities\":[],\"max\":1,\"x\":\"\xff\"}")
+		// The signer signs the WHATWG text (U+FFFD), as a JS client would.
+		h := signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", e.now(), protocol.RequestText(raw))
+		expect(t, e.do("POST", "/byollm/claim", h, raw), 400, schemaBody) // unknown key x
+	})
+	t.Run("a leading BOM is stripped before hashing and parsing", func(t *testing.T) {
+		body := claimJSON(t, "runner_alice", 1)
+		h := signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", e.now(), body)
+		got := e.do("POST", "/byollm/claim", h, append([]byte("\xef\xbb\xbf"), body...))
+		expect(t, got, 200, `{"jobs":[],"leaseMs":60000}`)
+	})
+	t.Run("store limits are a schema failure, not an outage", func(t *testing.T) {
+		body := fetchJSON(t, "runner_alice", "job\u0000x", "lease")
+		expect(t, e.daemonPost(w.alice, "runner_alice", "fetch", body), 400, schemaBody)
+	})
+}
+
+// TestNotReady: before a projection is loaded the planes answer the
+// retryable 503 not-ready; unknown paths still get 404.
+func TestNotReady(t *testing.T) {
+	e := newEnv(t)
+	nr := `{"error":"not-ready","message":"the relay has not loaded its routing projection yet — try again shortly"}`
+	expect(t, e.do("POST", "/byollm/claim", nil, []byte(`{"protocolVersion":"2"}`)), 503, nr)
+	expect(t, e.do("GET", "/relay/site/pending?siteId=a&protocolVersion=2", nil, nil), 503, nr)
+	expect(t, e.do("GET", "/nope", nil, nil), 404, notFoundBody)
+	expect(t, e.do("GET", "/byollm/nope?protocolVersion=2", nil, nil), 404, notFoundBody)
+}
+
+// downStore fails every call, as a store whose Valkey is unreachable does.
+type downStore struct{ *store.Store }
+
+var errDown = errors.New("dial tcp: connection refused")
+
+func (downStore) Presence(context.Context, string) (*store.Presence, error) { return nil, errDown }
+func (downStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
+	return store.Job{}, errDown
+}
+func (downStore) Now(context.Context) (int64, error) { return 0, errDown }
+
+// TestStoreDown: a store failure is a fast, retryable 503 server-error.
+func TestStoreDown(t *testing.T) {
+	base := newEnv(t)
+	w := newWorld(t)
+	e := newEnvOn(t, base.st, func(c *Config) {
+		c.Store = downStore{base.st}
+	})
+	w.install(e)
+	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
+	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 503, down)
+	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))), 503, down)
+}
