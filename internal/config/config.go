@@ -96,7 +96,7 @@ func (c Config) LogAttrs() []any {
 		slog.String("projectionFile", orDash(c.ProjectionFile)),
 		slog.String("updateOffer", orDash(c.UpdateOffer)),
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
-		slog.Duration("sweepInterval", c.SweepInterval),
+		slog.String("sweepInterval", c.SweepInterval.String()),
 		slog.Int("sweepBatch", c.SweepBatch),
 	}
 }

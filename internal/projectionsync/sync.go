@@ -248,12 +248,17 @@ func (s *Sync) Run(ctx context.Context) {
 func (s *Sync) subscribe(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.client.Receive(ctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(valkey.PubSubMessage) {
+		// A connection of its own: on RESP2 (and on the embedded miniredis)
+		// a subscribed connection accepts nothing else, so subscribing on
+		// the shared pipeline would break every other command.
+		dc, release := s.client.Dedicate()
+		err := dc.Receive(ctx, dc.B().Subscribe().Channel(s.channel).Build(), func(valkey.PubSubMessage) {
 			select {
 			case s.kick <- struct{}{}:
 			default:
 			}
 		})
+		release()
 		if ctx.Err() != nil {
 			return
 		}

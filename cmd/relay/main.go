@@ -1,0 +1,252 @@
+// Command relay runs one replica of the BYOLLM relay: the daemon and site
+// planes on RELAY_LISTEN, the admin listener on RELAY_ADMIN_LISTEN, the
+// projection follower and the background sweeper, all sharing one Valkey.
+//
+//	relay [flags]                     serve (see relay -h for every option)
+//	relay projection push|get|status  talk to a running relay's admin listener
+//
+// With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
+// trying it out, but a single replica whose state dies with it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/byollm/relay-go/internal/admin"
+	"github.com/byollm/relay-go/internal/config"
+	"github.com/byollm/relay-go/internal/projectionsync"
+	"github.com/byollm/relay-go/internal/relay"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/sweeper"
+	"github.com/byollm/relay-go/internal/telemetry"
+	"github.com/byollm/relay-go/internal/valkeyconn"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1 // failed while starting or serving
+	exitConfig  = 2 // the configuration was refused
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "projection" {
+		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run serves until ctx ends (SIGINT/SIGTERM), then shuts down gracefully.
+// stdout carries exactly one line, the ready line; logs go to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, getenv, stderr)
+	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relay: %v\n", err)
+		return exitConfig
+	}
+	log := newLogger(cfg, stderr)
+	log.Info("relay starting", cfg.LogAttrs()...)
+	if cfg.AdminListen != "" && cfg.AdminToken == "" {
+		log.Warn("RELAY_ADMIN_TOKEN is not set: the admin listener refuses every request, so the projection can only come from RELAY_PROJECTION_FILE or another replica")
+	}
+	if cfg.VerificationURL == "" {
+		log.Warn("RELAY_VERIFICATION_URL is not set: device-code pairing answers 501, and real daemons pair only that way")
+	}
+
+	if err := serve(ctx, cfg, log, stdout); err != nil {
+		log.Error("relay stopped", slog.Any("err", err))
+		return exitRuntime
+	}
+	log.Info("relay stopped")
+	return exitOK
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
+	// Background work runs until shutdown has drained the listeners, not
+	// merely until the signal, so in-flight requests still find the store.
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+
+	client, closeStore, embedded, err := valkeyconn.Open(bg, cfg.ValkeyURL, log)
+	if err != nil {
+		return fmt.Errorf("open the store: %w", err)
+	}
+	defer closeStore()
+	// valkeyconn has said loudly that an embedded store is not durable; the
+	// ready line repeats embedded=true.
+
+	st, err := store.New(bg, client, store.Options{
+		Namespace: cfg.Namespace,
+		Logger:    log,
+		OnChurn: func(r store.ChurnReport) {
+			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+
+	proj := projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
+	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelStart()
+	if err := proj.Refresh(startCtx); err != nil {
+		return fmt.Errorf("load the projection from Valkey: %w", err)
+	}
+	var file *projectionsync.FileSource
+	if cfg.ProjectionFile != "" {
+		file = projectionsync.NewFileSource(proj, cfg.ProjectionFile, log)
+		res, err := file.Push(startCtx)
+		if err != nil {
+			// At start a bad file is fatal: the operator is watching now,
+			// and the projection already in Valkey stays untouched.
+			return err
+		}
+		log.Info("projection file pushed", slog.String("file", cfg.ProjectionFile),
+			slog.Int64("version", res.Version), slog.Bool("changed", res.Changed))
+	}
+
+	planes, err := relay.New(relay.Config{
+		Store:           st,
+		Projection:      proj,
+		BasePath:        cfg.BasePath,
+		LeaseMs:         cfg.LeaseMs,
+		VerificationURL: cfg.VerificationURL,
+		Debug:           cfg.Debug,
+		UpdateOffer:     cfg.UpdateOffer,
+		DaemonFloor:     cfg.DaemonFloor,
+		Logger:          log,
+	})
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+
+	planeLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on RELAY_LISTEN %s: %w", cfg.Listen, err)
+	}
+	servers := []*namedServer{{name: "planes", ln: planeLn, srv: &http.Server{
+		Handler:           planes.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute, // a 13 MiB envelope over a slow link
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}}}
+	adminAddr := ""
+	if cfg.AdminListen != "" {
+		adminLn, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			planeLn.Close()
+			return fmt.Errorf("listen on RELAY_ADMIN_LISTEN %s: %w", cfg.AdminListen, err)
+		}
+		adminAddr = adminLn.Addr().String()
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, MaxBody: cfg.AdminMaxBody, Logger: log})
+		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
+			Handler:           adm,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       time.Minute,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}})
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); proj.Run(bg) }()
+	if file != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); file.Watch(bg, time.Second) }()
+	}
+	if cfg.SweepInterval > 0 {
+		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: log})
+		wg.Add(1)
+		go func() { defer wg.Done(); sw.Run(bg) }()
+	}
+	defer wg.Wait()
+	defer stopBackground()
+
+	failed := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("%s listener: %w", s.name, err)
+			}
+		}()
+	}
+	log.Info("relay ready", slog.String("listen", planeLn.Addr().String()), slog.String("admin", orOff(adminAddr)),
+		slog.Bool("embedded", embedded), slog.Bool("durable", !embedded))
+	// One machine-readable line on stdout, the same shape as the reference
+	// host's (test/reference/server.mjs), for harnesses that bind port 0.
+	ready, _ := json.Marshal(map[string]any{"ready": true, "listen": planeLn.Addr().String(), "admin": adminAddr, "pid": os.Getpid()})
+	fmt.Fprintf(stdout, "%s\n", ready)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", slog.Duration("timeout", cfg.ShutdownTimeout))
+	case serveErr = <-failed:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	var sg sync.WaitGroup
+	for _, s := range servers {
+		sg.Add(1)
+		go func() {
+			defer sg.Done()
+			if err := s.srv.Shutdown(shutdownCtx); err != nil {
+				log.Warn("graceful shutdown cut short; closing connections", slog.String("listener", s.name), slog.Any("err", err))
+				s.srv.Close()
+			}
+		}()
+	}
+	sg.Wait()
+	return serveErr
+}
+
+type namedServer struct {
+	name string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s
+}
+
+// newLogger writes text on a terminal and JSON otherwise, unless
+// RELAY_LOG_FORMAT says which.
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	jsonFormat := cfg.LogFormat == "json"
+	if cfg.LogFormat == "auto" {
+		jsonFormat = !isTerminal(w)
+	}
+	return telemetry.NewLogger(w, jsonFormat, cfg.LogLevel)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
