@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -444,5 +446,31 @@ func TestMergeDocs(t *testing.T) {
 				t.Fatalf("got %s (%v), want %s", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestEmbeddedBackend runs the follower on the embedded miniredis, where a
+// subscribed connection accepts nothing else: the subscription must not
+// take the shared connection down with it.
+func TestEmbeddedBackend(t *testing.T) {
+	ctx := context.Background()
+	c, closeFn, embedded, err := valkeyconn.Open(ctx, "", quiet)
+	if err != nil || !embedded {
+		t.Fatalf("embedded open: %v %v", embedded, err)
+	}
+	defer closeFn()
+	writer := New(c, Options{Namespace: "byollm", Logger: quiet})
+	reader := follower(t, c, "byollm")
+	time.Sleep(100 * time.Millisecond) // let the subscription settle
+	for i := 1; i <= 3; i++ {
+		owner := fmt.Sprintf("owner-%d", i)
+		res, err := writer.Replace(ctx, []byte(fixture(consent(owner, false))))
+		if err != nil || res.Version != int64(i) {
+			t.Fatalf("Replace on the embedded store: %+v %v", res, err)
+		}
+		waitFor(t, time.Second, func() bool { return mayRoute(reader.Current(), owner) })
+	}
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		t.Fatalf("the shared connection is unusable after subscribing: %v", err)
 	}
 }
