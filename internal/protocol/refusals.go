@@ -274,13 +274,43 @@ func DescribeBytes(bytes int) string {
 }
 
 // EnvelopeBytes is the envelope's size as the reference measures it: the
-// UTF-16 length of JSON.stringify of the parsed envelope.
+// UTF-16 length of JSON.stringify of the parsed envelope. It is counted, not
+// built, so a 6 MiB envelope is not copied to be measured.
 func EnvelopeBytes(env SealedEnvelope) int {
-	return jsonUTF16Len(MustMarshal(env))
+	// {"ciphertext":,"recipientKeyId":,"senderKeyId":,"direction":,"deadlineAt":}
+	const fixed = 75
+	return fixed + JSONStringLen(env.Ciphertext) + JSONStringLen(env.RecipientKeyID) +
+		JSONStringLen(env.SenderKeyID) + JSONStringLen(env.Direction) +
+		len(JSNumberString(float64(env.DeadlineAt)))
 }
 
-// jsonUTF16Len is the JS .length of JSON text produced by Marshal: escapes
-// are ASCII, so only raw non-ASCII needs decoding.
-func jsonUTF16Len(b []byte) int {
-	return UTF16Len(string(b))
+// JSONStringLen is the UTF-16 length of JSON.stringify(s), quotes included.
+func JSONStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < 0x80 {
+			i++
+			switch {
+			case c == '"' || c == '\\' || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
+				n += 2
+			case c < 0x20:
+				n += 6
+			default:
+				n++
+			}
+			continue
+		}
+		r, w := decodeWTF8(s[i:])
+		i += w
+		switch {
+		case r >= 0xd800 && r <= 0xdfff:
+			n += 6 // a lone surrogate is escaped
+		case r > 0xffff:
+			n += 2
+		default:
+			n++ // includes U+FFFD written for an invalid byte
+		}
+	}
+	return n
 }

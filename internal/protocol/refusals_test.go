@@ -1,7 +1,7 @@
 package protocol
 
 import (
-	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -168,7 +168,6 @@ func TestParseQuery(t *testing.T) {
 			}
 		}
 	}
-	_ = url.Values{}
 }
 
 func TestEnvelopeBytesAndDescribe(t *testing.T) {
@@ -243,5 +242,17 @@ func TestUpdateOfferAndFloor(t *testing.T) {
 	}
 	if BelowFloorCheck("garbage", "0.1.1") != nil || BelowFloorCheck("0.1.1", "0.1.1") != nil || BelowFloorCheck("0.0.1", "") != nil {
 		t.Error("refused what passes the floor")
+	}
+}
+
+// EnvelopeBytes counts without serialising; it must equal the length of
+// what Marshal writes for every kind of character.
+func TestEnvelopeBytesMatchesMarshal(t *testing.T) {
+	texts := []string{"", "a", "\"\\/", "\b\t\n\f\r\x00\x1f\x7f", "é€😀", "\xed\xa0\x80", "\xed\xb0\x80x", "\xff", "\u2028<>&", strings.Repeat("😀x", 1000)}
+	for _, s := range texts {
+		env := SealedEnvelope{Ciphertext: s, RecipientKeyID: s + "r", SenderKeyID: "s" + s, Direction: "result", DeadlineAt: MaxSafeInteger}
+		if got, want := EnvelopeBytes(env), UTF16Len(string(MustMarshal(env))); got != want {
+			t.Errorf("EnvelopeBytes(%q) = %d, marshalled length %d", s, got, want)
+		}
 	}
 }
