@@ -1,0 +1,133 @@
+package sweeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
+)
+
+// TestReplicasSweepingOneStore: several replicas' sweepers on one Valkey
+// namespace settle every overdue job exactly once between them.
+func TestReplicasSweepingOneStore(t *testing.T) {
+	ctx := context.Background()
+	u := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if u == "" {
+		u = "redis://127.0.0.1:6379/0"
+	}
+	c, closeFn, _, err := valkeyconn.Open(ctx, u, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	b := make([]byte, 6)
+	rand.Read(b)
+	ns := "sweeptest-" + hex.EncodeToString(b)
+
+	const replicas, expiring, leased = 3, 240, 10
+	stores := make([]*store.Store, replicas)
+	for i := range stores {
+		if stores[i], err = store.New(ctx, c, store.Options{Namespace: ns, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(stores[0].KeyPattern()).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return
+			}
+			if len(e.Elements) > 0 {
+				c.Do(ctx, c.B().Del().Key(e.Elements...).Build())
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				return
+			}
+		}
+	})
+
+	now, err := stores[0].Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(id string, deadline int64) {
+		t.Helper()
+		stub := protocol.JobStub{ID: id, Kind: "llm.generate", Owner: "alice", Site: "BYOLLM-TEST-SITE-KEY-ID",
+			Audience: "private", SizeClass: "small", DeadlineAt: deadline}
+		if _, err := stores[0].Enqueue(ctx, store.EnqueueInput{ID: id, SiteID: "site-1", Stub: stub}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Jobs whose deadline passes, and long-lived jobs of which the claim
+	// takes the first two (the unsealed cap) and never seals them.
+	for i := range leased {
+		enqueue(fmt.Sprintf("l%03d", i), now+3_600_000)
+	}
+	for i := range expiring {
+		enqueue(fmt.Sprintf("x%03d", i), now+5_000)
+	}
+	claimed, err := stores[0].Claim(ctx, store.ClaimInput{RunnerID: "runner-1", Owner: "alice",
+		Device: protocol.PublicIdentity{Identity: "aWQ", Encryption: "ZW5j", EncryptionSig: "c2ln"},
+		Routes: []store.Route{{SiteID: "site-1", Owner: "alice"}}, Kinds: []string{"llm.generate"},
+		Max: expiring + leased, LeaseMs: 1_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claimed %d", len(claimed))
+	// Every replica's clock jumps past the deadlines and leases.
+	for _, s := range stores {
+		s.SetClockOffsetForTests(20_000)
+	}
+
+	sweepers := make([]*Sweeper, replicas)
+	var wg sync.WaitGroup
+	for i := range sweepers {
+		sweepers[i] = New(stores[i], Options{Batch: 16, Budget: time.Second, Logger: quiet})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if err := sweepers[i].Tick(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	var total Stats
+	for _, sw := range sweepers {
+		s := sw.Stats()
+		total.Requeued += s.Requeued
+		total.Removed += s.Removed
+		t.Logf("replica: %+v", s)
+	}
+	jobs, err := stores[0].Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each overdue job settled exactly once across the replicas: the
+	// expired ones removed, the two unsealed claims requeued.
+	if len(claimed) != 2 || total.Removed != expiring || total.Requeued != 2 || len(jobs) != leased {
+		t.Fatalf("claimed %d; requeued %d, removed %d, %d jobs left; want 2; 2, %d, %d",
+			len(claimed), total.Requeued, total.Removed, len(jobs), expiring, leased)
+	}
+	for _, j := range jobs {
+		if j.State != store.StateQueued {
+			t.Fatalf("job %s still %s after the sweep", j.ID, j.State)
+		}
+	}
+	if _, more, err := stores[0].SweepBatch(ctx, 100); err != nil || more {
+		t.Fatalf("something still due: more=%v err=%v", more, err)
+	}
+}
