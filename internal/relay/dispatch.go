@@ -47,6 +47,9 @@ func (r *Relay) serve(c echo.Context) (err error) {
 		// The store's own limits (no U+0000 in ids, id and blob sizes) act
 		// as one more schema rule: a client error, never retryable.
 		rep = schemaFailed
+	case errors.Is(herr, context.Canceled):
+		// The client hung up; nobody reads this answer.
+		rep = storeDown
 	default:
 		r.log.Warn("relay: store unavailable", "err", herr, "path", hr.URL.Path)
 		rep = storeDown
@@ -75,8 +78,9 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		return r.debugPage(req)
 	}
 
-	// 2. Body, only for POST, bounded before it is read.
-	if hr.Method == http.MethodPost {
+	// 2. Body, only for POST (Fetch upper-cases the standard methods, so
+	// "post" counts), bounded before it is read.
+	if strings.EqualFold(hr.Method, http.MethodPost) {
 		raw, tooBig, err := readBody(hr)
 		if tooBig {
 			return bodyTooLarge, nil

@@ -60,6 +60,7 @@ func TestDispatch(t *testing.T) {
 		{"method never checked (GET claim)", "GET", "/byollm/claim?protocolVersion=2", nil, 401, notSignedBody},
 		{"method never checked (POST pending)", "POST", "/relay/site/pending?protocolVersion=2", nil, 401, notSignedBody},
 		{"PUT body is not read", "PUT", "/byollm/claim", v2, 400, noVersionBody},
+		{"lower-case post is POST", "post", "/byollm/claim", v2, 401, notSignedBody},
 		{"every daemon endpoint exists: pair", "POST", "/byollm/pair", v2, 400, `{"error":"bad-request","message":"pair request failed schema validation"}`},
 		{"fetch", "POST", "/byollm/fetch", v2, 401, notSignedBody},
 		{"result", "POST", "/byollm/result", v2, 401, notSignedBody},

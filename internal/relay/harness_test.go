@@ -45,7 +45,7 @@ func (s *projSource) Current() *projection.Projection { return s.p.Load() }
 func (s *projSource) set(p *projection.Projection)    { s.p.Store(p) }
 
 // newValkey connects to the test Valkey and registers cleanup.
-func newValkey(t *testing.T) valkey.Client {
+func newValkey(t testing.TB) valkey.Client {
 	t.Helper()
 	opt, err := valkey.ParseURL(valkeyURL())
 	if err != nil {
@@ -70,7 +70,7 @@ func randomHex(n int) string {
 
 // newStore opens a store in a fresh namespace whose keys are deleted after
 // the test.
-func newStore(t *testing.T, c valkey.Client, ns string) *store.Store {
+func newStore(t testing.TB, c valkey.Client, ns string) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.New(ctx, c, store.Options{Namespace: ns})
@@ -101,7 +101,7 @@ func dropKeys(c valkey.Client, pattern string) {
 
 // env is one relay under test.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	st    *store.Store
 	proj  *projSource
 	relay *Relay
@@ -110,7 +110,7 @@ type env struct {
 
 type envOption func(*Config)
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	c := newValkey(t)
 	st := newStore(t, c, "relaytest-"+randomHex(6))
@@ -118,7 +118,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 }
 
 // newEnvOn builds a relay over an existing store (a second replica).
-func newEnvOn(t *testing.T, st *store.Store, opts ...envOption) *env {
+func newEnvOn(t testing.TB, st *store.Store, opts ...envOption) *env {
 	t.Helper()
 	ps := &projSource{}
 	cfg := Config{
@@ -162,7 +162,7 @@ type keys struct {
 	id   protocol.PublicIdentity
 }
 
-func newKeys(t *testing.T) keys {
+func newKeys(t testing.TB) keys {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -190,7 +190,7 @@ type resp struct {
 	body   []byte
 }
 
-func (r resp) json(t *testing.T) map[string]any {
+func (r resp) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -252,7 +252,7 @@ func (e *env) siteGet(k keys, site, endpoint, siteIDParam string) resp {
 	return e.do("GET", "/relay/site/"+endpoint+"?siteId="+siteIDParam+"&protocolVersion=2", h, nil)
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := protocol.Marshal(v)
 	if err != nil {
@@ -261,7 +261,7 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-func expect(t *testing.T, got resp, status int, body string) {
+func expect(t testing.TB, got resp, status int, body string) {
 	t.Helper()
 	if got.status != status || string(got.body) != body {
 		t.Fatalf("got %d %s\nwant %d %s", got.status, got.body, status, body)
@@ -281,7 +281,7 @@ type world struct {
 	fx           projection.Fixture
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	w := &world{siteA: newKeys(t), siteB: newKeys(t), alice: newKeys(t), bob: newKeys(t)}
 	w.fx = projection.Fixture{
@@ -319,7 +319,7 @@ type claimBody struct {
 	Max             int                   `json:"max"`
 }
 
-func claimJSON(t *testing.T, runner string, max int) []byte {
+func claimJSON(t testing.TB, runner string, max int) []byte {
 	return mustJSON(t, claimBody{"2", runner, []protocol.Capability{chatCapability}, max})
 }
 
@@ -331,7 +331,7 @@ type heartbeatBody struct {
 	ActiveLeases    []protocol.GrantRef   `json:"activeLeases"`
 }
 
-func heartbeatJSON(t *testing.T, runner, version string, leases ...protocol.GrantRef) []byte {
+func heartbeatJSON(t testing.TB, runner, version string, leases ...protocol.GrantRef) []byte {
 	if leases == nil {
 		leases = []protocol.GrantRef{}
 	}
@@ -345,7 +345,7 @@ type holderBody struct {
 	LeaseID         string `json:"leaseId"`
 }
 
-func fetchJSON(t *testing.T, runner, job, lease string) []byte {
+func fetchJSON(t testing.TB, runner, job, lease string) []byte {
 	return mustJSON(t, holderBody{"2", runner, job, lease})
 }
 
@@ -358,7 +358,7 @@ type resultBody struct {
 	Disposition     string                  `json:"disposition"`
 }
 
-func resultJSON(t *testing.T, runner, job, lease string, env protocol.SealedEnvelope) []byte {
+func resultJSON(t testing.TB, runner, job, lease string, env protocol.SealedEnvelope) []byte {
 	return mustJSON(t, resultBody{"2", runner, job, lease, env, "ok"})
 }
 
@@ -369,7 +369,7 @@ type releaseBody struct {
 	Reason          string              `json:"reason"`
 }
 
-func releaseJSON(t *testing.T, runner, reason string, leases ...protocol.GrantRef) []byte {
+func releaseJSON(t testing.TB, runner, reason string, leases ...protocol.GrantRef) []byte {
 	return mustJSON(t, releaseBody{"2", runner, leases, reason})
 }
 
@@ -386,7 +386,7 @@ func (e *env) stub(id, owner string, site keys) protocol.JobStub {
 	}
 }
 
-func enqueueJSON(t *testing.T, siteID string, stub protocol.JobStub) []byte {
+func enqueueJSON(t testing.TB, siteID string, stub protocol.JobStub) []byte {
 	return mustJSON(t, enqueueBody{"2", siteID, stub})
 }
 
@@ -397,7 +397,7 @@ type payloadBody struct {
 	Envelope        protocol.SealedEnvelope `json:"envelope"`
 }
 
-func payloadJSON(t *testing.T, siteID, job string, env protocol.SealedEnvelope) []byte {
+func payloadJSON(t testing.TB, siteID, job string, env protocol.SealedEnvelope) []byte {
 	return mustJSON(t, payloadBody{"2", siteID, job, env})
 }
 
@@ -407,7 +407,7 @@ type cancelBody struct {
 	JobID           string `json:"jobId"`
 }
 
-func cancelJSON(t *testing.T, siteID, job string) []byte {
+func cancelJSON(t testing.TB, siteID, job string) []byte {
 	return mustJSON(t, cancelBody{"2", siteID, job})
 }
 
