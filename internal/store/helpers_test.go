@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -363,4 +364,37 @@ func equalStrings(t *testing.T, what string, got, want []string) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("%s = %q, want %q", what, got, want)
 	}
+}
+
+// frozenBackend is a private miniredis whose clock stands still at T, for
+// the exact clock arithmetic of store.md §7.3 (a real server's TIME moves).
+func frozenBackend(t testing.TB, at time.Time) (backend, *miniredis.Miniredis) {
+	t.Helper()
+	srv := miniredis.RunT(t)
+	srv.SetTime(at)
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("frozen backend: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return backend{"frozen", c}, srv
+}
+
+// churnLog collects OnChurn reports.
+type churnLog struct {
+	mu      sync.Mutex
+	reports []ChurnReport
+}
+
+func (c *churnLog) add(r ChurnReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reports = append(c.reports, r)
+}
+
+func (c *churnLog) all(s *Store) []ChurnReport {
+	s.churnWG.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.reports)
 }

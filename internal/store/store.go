@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -112,6 +113,7 @@ type Store struct {
 	log     *slog.Logger
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
+	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
 }
 
 // readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
@@ -271,7 +273,9 @@ func (s *Store) fireChurn(reports []ChurnReport) {
 		return
 	}
 	for _, r := range reports {
+		s.churnWG.Add(1)
 		go func(r ChurnReport) {
+			defer s.churnWG.Done()
 			defer func() {
 				if p := recover(); p != nil {
 					s.log.Error("store: OnChurn panicked", "site", r.SiteID, "owner", r.Owner, "panic", p)

@@ -1,0 +1,93 @@
+// Package store is the relay's routing store and pairing-code store, kept in
+// Valkey so that any number of relay replicas share one truth. It reproduces
+// the semantics of @byollm/relay@0.1.1's RelayState and PairingCodes
+// (shared/spec/store.md) and passes the published store contract.
+//
+// # Atomicity
+//
+// Every operation is one Lua script (lua/*.lua, one file per operation,
+// helpers in lua/lib/), run with EVALSHA and reloaded on NOSCRIPT. A script
+// is a decision and its write: no caller reads, decides and writes back. So
+// two replicas racing claims can never grant one job twice or overrun the
+// unsealed cap, and concurrent sweepers settle each due job exactly once
+// (each settle re-reads the job record inside the script; the due index is
+// only a candidate filter).
+//
+// # Clock
+//
+// Valkey TIME is the only clock: now = sec*1000 + floor(usec/1000) + offset,
+// read once per script. offset is 0 in production; tests move it with
+// SetClockOffsetForTests / AdvanceClockForTests. Lease ids are UUID v4 minted
+// in Go from crypto/rand and passed to the claim script.
+//
+// # Key layout (store.md §9.3, mode G: one slot)
+//
+// Every key starts with "<ns>:{<ns>}:" (ns = Options.Namespace, default
+// "byollm"), so all keys share one hash tag: one cluster slot, every script
+// single-slot, exact global FIFO. Variable key parts are base64url without
+// padding, written ⟨x⟩ below: they contain no ':', '{', '}' or ';', so any
+// site id, job id, owner, runner or kind yields an unambiguous key. A job's
+// member in cross-site indexes is m = ⟨S⟩:⟨J⟩.
+//
+//	j:⟨S⟩:⟨J⟩              HASH  the job (fields below)
+//	j:⟨S⟩:⟨J⟩:ref          ZSET  refusedBy: runner -> position (refusal order)
+//	j:⟨S⟩:⟨J⟩:ra           HASH  retryAfter: runner -> ms (caller's clock)
+//	seq                    STR   INCR counter: first-enqueue order
+//	all                    ZSET  m -> seq, every job (Jobs)
+//	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
+//	                             not quarantined; per site, job owner, kind,
+//	                             audience (the ready queues)
+//	sq:⟨S⟩:⟨O⟩:⟨R⟩         ZSET  ⟨J⟩ -> seq: queued, not cancelled, reofferTo=R
+//	bad                    ZSET  m -> seq: queued jobs whose stub failed strict
+//	                             validation at claim (quarantine, §3.5)
+//	uns:⟨S⟩:⟨O⟩            SET   ⟨J⟩ of the pair's awaiting-payload jobs (the cap)
+//	aw:⟨S⟩                 ZSET  ⟨J⟩ -> seq: awaiting-payload jobs (Awaiting)
+//	fin:⟨S⟩                ZSET  ⟨J⟩ -> seq: done jobs (Finished)
+//	due                    ZSET  m -> next instant settle could act: the
+//	                             minimum of the deadline, awaitingUntil (when
+//	                             awaiting) and the lease expiry (ready, running)
+//	lease                  HASH  leaseId -> m: current grants, done included
+//	held:⟨R⟩               ZSET  m -> seq: jobs R holds, done included
+//	hid:⟨R⟩                ZSET  "⟨J⟩:⟨S⟩" -> 0: the bare-id probe of §2.0;
+//	                             ZRANGEBYLEX [⟨J⟩: (⟨J⟩; answers "does R hold
+//	                             some job with bare id J"
+//	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds
+//	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
+//	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
+//	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
+//	                             withheld (raw JSON), lastSeenAt
+//	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
+//	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
+//	                             expiresAt, code -> identity, code -> user code,
+//	                             identity -> code, user code -> code
+//
+// Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
+// wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a
+// script can rebuild a discovered job's index keys); while claimed: cr, ecr
+// (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
+// id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
+// (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
+// bad (quarantined). Blobs are stored as the exact bytes Go produced; Lua
+// never re-encodes them (cjson is used only to validate stubs).
+//
+// Indexes hold memberships, never counters: the unsealed cap is the size of
+// uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
+// entry a script finds disagreeing with the record is repaired.
+//
+// # Scaling properties
+//
+// Claim opens only the queues of its routes × kinds (private only for the
+// device owner's own routes) plus one sticky queue per route, and merges them
+// by seq: its cost is O(routes·kinds·log n + grants + skipped), independent of
+// jobs queued on other routes. Before choosing, claim settles what is due: up
+// to ClaimSettleBudget due jobs inside its own script; when more are due it
+// writes nothing, Go drains them with Sweep (batches of SweepBatch) and runs
+// claim again. Sweep reads the due index with ZRANGEBYSCORE -inf now LIMIT 0
+// SweepBatch per script and loops while more are due, so an idle sweep costs
+// O(log n). take, complete, release, renew and seal settle the job they touch
+// first (store.md §9.8), answering as if a sweep had just run.
+//
+// Churn reports (OnChurn) are decided inside the sweeping script against
+// state in Valkey, so at most one report per pair per hour leaves the whole
+// fleet; the callback runs after the script, on its own goroutine.
+package store

@@ -1,0 +1,108 @@
+package store
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+// PairingCodes (store.md §6) on both backends.
+func TestPairing(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(h *h, exp int64)
+	}{
+		{"stores, finds by either code, and drops", func(h *h, exp int64) {
+			p := pending("dc-1", "ABCD-EFGH", "id-1", exp)
+			h.put(p, true)
+			got, err := h.s.PairingByDeviceCode(h.ctx, "dc-1")
+			if err != nil || !reflect.DeepEqual(got, &p) {
+				h.t.Fatalf("by device code %+v %v", got, err)
+			}
+			got, _ = h.s.PairingByUserCode(h.ctx, "  abcd-efgh ")
+			if !reflect.DeepEqual(got, &p) {
+				h.t.Fatalf("by user code %+v", got)
+			}
+			if err := h.s.DropPairing(h.ctx, "dc-1"); err != nil {
+				h.t.Fatal(err)
+			}
+			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-1"); got != nil {
+				h.t.Fatal("dropped code still found")
+			}
+			if got, _ := h.s.PairingByUserCode(h.ctx, "ABCD-EFGH"); got != nil {
+				h.t.Fatal("dropped user code still found")
+			}
+		}},
+		{"refuses at capacity", func(h *h, exp int64) {
+			for i := range 3 {
+				h.put(pending(fmt.Sprint("dc-", i), fmt.Sprint("CODE-000", i), fmt.Sprint("id-", i), exp), true)
+			}
+			h.put(pending("dc-x", "CODE-XXXX", "id-x", exp), false)
+			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-x"); got != nil {
+				h.t.Fatal("refused pairing stored")
+			}
+		}},
+		{"expiry frees capacity: no latch", func(h *h, exp int64) {
+			for i := range 3 {
+				h.put(pending(fmt.Sprint("dc-", i), fmt.Sprint("CODE-000", i), fmt.Sprint("id-", i), exp), true)
+			}
+			h.s.AdvanceClockForTests(PairingCodeTTLMs + 1)
+			h.put(pending("dc-x", "CODE-XXXX", "id-x", exp+PairingCodeTTLMs+1), true)
+			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-0"); got != nil {
+				h.t.Fatal("expired code found")
+			}
+		}},
+		{"one code per keypair: the old code disappears from both lookups", func(h *h, exp int64) {
+			h.put(pending("dc-old", "OLDC-ODE1", "id-1", exp), true)
+			h.put(pending("dc-new", "NEWC-ODE1", "id-1", exp), true)
+			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-old"); got != nil {
+				h.t.Fatal("old device code found")
+			}
+			if got, _ := h.s.PairingByUserCode(h.ctx, "OLDC-ODE1"); got != nil {
+				h.t.Fatal("old user code found")
+			}
+			if got, _ := h.s.PairingByUserCode(h.ctx, "NEWC-ODE1"); got == nil || got.DeviceCode != "dc-new" {
+				h.t.Fatalf("new code %+v", got)
+			}
+		}},
+		{"a repeating device cannot use up the capacity; re-pairing needs no free slot", func(h *h, exp int64) {
+			h.put(pending("dc-a", "AAAA-AAAA", "id-a", exp), true)
+			h.put(pending("dc-b", "BBBB-BBBB", "id-b", exp), true)
+			for i := range 10 {
+				h.put(pending(fmt.Sprint("dc-c", i), fmt.Sprint("CCCC-000", i), "id-c", exp), true)
+			}
+			h.put(pending("dc-d", "DDDD-DDDD", "id-d", exp), false)
+		}},
+		{"a colliding user code keeps the first live holder", func(h *h, exp int64) {
+			h.put(pending("dc-1", "SAME-CODE", "id-1", exp), true)
+			h.put(pending("dc-2", "SAME-CODE", "id-2", exp), true)
+			if got, _ := h.s.PairingByUserCode(h.ctx, "same-code"); got == nil || got.DeviceCode != "dc-1" {
+				h.t.Fatalf("got %+v", got)
+			}
+		}},
+		{"unknown codes answer nothing", func(h *h, exp int64) {
+			if got, err := h.s.PairingByDeviceCode(h.ctx, "never"); got != nil || err != nil {
+				h.t.Fatalf("%+v %v", got, err)
+			}
+			if got, err := h.s.PairingByUserCode(h.ctx, "NEVE-RXXX"); got != nil || err != nil {
+				h.t.Fatalf("%+v %v", got, err)
+			}
+		}},
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				h := newH(t, b, Options{PairingCapacity: 3})
+				c.run(h, h.now()+PairingCodeTTLMs)
+			})
+		}
+	})
+}
+
+func (h *h) put(p PendingPairing, want bool) {
+	h.t.Helper()
+	ok, err := h.s.PutPairing(h.ctx, p)
+	if err != nil || ok != want {
+		h.t.Fatalf("put %s = %v %v, want %v", p.DeviceCode, ok, err, want)
+	}
+}
