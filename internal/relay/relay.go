@@ -4,6 +4,26 @@
 // (shared/spec/wire.md). It holds no routing state of its own: every decision
 // is one store operation (internal/store, atomic in Valkey), and every policy
 // question is answered by the current projection (internal/projection).
+//
+// Deliberate departures from 0.1.1, each closing a trap of wire.md §17 that
+// no client depends on, or covering what a shared deployment adds:
+//   - The projection decides a runner's key and existence (§17.10): a
+//     device deleted from the projection is "not recognised" and a re-keyed
+//     device must sign with its new key, whatever presence has cached.
+//   - /debug is per-site (§17.29): the named site's jobs and the devices
+//     whose owner holds a consent for that site, nothing else.
+//   - updateTo never offers a version at or below the daemon's (§17.33).
+//   - POST bodies are capped at MaxBodyBytes before reading: 400
+//     {"error":"bad-request","message":"this request is too large for the relay to read"}.
+//   - Until a projection is loaded the planes answer 503
+//     {"error":"not-ready",...}; when the store fails, 503
+//     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
+//   - A store input refusal (store.ErrInvalidInput: U+0000 in an id, an id
+//     or blob over the store's limits) is the schema refusal, and on enqueue
+//     row 32 "that stub was not accepted".
+//   - No grant author and no satisfiable callback are configured, so claims
+//     carry no grant, pairs carry no controlPlanePublic, and enqueue refuses
+//     nothing for satisfiability (rows 28-31 never occur).
 package relay
 
 import (
