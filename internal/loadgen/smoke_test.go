@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,12 +90,7 @@ func startGoRelays(ctx context.Context, t *testing.T, n int) []*reference.Server
 	if valkeyURL == "" {
 		valkeyURL = "redis://127.0.0.1:6379/0"
 	}
-	bin := filepath.Join(t.TempDir(), "relay")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/relay")
-	build.Dir = moduleRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
-	}
+	bin := buildRelay(ctx, t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	namespace := "loadgen-smoke-" + hex.EncodeToString(b[:])
@@ -118,6 +115,43 @@ func startGoRelays(ctx context.Context, t *testing.T, n int) []*reference.Server
 		out = append(out, s)
 	}
 	return out
+}
+
+var relayBuild struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildRelay builds cmd/relay once per test binary.
+func buildRelay(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	relayBuild.once.Do(func() {
+		relayBuild.dir, relayBuild.err = os.MkdirTemp("", "loadgen-relay-")
+		if relayBuild.err != nil {
+			return
+		}
+		relayBuild.bin = filepath.Join(relayBuild.dir, "relay")
+		build := exec.CommandContext(ctx, "go", "build", "-o", relayBuild.bin, "./cmd/relay")
+		build.Dir = moduleRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			relayBuild.err = fmt.Errorf("go build ./cmd/relay: %w\n%s", err, out)
+		}
+	})
+	if relayBuild.err != nil {
+		t.Fatal(relayBuild.err)
+	}
+	return relayBuild.bin
+}
+
+// TestMain removes the relay binary built for the smoke test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if relayBuild.dir != "" {
+		_ = os.RemoveAll(relayBuild.dir)
+	}
+	os.Exit(code)
 }
 
 func moduleRoot(t *testing.T) string {
