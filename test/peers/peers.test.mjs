@@ -31,17 +31,24 @@ import {
 /** Requests a peer made, summarised by endpoint and status, for the figures. */
 function summarize(...logs) {
   const byStatus = {};
+  const latency = {};
   let total = 0;
   let transport = 0;
   for (const log of logs) {
     for (const r of log) {
       total += 1;
+      if (r.doneAt > 0) (latency[r.endpoint] ??= []).push(r.doneAt - r.sentAt);
       const key = r.error !== undefined ? `${r.endpoint}:neterr` : r.proxyError ? `${r.endpoint}:proxy502` : `${r.endpoint}:${r.status}`;
       if (r.error !== undefined || r.proxyError || r.status >= 500) transport += 1;
       byStatus[key] = (byStatus[key] ?? 0) + 1;
     }
   }
-  return { total, transportErrors: transport, byStatus };
+  const ms = {};
+  for (const [endpoint, xs] of Object.entries(latency)) {
+    xs.sort((a, b) => a - b);
+    ms[endpoint] = { p50: xs[Math.floor(xs.length / 2)], p95: xs[Math.floor(xs.length * 0.95)], max: xs[xs.length - 1] };
+  }
+  return { total, transportErrors: transport, byStatus, latencyMs: ms };
 }
 
 /** Every grant a daemon received, from its own recorded claim responses. */
