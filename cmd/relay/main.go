@@ -44,6 +44,9 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// After the first signal, restore the default action so a second
+	// Ctrl-C ends a shutdown that is taking too long.
+	go func() { <-ctx.Done(); stop() }()
 	if len(os.Args) > 1 && os.Args[1] == "projection" {
 		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}

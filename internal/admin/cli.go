@@ -47,7 +47,8 @@ func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs := flag.NewFlagSet("relay projection", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	adminURL := fs.String("admin", defaultAdminURL(getenv), "admin listener base URL")
-	token := fs.String("token", getenv("RELAY_ADMIN_TOKEN"), "admin bearer token (default $RELAY_ADMIN_TOKEN)")
+	// The default is resolved after parsing so -h never prints the token.
+	token := fs.String("token", "", "admin bearer token (default $RELAY_ADMIN_TOKEN)")
 	merge := fs.Bool("merge", false, "push: upsert the file's records instead of replacing the projection")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
@@ -81,6 +82,9 @@ func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	base, err := url.Parse(strings.TrimRight(*adminURL, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return fail("--admin %q is not an http(s) URL; e.g. http://127.0.0.1:8081", *adminURL)
+	}
+	if *token == "" {
+		*token = getenv("RELAY_ADMIN_TOKEN")
 	}
 	if *token == "" {
 		return fail("no token: set RELAY_ADMIN_TOKEN or pass --token")

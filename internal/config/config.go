@@ -21,7 +21,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -391,23 +390,20 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	return c, nil
 }
 
-// Usage writes the option table: flag, variable, default and meaning.
+// Usage writes the option list: flag, variable, default and meaning.
 func Usage(out io.Writer) {
-	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get [flags] [FILE]   (relay projection -h)\n\n")
-	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable.\n\n")
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n\n")
+	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable, and an empty variable counts as unset.\n\n")
 	for _, o := range options {
 		def := o.def
 		if def == "" {
-			def = "(unset)"
+			def = "unset"
 		}
-		fmt.Fprintf(tw, "  -%s\t%s\t%s\n", o.flag, o.env, def)
-		fmt.Fprintf(tw, "    \t%s\t\n", o.usage)
+		fmt.Fprintf(out, "  -%s, %s (default: %s)\n      %s\n", o.flag, o.env, def, o.usage)
 		if o.alias != "" {
-			fmt.Fprintf(tw, "    \t(also read from %s when %s is unset)\t\n", o.alias, o.env)
+			fmt.Fprintf(out, "      Also read from %s when %s is unset.\n", o.alias, o.env)
 		}
 	}
-	tw.Flush()
 }
 
 // msToDuration reads RELAY_SWEEP_MS (whole milliseconds, 0 = off) as a
