@@ -1,0 +1,46 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// enqueueMany pipelines the enqueue script (EVALSHA via ExecMulti), so tests
+// and benchmarks can queue 100k jobs in seconds.
+func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs []protocol.JobStub) {
+	t.Helper()
+	ctx := context.Background()
+	const chunk = 2000
+	churn := "0"
+	if s.opts.OnChurn != nil {
+		churn = "1"
+	}
+	for len(stubs) > 0 {
+		n := min(chunk, len(stubs))
+		execs := make([]valkey.LuaExec, 0, n)
+		for _, st := range stubs[:n] {
+			raw, err := protocol.Marshal(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			execs = append(execs, valkey.LuaExec{
+				Keys: []string{s.k.job(siteID, st.ID), s.k.seq(), s.k.all(),
+					s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due()},
+				Args: []string{s.k.p, "0", churn, member(siteID, st.ID), st.ID, siteID, string(raw),
+					st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
+					enc(siteID), enc(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience)},
+			})
+		}
+		for _, r := range s.scripts["enqueue"].ExecMulti(ctx, c, execs...) {
+			if err := r.Error(); err != nil {
+				t.Fatalf("bulk enqueue: %v", err)
+			}
+		}
+		stubs = stubs[n:]
+	}
+}
