@@ -1,0 +1,128 @@
+// Package deploy_test checks the deployment files against the Kubernetes API
+// types, kustomize, the relay's configuration and the Go toolchain. No
+// container engine runs here, so the files themselves are what is tested.
+package deploy_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/telemetry"
+)
+
+// root is the repository root, seen from test/deploy.
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("repository root not found from test/deploy: %v", err)
+	}
+	return dir
+}
+
+func readFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), rel))
+	if err != nil {
+		t.Fatalf("read %s: %v", rel, err)
+	}
+	return b
+}
+
+// relayEnvNames returns every environment variable the relay reads: the
+// RELAY_* names of internal/config (its option table, read from the source
+// so a renamed variable fails these tests) and the OpenTelemetry names the
+// telemetry package honours.
+func relayEnvNames(t *testing.T) map[string]bool {
+	t.Helper()
+	path := filepath.Join(root(t), "internal", "config", "config.go")
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, 0)
+	if err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	names := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		kv, ok := n.(*ast.KeyValueExpr)
+		if !ok {
+			return true
+		}
+		key, ok := kv.Key.(*ast.Ident)
+		if !ok || (key.Name != "env" && key.Name != "alias") {
+			return true
+		}
+		lit, ok := kv.Value.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		if s, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(s, "RELAY_") {
+			names[s] = true
+		}
+		return true
+	})
+	if len(names) < 10 || !names["RELAY_VALKEY_URL"] || !names["RELAY_LISTEN"] {
+		t.Fatalf("read only %v from internal/config's option table; has its shape changed?", sortedKeys(names))
+	}
+	for _, n := range []string{telemetry.EnvRelayOTLPEndpoint, telemetry.EnvOTLPEndpoint, telemetry.EnvOTLPTracesEndpoint, telemetry.EnvSDKDisabled} {
+		names[n] = true
+	}
+	return names
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// splitDocs splits a multi-document YAML stream, dropping empty documents.
+func splitDocs(b []byte) [][]byte {
+	var out [][]byte
+	for _, d := range docSep.Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(d)) != "" {
+			out = append(out, []byte(d))
+		}
+	}
+	return out
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// portOf returns the port of a listen address like ":8080" or "0.0.0.0:8081".
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		t.Fatalf("listen address %q has no port", addr)
+	}
+	p, err := strconv.Atoi(addr[i+1:])
+	if err != nil {
+		t.Fatalf("listen address %q: %v", addr, err)
+	}
+	return p
+}
