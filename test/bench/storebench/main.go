@@ -12,6 +12,7 @@
 //	storebench -valkey ... -mode slowlog-reset                            # arm SLOWLOG at 1 ms
 //	storebench -valkey ... -mode stats                                    # eval calls/usec, memory (JSON)
 //	storebench -valkey ... -mode slowlog                                  # script calls over 1 ms (JSON)
+//	storebench -valkey ... -mode profile-reset / profile                  # log every call: per-script time distribution
 package main
 
 import (
@@ -44,7 +45,7 @@ import (
 func main() {
 	var (
 		url     = flag.String("valkey", "redis://127.0.0.1:6379/0", "Valkey URL (a private instance: INFO and SLOWLOG are server-wide)")
-		mode    = flag.String("mode", "scenarios", "scenarios | stats | slowlog | slowlog-reset")
+		mode    = flag.String("mode", "scenarios", "scenarios | stats | slowlog-reset | slowlog | profile-reset | profile")
 		sizes   = flag.String("sizes", "1000,10000,100000", "queued-job counts for the claim scenarios")
 		claims  = flag.Int("claims", 200, "claims timed per size")
 		sweepN  = flag.Int("sweep-jobs", 100000, "jobs in the sweep scenario (1% due)")
@@ -69,9 +70,13 @@ func main() {
 	case "stats":
 		out, err = serverStats(ctx, c)
 	case "slowlog-reset":
-		err = slowlogReset(ctx, c)
+		err = slowlogReset(ctx, c, 1000, 1024)
 		out = map[string]bool{"armed": err == nil}
-	case "slowlog":
+	case "profile-reset":
+		// Every call logged: a full per-script distribution of execution time.
+		err = slowlogReset(ctx, c, 0, 200000)
+		out = map[string]bool{"armed": err == nil}
+	case "slowlog", "profile":
 		out, err = slowlogReport(ctx, c)
 	case "scenarios":
 		var ns []int
@@ -175,11 +180,12 @@ func serverStats(ctx context.Context, c valkey.Client) (Stats, error) {
 	return st, nil
 }
 
-// slowlogReset logs every command over 1 ms from now on.
-func slowlogReset(ctx context.Context, c valkey.Client) error {
+// slowlogReset logs every command slower than thresholdUs from now on, in a
+// log of up to maxLen entries.
+func slowlogReset(ctx context.Context, c valkey.Client, thresholdUs, maxLen int) error {
 	for _, cmd := range []valkey.Completed{
-		c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", "1000").Build(),
-		c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-max-len", "1024").Build(),
+		c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", strconv.Itoa(thresholdUs)).Build(),
+		c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-max-len", strconv.Itoa(maxLen)).Build(),
 		c.B().ConfigSet().ParameterValue().ParameterValue("latency-monitor-threshold", "1").Build(),
 		c.B().SlowlogReset().Build(),
 		c.B().LatencyReset().Build(),
@@ -191,28 +197,36 @@ func slowlogReset(ctx context.Context, c valkey.Client) error {
 	return nil
 }
 
-// SlowEntry is one SLOWLOG entry.
-type SlowEntry struct {
-	DurationUs int64  `json:"durationUs"`
-	Command    string `json:"command"`
-	Script     string `json:"script,omitempty"` // SHA of an EVALSHA
+// CommandTimes is the distribution of one script's (or command's) execution
+// time as SLOWLOG recorded it.
+type CommandTimes struct {
+	Calls    int   `json:"calls"`
+	Over1ms  int   `json:"over1ms"`
+	P50Us    int64 `json:"p50Us"`
+	P99Us    int64 `json:"p99Us"`
+	MaxUs    int64 `json:"maxUs"`
+	Complete bool  `json:"complete"` // false when the log overflowed: counts are a sample
 }
 
-// Slowlog summarises what the server logged over 1 ms.
+// Slowlog summarises SLOWLOG. Armed at 1 ms it holds only the slow calls;
+// armed at 0 (profile) it holds every call and gives full distributions.
 type Slowlog struct {
-	Entries       int            `json:"entries"`
-	ScriptEntries int            `json:"scriptEntries"` // EVAL/EVALSHA over 1 ms: must be 0
-	MaxScriptUs   int64          `json:"maxScriptUs"`
-	ByScript      map[string]int `json:"byScript"` // script name -> entries over 1 ms
-	// PlainEntries counts non-script commands over 1 ms (HSET, ZADD, EXISTS:
-	// O(1) work). Any of those means the server was descheduled, so script
-	// entries in the same window are inflated by the same noise.
-	PlainEntries int         `json:"plainEntries"`
-	Slowest      []SlowEntry `json:"slowest"`
-	Latency      []string    `json:"latencyLatest"` // LATENCY LATEST events
+	Entries       int   `json:"entries"`
+	ScriptEntries int   `json:"scriptEntries"` // script calls over 1 ms: must be 0
+	MaxScriptUs   int64 `json:"maxScriptUs"`
+	// ByScript is per script name (EVALSHA digests mapped back to lua/*.lua).
+	ByScript map[string]CommandTimes `json:"byScript"`
+	// Plain is every O(1) command (HSET, HGET, ZSCORE, TIME...), including
+	// those scripts call (Redis 7 logs those too): any of it over 1 ms means
+	// the server was descheduled, and script times in the same window carry
+	// the same noise.
+	Plain CommandTimes `json:"plain"`
+	// PlainByCommand counts every non-script command by name, O(1) or not.
+	PlainByCommand map[string]int `json:"plainByCommand"`
+	Latency        []string       `json:"latencyLatest"` // LATENCY LATEST events
 }
 
-// scriptNames maps EVALSHA digests to operation names, assembling each
+// scriptNames maps script digests to operation names, assembling each
 // script exactly as internal/store does (lib/common.lua, the libraries its
 // "-- lib:" lines name, then the operation).
 func scriptNames() map[string]string {
@@ -236,19 +250,56 @@ func scriptNames() map[string]string {
 			}
 		}
 		b.Write(body)
-		sum := sha1.Sum([]byte(b.String())) //nolint:gosec // EVALSHA's digest
-		out[hex.EncodeToString(sum[:])] = strings.TrimSuffix(op, ".lua")
+		out[sha1Hex(b.String())] = strings.TrimSuffix(op, ".lua")
 	}
 	return out
 }
 
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s)) //nolint:gosec // EVALSHA's digest
+	return hex.EncodeToString(sum[:])
+}
+
+// scriptName names the script of an EVAL/EVALSHA entry. SLOWLOG truncates
+// long arguments, so an EVAL body (first run, before the script cache) is
+// recognised by its opening text when its digest cannot be recomputed.
+func scriptName(names map[string]string, cmd, arg string) string {
+	if cmd == "EVALSHA" || cmd == "EVALSHA_RO" {
+		if n, ok := names[strings.ToLower(arg)]; ok {
+			return n
+		}
+		return "sha:" + arg[:min(len(arg), 12)]
+	}
+	if n, ok := names[sha1Hex(arg)]; ok {
+		return n
+	}
+	// A truncated body: the operation's own header follows lib/common.lua,
+	// so the best available name is "eval (first run)".
+	if strings.Contains(arg, "projection") {
+		return "projection (eval)"
+	}
+	return "eval (first run, script load)"
+}
+
 func slowlogReport(ctx context.Context, c valkey.Client) (Slowlog, error) {
-	r := Slowlog{ByScript: map[string]int{}}
+	r := Slowlog{ByScript: map[string]CommandTimes{}, PlainByCommand: map[string]int{}}
 	names := scriptNames()
-	entries, err := c.Do(ctx, c.B().SlowlogGet().Count(1024).Build()).ToArray()
+	maxLen, err := c.Do(ctx, c.B().ConfigGet().Parameter("slowlog-max-len").Build()).AsStrMap()
+	if err != nil {
+		return r, fmt.Errorf("config get: %w", err)
+	}
+	limit, _ := strconv.Atoi(maxLen["slowlog-max-len"])
+	length, err := c.Do(ctx, c.B().SlowlogLen().Build()).AsInt64()
+	if err != nil {
+		return r, fmt.Errorf("slowlog len: %w", err)
+	}
+	complete := int(length) < limit
+	entries, err := c.Do(ctx, c.B().SlowlogGet().Count(max(int64(limit), 1)).Build()).ToArray()
 	if err != nil {
 		return r, fmt.Errorf("slowlog get: %w", err)
 	}
+	times := map[string][]int64{}
+	var plain []int64
 	for _, e := range entries {
 		f, err := e.ToArray()
 		if err != nil || len(f) < 4 {
@@ -256,31 +307,32 @@ func slowlogReport(ctx context.Context, c valkey.Client) (Slowlog, error) {
 		}
 		us, _ := f[2].AsInt64()
 		args, _ := f[3].AsStrSlice()
-		se := SlowEntry{DurationUs: us}
+		cmd := ""
 		if len(args) > 0 {
-			se.Command = strings.ToUpper(args[0])
+			cmd = strings.ToUpper(args[0])
 		}
-		if strings.HasPrefix(se.Command, "EVAL") {
-			r.ScriptEntries++
-			r.MaxScriptUs = max(r.MaxScriptUs, us)
-			if len(args) > 1 {
-				se.Script = args[1]
-				if n, ok := names[strings.ToLower(args[1])]; ok {
-					se.Script = n
-				}
-			}
-			r.ByScript[se.Script]++
-		} else {
-			r.PlainEntries++
+		if cmd == "SLOWLOG" || cmd == "CONFIG" {
+			continue
 		}
 		r.Entries++
-		r.Slowest = append(r.Slowest, se)
+		if strings.HasPrefix(cmd, "EVAL") && len(args) > 1 {
+			name := scriptName(names, cmd, args[1])
+			times[name] = append(times[name], us)
+			if us > 1000 {
+				r.ScriptEntries++
+			}
+			r.MaxScriptUs = max(r.MaxScriptUs, us)
+			continue
+		}
+		if constantTime[cmd] {
+			plain = append(plain, us)
+		}
+		r.PlainByCommand[cmd]++
 	}
-	slices.SortFunc(r.Slowest, func(a, b SlowEntry) int { return int(b.DurationUs - a.DurationUs) })
-	r.Slowest = r.Slowest[:min(len(r.Slowest), 10)]
-	if r.Slowest == nil {
-		r.Slowest = []SlowEntry{}
+	for name, v := range times {
+		r.ByScript[name] = distribution(v, complete)
 	}
+	r.Plain = distribution(plain, complete)
 	lat, err := c.Do(ctx, c.B().LatencyLatest().Build()).ToArray()
 	if err == nil {
 		for _, ev := range lat {
@@ -297,6 +349,27 @@ func slowlogReport(ctx context.Context, c valkey.Client) (Slowlog, error) {
 		r.Latency = []string{}
 	}
 	return r, nil
+}
+
+// constantTime are commands whose own work is O(1) (HMGET: O(fields asked)).
+var constantTime = map[string]bool{
+	"HSET": true, "HGET": true, "HDEL": true, "HMGET": true, "HEXISTS": true, "INCR": true, "EXISTS": true,
+	"ZSCORE": true, "SADD": true, "SREM": true, "SISMEMBER": true, "TIME": true, "PING": true, "GET": true, "SET": true,
+}
+
+func distribution(v []int64, complete bool) CommandTimes {
+	if len(v) == 0 {
+		return CommandTimes{Complete: complete}
+	}
+	slices.Sort(v)
+	over := 0
+	for _, x := range v {
+		if x > 1000 {
+			over++
+		}
+	}
+	q := func(p float64) int64 { return v[min(len(v)-1, int(p*float64(len(v))))] }
+	return CommandTimes{Calls: len(v), Over1ms: over, P50Us: q(0.5), P99Us: q(0.99), MaxUs: v[len(v)-1], Complete: complete}
 }
 
 // Timing is one timed operation's distribution plus Valkey's own time.
@@ -334,7 +407,7 @@ type bench struct {
 }
 
 func scenarios(ctx context.Context, c valkey.Client, sizes []int, claims, sweepN, memN int) (*Result, error) {
-	if err := slowlogReset(ctx, c); err != nil {
+	if err := slowlogReset(ctx, c, 1000, 1024); err != nil {
 		return nil, err
 	}
 	res := &Result{Backend: "go store on valkey"}
