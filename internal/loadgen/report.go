@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +29,9 @@ type Report struct {
 	Phases    map[string]Latency        `json:"phases"`
 	Endpoints map[string]EndpointReport `json:"endpoints"`
 	Errors    int64                     `json:"errors"`   // unexpected responses, transport failures, integrity failures
+	// LoadgenCPUSeconds is this process's own user+system CPU over the run:
+	// on a shared machine the load generator competes with the relay.
+	LoadgenCPUSeconds float64 `json:"loadgenCpuSeconds"`
 	Problems  []string                  `json:"problems"` // the first few, verbatim
 }
 
@@ -72,7 +76,7 @@ type JobCounts struct {
 	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
 }
 
-func (r *runner) report(started, enqueueEnded time.Time) *Report {
+func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Report {
 	phases := map[string]*samples{}
 	for _, p := range phaseOrder {
 		phases[p] = &samples{}
@@ -144,6 +148,8 @@ func (r *runner) report(started, enqueueEnded time.Time) *Report {
 		Phases:         map[string]Latency{},
 		Endpoints:      r.stats.report(),
 		Errors:         r.unexpected.Load(),
+
+		LoadgenCPUSeconds: round3(cpuSeconds() - cpuAtStart),
 	}
 	if last := r.lastCollect.Load(); last > 0 {
 		el := time.Unix(0, last).Sub(started).Seconds()
@@ -162,6 +168,15 @@ func (r *runner) report(started, enqueueEnded time.Time) *Report {
 		rep.Problems = []string{}
 	}
 	return rep
+}
+
+// cpuSeconds is this process's user+system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
@@ -183,7 +198,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %d sites, %d daemons (%d owners, %d slots each), %s, payload %d chars, ttl %s, pair %s\n",
 		rep.Settings.Sites, rep.Settings.Daemons, rep.Settings.Owners, rep.Settings.DaemonSlots, mode, rep.Settings.PayloadChars, rep.Settings.TTL, rep.Settings.Pair)
-	fmt.Fprintf(w, "\nthroughput  %.1f jobs/s  (%d collected in %.2fs; enqueuing ran %.2fs)\n", rep.Throughput, j.Collected, rep.ElapsedSeconds, rep.EnqueueSeconds)
+	fmt.Fprintf(w, "\nthroughput  %.1f jobs/s  (%d collected in %.2fs; enqueuing ran %.2fs; loadgen used %.1f CPU s)\n", rep.Throughput, j.Collected, rep.ElapsedSeconds, rep.EnqueueSeconds, rep.LoadgenCPUSeconds)
 	fmt.Fprintf(w, "jobs        attempted %d  enqueued %d  collected %d  enqueue-failed %d\n", j.Attempted, j.Enqueued, j.Collected, j.EnqueueFailed)
 	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
 	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  errors %d\n",

@@ -229,6 +229,7 @@ func (r *runner) drive(ctx context.Context, progress io.Writer) (*Report, error)
 	}
 
 	started := time.Now()
+	cpuAtStart := cpuSeconds()
 	r.firstEnqueue = started
 	stopProgress := r.startProgress(progress, started)
 
@@ -257,7 +258,7 @@ func (r *runner) drive(ctx context.Context, progress io.Writer) (*Report, error)
 	stopParties()
 	parties.Wait()
 	r.releaseAll(ctx)
-	return r.report(started, enqueueEnded), nil
+	return r.report(started, enqueueEnded, cpuAtStart), nil
 }
 
 // ticket numbers the next job, or reports that the count bound is reached.

@@ -42,9 +42,9 @@ QUICK=${BENCH_QUICK:-0}
 
 # Loadgen settings shared by all three throughput runs.
 if [ "$QUICK" = 1 ]; then
-  LG_JOBS=600; LG_DURATION=20s; SIZES=1000,10000; CLAIMS=50; SWEEP_JOBS=10000; MEM_JOBS=500; PROFILE_JOBS=300
+  LG_JOBS=600; LG_DURATION=20s; SIZES=1000,10000; CLAIMS=50; SWEEP_JOBS=10000; MEM_JOBS=500; PROFILE_JOBS=200
 else
-  LG_JOBS=6000; LG_DURATION=45s; SIZES=1000,10000,100000; CLAIMS=200; SWEEP_JOBS=100000; MEM_JOBS=2000; PROFILE_JOBS=1500
+  LG_JOBS=6000; LG_DURATION=45s; SIZES=1000,10000,100000; CLAIMS=200; SWEEP_JOBS=100000; MEM_JOBS=2000; PROFILE_JOBS=600
 fi
 LG_ARGS=(-sites 4 -daemons 16 -slots 8 -concurrency 64 -payload 256 -ttl 20s -drain 25s
          -jobs "$LG_JOBS" -duration "$LG_DURATION" -results-poll 250ms -pending-poll 20ms
@@ -257,6 +257,7 @@ for name, label in [("reference", "reference (Node)"), ("go-1", "ours, 1 replica
         "valkeyCpuSecondsPer1000Jobs": (round(valkey_s / jobs * 1000, 3) if jobs else None) if name != "reference" else None,
         "valkeyScriptMsPer1000Jobs": round(script_us / 1000 / jobs * 1000, 1) if jobs and name != "reference" else None,
         "valkeyScriptCallsPerJob": round(script_calls / jobs, 1) if jobs and name != "reference" else None,
+        "loadgenCpuSecondsPer1000Jobs": round(lg.get("loadgenCpuSeconds", 0) / jobs * 1000, 3) if jobs else None,
         "endToEndP50Ms": lg["phases"]["end-to-end"]["p50Ms"], "endToEndP99Ms": lg["phases"]["end-to-end"]["p99Ms"],
         "claimP50Ms": lg["endpoints"].get("claim", {}).get("latency", {}).get("p50Ms"),
         "claimP99Ms": lg["endpoints"].get("claim", {}).get("latency", {}).get("p99Ms"),
@@ -289,12 +290,12 @@ s = ref["settings"]
 L.append(f"Loadgen (same for all three): {s['sites']} sites, {s['daemons']} daemons × {s['daemonSlots']} slots, closed loop {s['concurrency']} in flight, "
          f"{s['jobs']} jobs or {s['duration']}, payload {s['payloadChars']} chars, ttl {s['ttl']}, full signing and sealing; every result opened and checked.\n")
 L.append("## Throughput and CPU\n")
-L.append("| target | jobs/s | collected | lost | run twice | relay CPU s / 1k jobs | Valkey CPU s / 1k jobs | Valkey script ms / 1k jobs | scripts / job | e2e p50 / p99 ms | claim p50 / p99 ms | jobs/s vs ref | relay CPU vs ref | relay+Valkey CPU vs ref |")
-L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+L.append("| target | jobs/s | collected | lost | run twice | relay CPU s / 1k jobs | Valkey CPU s / 1k jobs | Valkey script ms / 1k jobs | scripts / job | loadgen CPU s / 1k jobs | e2e p50 / p99 ms | claim p50 / p99 ms | jobs/s vs ref | relay CPU vs ref | relay+Valkey CPU vs ref |")
+L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name in ("reference", "go-1", "go-3"):
     r = runs[name]
     L.append(f"| {r['label']} | {fmt(r['jobsPerSecond'],1)} | {r['collected']} | {r['lost']} | {r['runTwice']} | {fmt(r['relayCpuSecondsPer1000Jobs'],3)} | "
-             f"{fmt(r['valkeyCpuSecondsPer1000Jobs'],3)} | {fmt(r['valkeyScriptMsPer1000Jobs'],1)} | {fmt(r['valkeyScriptCallsPerJob'],1)} | "
+             f"{fmt(r['valkeyCpuSecondsPer1000Jobs'],3)} | {fmt(r['valkeyScriptMsPer1000Jobs'],1)} | {fmt(r['valkeyScriptCallsPerJob'],1)} | {fmt(r['loadgenCpuSecondsPer1000Jobs'],3)} | "
              f"{fmt(r['endToEndP50Ms'],1)} / {fmt(r['endToEndP99Ms'],1)} | {fmt(r['claimP50Ms'],2)} / {fmt(r['claimP99Ms'],2)} | "
              f"{fmt(r.get('throughputRatioVsReference'))} | {fmt(r.get('relayCpuRatioVsReference'))} | {fmt(r.get('relayPlusValkeyCpuRatioVsReference'))} |")
 L.append("")
