@@ -28,11 +28,11 @@ type Report struct {
 	Jobs      JobCounts                 `json:"jobs"`
 	Phases    map[string]Latency        `json:"phases"`
 	Endpoints map[string]EndpointReport `json:"endpoints"`
-	Errors    int64                     `json:"errors"`   // unexpected responses, transport failures, integrity failures
+	Errors    int64                     `json:"errors"` // unexpected responses, transport failures, integrity failures
 	// LoadgenCPUSeconds is this process's own user+system CPU over the run:
 	// on a shared machine the load generator competes with the relay.
-	LoadgenCPUSeconds float64 `json:"loadgenCpuSeconds"`
-	Problems  []string                  `json:"problems"` // the first few, verbatim
+	LoadgenCPUSeconds float64  `json:"loadgenCpuSeconds"`
+	Problems          []string `json:"problems"` // the first few, verbatim
 }
 
 // Settings echoes what the run was asked to do.
