@@ -101,13 +101,21 @@ func newStore(t testing.TB, b backend, opts Options) *Store {
 
 func scanKeys(t testing.TB, c valkey.Client, pattern string) []string {
 	t.Helper()
+	keys, err := scan(c, pattern)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	return keys
+}
+
+func scan(c valkey.Client, pattern string) ([]string, error) {
 	ctx := context.Background()
 	var out []string
 	cursor := uint64(0)
 	for {
 		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
 		if err != nil {
-			t.Fatalf("scan: %v", err)
+			return nil, err
 		}
 		out = append(out, e.Elements...)
 		if e.Cursor == 0 {
@@ -116,20 +124,30 @@ func scanKeys(t testing.TB, c valkey.Client, pattern string) []string {
 		cursor = e.Cursor
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
 func deleteKeys(t testing.TB, c valkey.Client, pattern string) {
 	t.Helper()
-	keys := scanKeys(t, c, pattern)
+	if err := purge(c, pattern); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+}
+
+// purge deletes every key matching pattern (never FLUSHDB: the server is shared).
+func purge(c valkey.Client, pattern string) error {
+	keys, err := scan(c, pattern)
+	if err != nil {
+		return err
+	}
 	for len(keys) > 0 {
 		n := min(len(keys), 500)
 		if err := c.Do(context.Background(), c.B().Del().Key(keys[:n]...).Build()).Error(); err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
+			return err
 		}
 		keys = keys[n:]
 	}
+	return nil
 }
 
 // dump is every key of the namespace with its DUMP bytes: two equal dumps

@@ -30,6 +30,9 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey url: %w", err)
 	}
+	// The store never reads through the client-side cache, and without it
+	// any RESP2 server (older Redis, Valkey forks) works too.
+	opt.DisableCache = true
 	c, err = valkey.NewClient(opt)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)

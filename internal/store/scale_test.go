@@ -1,0 +1,149 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// foreignStubs builds n queued jobs spread over many pairs the claimant has
+// no route to.
+func foreignStubs(n, owners int) []protocol.JobStub {
+	out := make([]protocol.JobStub, 0, n)
+	for i := range n {
+		st := stub(fmt.Sprintf("f%d", i), fmt.Sprintf("foreign_%d", i%owners))
+		if i%2 == 0 {
+			st.Audience = protocol.AudienceTeam
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// A claim's work does not depend on jobs queued on other routes: with 100k
+// foreign jobs (real server; 10k embedded) it examines exactly the entries it
+// examines with none. Behavioural, not timed: the claim script counts the
+// queue entries it looked at.
+func TestClaimCostIgnoresForeignJobs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		foreign := 100_000
+		if b.name == "embedded" {
+			foreign = 10_000
+		}
+		setup := func(withForeign bool) (*h, claimStats, []string, time.Duration) {
+			h := newH(t, b, Options{})
+			if withForeign {
+				start := time.Now()
+				enqueueMany(t, h.s, b.client, "site_theirs", foreignStubs(foreign, 1000))
+				enqueueMany(t, h.s, b.client, site, foreignStubs(foreign/10, 100)) // same site, other owners
+				t.Logf("%s: queued %d foreign jobs in %v", b.name, foreign+foreign/10, time.Since(start).Round(time.Millisecond))
+			}
+			h.enqueue("m1", "alice")
+			h.enqueue("m2", "alice")
+			h.enqueue("m3", "alice")
+			start := time.Now()
+			got, stats, err := h.s.claim(h.ctx, claimArgs(routes([]string{site, "site_empty"}, []string{"alice", "bob"})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h, stats, ids(got), time.Since(start)
+		}
+		_, base, baseIDs, baseTook := setup(false)
+		_, loaded, loadedIDs, loadedTook := setup(true)
+		equalStrings(t, "grants", loadedIDs, baseIDs)
+		equalStrings(t, "grants", baseIDs, []string{"m1", "m2"})
+		if base.Scanned != 2 || loaded.Scanned != base.Scanned || loaded.Attempts != 1 {
+			t.Fatalf("scanned %d with foreign jobs, %d without (attempts %d)", loaded.Scanned, base.Scanned, loaded.Attempts)
+		}
+		t.Logf("%s: claim took %v empty, %v with foreign jobs (scanned %d both)", b.name, baseTook, loadedTook, base.Scanned)
+	})
+}
+
+// Skipped entries (refusedBy, retryAfter) are the only ones that cost scans
+// without granting; the scan budget bounds them.
+func TestClaimScanBudget(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{ClaimScanBudget: 5})
+		for i := range 8 {
+			h.enqueue(fmt.Sprint("r", i), "alice")
+		}
+		for range 4 { // runner_1 refuses r0..r7, two at a time
+			var grants []protocol.GrantRef
+			for _, g := range h.claim() {
+				grants = append(grants, grant(g))
+			}
+			h.release("runner_1", grants, ReasonRefused, nil)
+		}
+		h.enqueue("fresh", "alice")
+		got, stats, err := h.s.claim(h.ctx, claimArgs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 0 || !stats.Truncated || stats.Scanned != 5 {
+			t.Fatalf("got %q stats %+v", ids(got), stats)
+		}
+		h2 := newH(t, b, Options{})
+		for i := range 8 {
+			h2.enqueue(fmt.Sprint("r", i), "alice")
+		}
+		for range 4 {
+			var grants []protocol.GrantRef
+			for _, g := range h2.claim() {
+				grants = append(grants, grant(g))
+			}
+			h2.release("runner_1", grants, ReasonRefused, nil)
+		}
+		h2.enqueue("fresh", "alice")
+		got, stats, err = h2.s.claim(h2.ctx, claimArgs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalIDs(ids(got), []string{"fresh"}) || stats.Truncated || stats.Scanned != 9 {
+			t.Fatalf("got %q stats %+v", ids(got), stats)
+		}
+	})
+}
+
+func equalIDs(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// Claim's settle-first is bounded: with more due than ClaimSettleBudget the
+// claim script writes nothing, Go sweeps in batches, and the claim reruns.
+func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{ClaimSettleBudget: 10, SweepBatch: 7})
+		var stubs []protocol.JobStub
+		for i := range 45 {
+			st := stub(fmt.Sprint("old", i), fmt.Sprint("o", i))
+			st.DeadlineAt = h.now() + 1000
+			stubs = append(stubs, st)
+		}
+		enqueueMany(t, h.s, b.client, site, stubs)
+		h.enqueue("live", "alice")
+		h.s.AdvanceClockForTests(2000)
+		got, stats, err := h.s.claim(h.ctx, claimArgs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalStrings(t, "grants", ids(got), []string{"live"})
+		if stats.Attempts != 2 {
+			t.Fatalf("attempts %d", stats.Attempts)
+		}
+		jobs, _ := h.s.Jobs(h.ctx)
+		if len(jobs) != 1 {
+			t.Fatalf("%d jobs left", len(jobs))
+		}
+	})
+}
+
+// An idle sweep over a large store is one short script that finds nothing.
+func TestIdleSweepOverLargeStore(t *testing.T) {
+	b := realBackend(t)
+	h := newH(t, b, Options{})
+	enqueueMany(t, h.s, b.client, site, foreignStubs(20_000, 500))
+	jobs, more, err := h.s.SweepBatch(h.ctx, 100)
+	if err != nil || more || len(jobs) != 0 {
+		t.Fatalf("idle sweep: %d jobs, more %v, %v", len(jobs), more, err)
+	}
+}

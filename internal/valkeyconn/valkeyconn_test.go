@@ -1,0 +1,77 @@
+package valkeyconn
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+func testURL() string {
+	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// Both backends answer TIME, and the Lua features the store relies on:
+// EVALSHA with NOSCRIPT reload, TIME inside a script, cjson, ZRANGEBYLEX.
+func TestOpen(t *testing.T) {
+	cases := []struct {
+		name         string
+		url          string
+		wantEmbedded bool
+	}{
+		{"embedded", "", true},
+		{"server", testURL(), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&logs, nil))
+			client, closeFn, embedded, err := Open(context.Background(), c.url, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeFn()
+			if embedded != c.wantEmbedded {
+				t.Fatalf("embedded = %v", embedded)
+			}
+			if c.wantEmbedded && !strings.Contains(logs.String(), "EMBEDDED") {
+				t.Fatalf("no warning logged: %q", logs.String())
+			}
+			script := valkey.NewLuaScript(`
+local t = redis.call('TIME')
+local v = cjson.decode('{"a":[1,2]}')
+redis.call('ZADD', KEYS[1], 0, 'ab:x', 0, 'a:y', 0, 'a;z')
+local r = redis.call('ZRANGEBYLEX', KEYS[1], '[a:', '(a;')
+redis.call('DEL', KEYS[1])
+return {t[1], v.a[2], r[1], #r}`)
+			key := "valkeyconn-test:{" + c.name + "}"
+			got, err := script.Exec(context.Background(), client, []string{key}, nil).ToArray()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec, _ := got[0].ToString()
+			two, _ := got[1].AsInt64()
+			first, _ := got[2].ToString()
+			n, _ := got[3].AsInt64()
+			if sec == "" || two != 2 || first != "a:y" || n != 1 {
+				t.Fatalf("script answered %q %d %q %d", sec, two, first, n)
+			}
+		})
+	}
+}
+
+func TestOpenBadURL(t *testing.T) {
+	if _, _, _, err := Open(context.Background(), "redis://127.0.0.1:1/0", slog.Default()); err == nil {
+		t.Fatal("connected to a closed port")
+	}
+	if _, _, _, err := Open(context.Background(), "nope://x", slog.Default()); err == nil {
+		t.Fatal("accepted a bad scheme")
+	}
+}
