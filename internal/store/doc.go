@@ -90,4 +90,31 @@
 // Churn reports (OnChurn) are decided inside the sweeping script against
 // state in Valkey, so at most one report per pair per hour leaves the whole
 // fleet; the callback runs after the script, on its own goroutine.
+//
+// # Where this store differs from the in-memory reference
+//
+// None of these is visible to the published store contract.
+//
+//   - Settle on touch (store.md §9.8): take, complete, release, renew and
+//     seal settle the job they address first, so a late seal answers
+//     too-late (was queued) and an overdue grant is lost, exactly as if a
+//     sweep had run just before the call. Pure reads never settle.
+//   - Sweep snapshots (and the jobs a claim settles) carry no payload or
+//     result ciphertext, so one reply never carries megabytes per job.
+//     Sweep orders each of its two lists by first-enqueue order.
+//   - A claim examines at most ClaimScanBudget queue entries; only entries
+//     skipped for this runner (refusedBy, retryAfter) cost scans without a
+//     grant, so the budget bounds pathological claims only.
+//   - Presence may expire (Options.PresenceTTLMs); Everyone drops index
+//     entries whose record is gone.
+//   - Pairing user codes: a lookup by user code finds the first live code
+//     stored under it; if that one is dropped, a later code that collided
+//     with it (8 random symbols) is not found by user code (it still is by
+//     device code).
+//   - Inputs the reference cannot receive (U+0000 or invalid UTF-8 in an
+//     identifier, identifiers or blobs over the Options limits, blobs that
+//     are not JSON) are refused with ErrInvalidInput before any write.
+//
+// Requirements: Redis 7.0+ or Valkey 7.2+ (EVALSHA_RO, effect-replicated
+// scripts calling TIME), or the embedded miniredis of internal/valkeyconn.
 package store
