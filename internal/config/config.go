@@ -64,6 +64,13 @@ type Config struct {
 	SweepBatch int
 	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration
+	// DrainPeriod is how long after SIGTERM readiness fails while both
+	// listeners keep serving, before shutdown starts; 0 shuts down at once.
+	DrainPeriod time.Duration
+	// OTLPEndpoint is the OpenTelemetry collector's base URL for traces;
+	// "" leaves it to OTEL_EXPORTER_OTLP_ENDPOINT, and tracing off if that
+	// is unset too.
+	OTLPEndpoint string
 	// AdminMaxBody caps admin request bodies, in bytes.
 	AdminMaxBody int64
 	// LogFormat is "text", "json" or "auto" (text on a terminal).
@@ -97,6 +104,8 @@ func (c Config) LogAttrs() []any {
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
 		slog.String("sweepInterval", c.SweepInterval.String()),
 		slog.Int("sweepBatch", c.SweepBatch),
+		slog.Duration("drainPeriod", c.DrainPeriod),
+		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 	}
 }
 
@@ -284,6 +293,26 @@ var options = []option{
 		c.ShutdownTimeout = d
 		return nil
 	}},
+	{env: "RELAY_DRAIN_PERIOD", flag: "drain-period", def: "0s", usage: "after SIGTERM, how long /readyz fails while the listeners keep serving, so load balancers move away before shutdown starts (5s behind Kubernetes or HAProxy)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 10*time.Minute {
+			return fmt.Errorf("%q is not a drain period; write a Go duration from 0s to 10m, e.g. 5s", v)
+		}
+		c.DrainPeriod = d
+		return nil
+	}},
+	{env: "RELAY_OTLP_ENDPOINT", flag: "otlp-endpoint", usage: "OpenTelemetry collector base URL for traces (OTLP/HTTP), e.g. http://otel-collector:4318; unset: OTEL_EXPORTER_OTLP_ENDPOINT decides, else no tracing", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.OTLPEndpoint = ""
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%q is not an absolute http(s) URL; write the collector's base URL like http://otel-collector:4318 (/v1/traces is appended), or unset it", redactURL(v))
+		}
+		c.OTLPEndpoint = v
+		return nil
+	}},
 	{env: "RELAY_ADMIN_MAX_BODY", flag: "admin-max-body", def: "16777216", usage: "largest admin request body accepted, in bytes (projection documents)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1024 {
@@ -388,6 +417,19 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		return Config{}, problems
 	}
 	return c, nil
+}
+
+// EnvVars lists every environment variable Load reads (aliases included),
+// for deployment files and the tests that check them.
+func EnvVars() []string {
+	var out []string
+	for _, o := range options {
+		out = append(out, o.env)
+		if o.alias != "" {
+			out = append(out, o.alias)
+		}
+	}
+	return out
 }
 
 // Usage writes the option list: flag, variable, default and meaning.

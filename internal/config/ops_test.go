@@ -1,0 +1,71 @@
+package config
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDrainAndOTLPOptions(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		drain   time.Duration
+		otlp    string
+		problem string
+	}{
+		{name: "defaults", drain: 0, otlp: ""},
+		{name: "set", env: map[string]string{"RELAY_DRAIN_PERIOD": "5s", "RELAY_OTLP_ENDPOINT": "http://otel-collector:4318"}, drain: 5 * time.Second, otlp: "http://otel-collector:4318"},
+		{name: "negative drain", env: map[string]string{"RELAY_DRAIN_PERIOD": "-1s"}, problem: "RELAY_DRAIN_PERIOD"},
+		{name: "huge drain", env: map[string]string{"RELAY_DRAIN_PERIOD": "1h"}, problem: "RELAY_DRAIN_PERIOD"},
+		{name: "endpoint without scheme", env: map[string]string{"RELAY_OTLP_ENDPOINT": "otel-collector:4318"}, problem: "RELAY_OTLP_ENDPOINT"},
+		{name: "endpoint password not echoed", env: map[string]string{"RELAY_OTLP_ENDPOINT": "ftp://u:hunter2@x"}, problem: "RELAY_OTLP_ENDPOINT"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Load(nil, func(k string) string { return c.env[k] }, io.Discard)
+			if c.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), c.problem) {
+					t.Fatalf("Load = %v, want a problem naming %s", err, c.problem)
+				}
+				if strings.Contains(err.Error(), "hunter2") {
+					t.Errorf("error echoes a password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DrainPeriod != c.drain || cfg.OTLPEndpoint != c.otlp {
+				t.Errorf("DrainPeriod %v OTLPEndpoint %q, want %v %q", cfg.DrainPeriod, cfg.OTLPEndpoint, c.drain, c.otlp)
+			}
+		})
+	}
+}
+
+func TestEnvVars(t *testing.T) {
+	vars := EnvVars()
+	for _, want := range []string{"RELAY_VALKEY_URL", "RELAY_LISTEN", "RELAY_ADMIN_LISTEN", "RELAY_DRAIN_PERIOD", "RELAY_OTLP_ENDPOINT", "RELAY_FIXTURE_FILE", "RELAY_SWEEP_MS"} {
+		if !slices.Contains(vars, want) {
+			t.Errorf("EnvVars lacks %s", want)
+		}
+	}
+	// Every listed name is really read: setting it to garbage changes Load's verdict or result.
+	base, err := Load(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vars {
+		cfg, err := Load(nil, func(k string) string {
+			if k == v {
+				return "not a valid value !"
+			}
+			return ""
+		}, io.Discard)
+		if err == nil && cfg == base {
+			t.Errorf("%s is listed but Load ignores it", v)
+		}
+	}
+}
