@@ -4,6 +4,7 @@
 //
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
+//	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
 // trying it out, but a single replica whose state dies with it.
@@ -26,6 +27,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/config"
+	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -49,6 +51,9 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	if len(os.Args) > 1 && os.Args[1] == "projection" {
 		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
+		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
@@ -87,6 +92,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 
+	tel, err := telemetry.Setup(bg, telemetry.Config{OTLPEndpoint: cfg.OTLPEndpoint})
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() {
+		// Flush buffered spans; a collector that is down must not hold
+		// the exit for long.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(fctx); err != nil {
+			log.Warn("telemetry flush failed", slog.Any("err", err))
+		}
+	}()
+	metrics := tel.Metrics()
+
 	client, closeStore, embedded, err := valkeyconn.Open(bg, cfg.ValkeyURL, log)
 	if err != nil {
 		return fmt.Errorf("open the store: %w", err)
@@ -99,6 +119,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Namespace: cfg.Namespace,
 		Logger:    log,
 		OnChurn: func(r store.ChurnReport) {
+			metrics.RecordChurnReport(bg)
 			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
 		},
 	})
@@ -125,8 +146,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			slog.Int64("version", res.Version), slog.Bool("changed", res.Changed))
 	}
 
+	metrics.ObserveProjection(func() telemetry.ProjectionState {
+		ps := proj.State()
+		return telemetry.ProjectionState{Loaded: ps.Loaded, Version: ps.Version, LoadedAt: ps.LoadedAt}
+	})
+	checker := health.New(health.Options{Logger: log})
+	checker.Add("valkey", health.ValkeyPing(client))
+	checker.Add("scripts", func(ctx context.Context) error {
+		// A read-only script on an absent key: proves EVALSHA works (and
+		// loads the script after a Valkey restart flushed it).
+		_, err := st.Presence(ctx, "readyz-probe")
+		return err
+	})
+	checker.Add("projection", func(context.Context) error {
+		if !proj.State().Loaded {
+			return errors.New("no projection loaded yet")
+		}
+		return nil
+	})
+
 	planes, err := relay.New(relay.Config{
-		Store:           st,
+		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
 		Projection:      proj,
 		BasePath:        cfg.BasePath,
 		LeaseMs:         cfg.LeaseMs,
@@ -145,7 +185,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return fmt.Errorf("listen on RELAY_LISTEN %s: %w", cfg.Listen, err)
 	}
 	servers := []*namedServer{{name: "planes", ln: planeLn, srv: &http.Server{
-		Handler:           planes.Handler(),
+		Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
+			Classify: telemetry.ProtocolRoutes(cfg.BasePath),
+			Logger:   log, // one debug line per refusal
+		})(planes.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute, // a 13 MiB envelope over a slow link
 		IdleTimeout:       2 * time.Minute,
@@ -160,8 +203,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		adminAddr = adminLn.Addr().String()
 		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, MaxBody: cfg.AdminMaxBody, Logger: log})
+		// Probes and Prometheus carry no token; these reveal nothing secret.
+		adm.HandleOpen("GET /healthz", checker.Healthz())
+		adm.HandleOpen("GET /readyz", checker.Readyz())
+		adm.HandleOpen("GET /metrics", tel.MetricsHandler())
 		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
-			Handler:           adm,
+			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status"),
+			})(adm),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       time.Minute,
 			IdleTimeout:       2 * time.Minute,
@@ -177,7 +226,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		go func() { defer wg.Done(); file.Watch(bg, time.Second) }()
 	}
 	if cfg.SweepInterval > 0 {
-		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: log})
+		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: log,
+			OnSweep: func(requeued, removed int) { metrics.RecordSweep(bg, requeued, removed) }})
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.Run(bg) }()
 	}
@@ -200,25 +250,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	fmt.Fprintf(stdout, "%s\n", ready)
 
 	var serveErr error
+	drainPeriod := cfg.DrainPeriod
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", slog.Duration("timeout", cfg.ShutdownTimeout))
+		log.Info("shutting down: draining in-flight requests", slog.Duration("drainPeriod", drainPeriod), slog.Duration("timeout", cfg.ShutdownTimeout))
 	case serveErr = <-failed:
+		drainPeriod = 0 // a listener is gone: nothing to drain towards
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	var sg sync.WaitGroup
-	for _, s := range servers {
-		sg.Add(1)
-		go func() {
-			defer sg.Done()
-			if err := s.srv.Shutdown(shutdownCtx); err != nil {
-				log.Warn("graceful shutdown cut short; closing connections", slog.String("listener", s.name), slog.Any("err", err))
-				s.srv.Close()
-			}
-		}()
+	// Readiness fails at once; both listeners keep serving for the drain
+	// period, then shut down within the timeout.
+	httpServers := make([]*http.Server, len(servers))
+	for i, s := range servers {
+		httpServers[i] = s.srv
 	}
-	sg.Wait()
+	if err := checker.Drain(context.Background(), drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
+		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
+	}
 	return serveErr
 }
 
@@ -252,4 +299,38 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// healthcheck probes the admin listener's /healthz of the relay configured
+// by the same flags and variables, for container HEALTHCHECKs in an image
+// that has no shell or curl. Exit 0 when it answers 200, 1 otherwise.
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := config.Load(args, getenv, stderr)
+	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
+		return exitConfig
+	}
+	if cfg.AdminListen == "" {
+		fmt.Fprintln(stderr, "relay healthcheck: the admin listener is off (RELAY_ADMIN_LISTEN=off); nothing to probe")
+		return exitRuntime
+	}
+	host, port, err := net.SplitHostPort(cfg.AdminListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
+		return exitConfig
+	}
+	// A wildcard listener is reached on loopback.
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := health.Probe(pctx, "http://"+net.JoinHostPort(host, port)+"/healthz"); err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
 }

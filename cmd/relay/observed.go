@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/relay"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/telemetry"
+)
+
+// observedStore gives every store call the planes make a child span and a
+// latency/error sample (labelled by operation), and counts claims and
+// read-path sweeps. It sits between the planes and the store until the
+// store reports per script itself.
+type observedStore struct {
+	relay.Store
+	obs telemetry.ScriptObserver
+	m   *telemetry.Metrics
+}
+
+func observe[T any](o *observedStore, ctx context.Context, op string, f func(context.Context) (T, error)) (T, error) {
+	ctx, end := o.obs(ctx, op)
+	v, err := f(ctx)
+	end(err)
+	return v, err
+}
+
+func (o *observedStore) Now(ctx context.Context) (int64, error) {
+	return observe(o, ctx, "now", o.Store.Now)
+}
+
+func (o *observedStore) Enqueue(ctx context.Context, in store.EnqueueInput) (store.Job, error) {
+	return observe(o, ctx, "enqueue", func(ctx context.Context) (store.Job, error) { return o.Store.Enqueue(ctx, in) })
+}
+
+func (o *observedStore) Jobs(ctx context.Context) ([]store.Job, error) {
+	return observe(o, ctx, "jobs", o.Store.Jobs)
+}
+
+func (o *observedStore) Awaiting(ctx context.Context, siteID string) ([]store.Job, error) {
+	return observe(o, ctx, "awaiting", func(ctx context.Context) ([]store.Job, error) { return o.Store.Awaiting(ctx, siteID) })
+}
+
+func (o *observedStore) Finished(ctx context.Context, siteID string) ([]store.Job, error) {
+	return observe(o, ctx, "finished", func(ctx context.Context) ([]store.Job, error) { return o.Store.Finished(ctx, siteID) })
+}
+
+func (o *observedStore) Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error) {
+	stubs, err := observe(o, ctx, "claim", func(ctx context.Context) ([]store.ClaimedStub, error) { return o.Store.Claim(ctx, in) })
+	if err == nil {
+		o.m.RecordClaim(ctx, len(stubs))
+	}
+	return stubs, err
+}
+
+func (o *observedStore) TakePayload(ctx context.Context, in store.HolderInput) (store.TakeResult, error) {
+	return observe(o, ctx, "take", func(ctx context.Context) (store.TakeResult, error) { return o.Store.TakePayload(ctx, in) })
+}
+
+func (o *observedStore) Complete(ctx context.Context, in store.CompleteInput) (store.CompleteResult, error) {
+	return observe(o, ctx, "complete", func(ctx context.Context) (store.CompleteResult, error) { return o.Store.Complete(ctx, in) })
+}
+
+func (o *observedStore) ReleaseLeases(ctx context.Context, in store.ReleaseInput) ([]string, error) {
+	return observe(o, ctx, "release", func(ctx context.Context) ([]string, error) { return o.Store.ReleaseLeases(ctx, in) })
+}
+
+func (o *observedStore) Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (store.SealResult, error) {
+	return observe(o, ctx, "seal", func(ctx context.Context) (store.SealResult, error) {
+		return o.Store.Seal(ctx, siteID, jobID, envelope)
+	})
+}
+
+func (o *observedStore) Cancel(ctx context.Context, siteID, jobID string) (bool, error) {
+	return observe(o, ctx, "cancel", func(ctx context.Context) (bool, error) { return o.Store.Cancel(ctx, siteID, jobID) })
+}
+
+func (o *observedStore) CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error) {
+	return observe(o, ctx, "cancel_requests", func(ctx context.Context) ([]protocol.GrantRef, error) {
+		return o.Store.CancelRequests(ctx, runnerID)
+	})
+}
+
+func (o *observedStore) RenewLeases(ctx context.Context, in store.RenewInput) (store.RenewResult, error) {
+	return observe(o, ctx, "renew", func(ctx context.Context) (store.RenewResult, error) { return o.Store.RenewLeases(ctx, in) })
+}
+
+func (o *observedStore) Seen(ctx context.Context, p store.Presence) (store.Presence, error) {
+	return observe(o, ctx, "presence_seen", func(ctx context.Context) (store.Presence, error) { return o.Store.Seen(ctx, p) })
+}
+
+func (o *observedStore) Presence(ctx context.Context, runnerID string) (*store.Presence, error) {
+	return observe(o, ctx, "presence_get", func(ctx context.Context) (*store.Presence, error) {
+		return o.Store.Presence(ctx, runnerID)
+	})
+}
+
+func (o *observedStore) Everyone(ctx context.Context) ([]store.Presence, error) {
+	return observe(o, ctx, "presence_all", o.Store.Everyone)
+}
+
+func (o *observedStore) DropPresence(ctx context.Context, runnerID string) error {
+	_, err := observe(o, ctx, "presence_drop", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, o.Store.DropPresence(ctx, runnerID)
+	})
+	return err
+}
+
+func (o *observedStore) Sweep(ctx context.Context) ([]store.Job, error) {
+	jobs, err := observe(o, ctx, "sweep", o.Store.Sweep)
+	if err == nil {
+		recordSweep(ctx, o.m, jobs)
+	}
+	return jobs, err
+}
+
+func (o *observedStore) PutPairing(ctx context.Context, p store.PendingPairing) (bool, error) {
+	return observe(o, ctx, "pairing_put", func(ctx context.Context) (bool, error) { return o.Store.PutPairing(ctx, p) })
+}
+
+func (o *observedStore) PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error) {
+	return observe(o, ctx, "pairing_get", func(ctx context.Context) (*store.PendingPairing, error) {
+		return o.Store.PairingByDeviceCode(ctx, code)
+	})
+}
+
+func (o *observedStore) DropPairing(ctx context.Context, deviceCode string) error {
+	_, err := observe(o, ctx, "pairing_drop", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, o.Store.DropPairing(ctx, deviceCode)
+	})
+	return err
+}
+
+// recordSweep counts a sweep that moved jobs (requeued, or removed when
+// SweptAway), matching what the background sweeper reports.
+func recordSweep(ctx context.Context, m *telemetry.Metrics, jobs []store.Job) {
+	var requeued, removed int
+	for _, j := range jobs {
+		if j.SweptAway {
+			removed++
+		} else {
+			requeued++
+		}
+	}
+	if requeued+removed > 0 {
+		m.RecordSweep(ctx, requeued, removed)
+	}
+}
