@@ -213,8 +213,11 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		grace, err := time.ParseDuration(s.StopGracePeriod)
-		if err != nil || grace <= cfg.ShutdownTimeout {
-			t.Errorf("%s stop_grace_period %q must exceed the shutdown timeout %v", name, s.StopGracePeriod, cfg.ShutdownTimeout)
+		if err != nil || grace <= cfg.DrainPeriod+cfg.ShutdownTimeout {
+			t.Errorf("%s stop_grace_period %q must exceed drain period %v + shutdown timeout %v", name, s.StopGracePeriod, cfg.DrainPeriod, cfg.ShutdownTimeout)
+		}
+		if cfg.DrainPeriod == 0 {
+			t.Errorf("%s: no drain period; HAProxy would keep sending requests to a replica that is shutting down", name)
 		}
 		if i == 0 {
 			listenPort, adminPort = lp, ap

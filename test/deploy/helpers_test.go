@@ -4,9 +4,6 @@
 package deploy_test
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/telemetry"
 )
 
@@ -41,40 +39,18 @@ func readFile(t *testing.T, rel string) []byte {
 }
 
 // relayEnvNames returns every environment variable the relay reads: the
-// RELAY_* names of internal/config (its option table, read from the source
-// so a renamed variable fails these tests) and the OpenTelemetry names the
-// telemetry package honours.
+// RELAY_* names of internal/config (a renamed variable fails these tests)
+// and the OpenTelemetry names the SDK reads when telemetry is set up.
 func relayEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
-	path := filepath.Join(root(t), "internal", "config", "config.go")
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, 0)
-	if err != nil {
-		t.Fatalf("parse %s: %v", path, err)
-	}
 	names := map[string]bool{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		kv, ok := n.(*ast.KeyValueExpr)
-		if !ok {
-			return true
-		}
-		key, ok := kv.Key.(*ast.Ident)
-		if !ok || (key.Name != "env" && key.Name != "alias") {
-			return true
-		}
-		lit, ok := kv.Value.(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			return true
-		}
-		if s, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(s, "RELAY_") {
-			names[s] = true
-		}
-		return true
-	})
-	if len(names) < 10 || !names["RELAY_VALKEY_URL"] || !names["RELAY_LISTEN"] {
-		t.Fatalf("read only %v from internal/config's option table; has its shape changed?", sortedKeys(names))
+	for _, n := range config.EnvVars() {
+		names[n] = true
 	}
-	for _, n := range []string{telemetry.EnvRelayOTLPEndpoint, telemetry.EnvOTLPEndpoint, telemetry.EnvOTLPTracesEndpoint, telemetry.EnvSDKDisabled} {
+	if !names["RELAY_VALKEY_URL"] || !names["RELAY_LISTEN"] {
+		t.Fatalf("config.EnvVars() = %v lacks the basics", config.EnvVars())
+	}
+	for _, n := range []string{telemetry.EnvOTLPEndpoint, telemetry.EnvOTLPTracesEndpoint, telemetry.EnvSDKDisabled} {
 		names[n] = true
 	}
 	return names

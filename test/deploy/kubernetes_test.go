@@ -2,12 +2,14 @@ package deploy_test
 
 import (
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -18,6 +20,8 @@ import (
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/byollm/relay-go/internal/config"
 )
 
 // typeMeta is read first to pick the Go type a document decodes into.
@@ -275,8 +279,18 @@ func TestKustomizeBase(t *testing.T) {
 	if !keys["kubernetes.io/hostname"] || !keys["topology.kubernetes.io/zone"] {
 		t.Errorf("topologySpreadConstraints over %v, want hostname and zone", keys)
 	}
-	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g < 20 {
-		t.Errorf("terminationGracePeriodSeconds %v leaves no room to drain", g)
+
+	// The relay accepts this environment (Secrets resolved, the projection
+	// ConfigMap written where the mount would put it).
+	cfg := loadPodConfig(t, b, c, pod.Spec.Volumes)
+	if cfg.Embedded() {
+		t.Error("the Deployment runs replicas on separate embedded stores")
+	}
+	if cfg.DrainPeriod == 0 {
+		t.Error("no RELAY_DRAIN_PERIOD: pods would stop serving before endpoints are updated")
+	}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.DrainPeriod+cfg.ShutdownTimeout {
+		t.Errorf("terminationGracePeriodSeconds %v must exceed drain %v + shutdown %v", g, cfg.DrainPeriod, cfg.ShutdownTimeout)
 	}
 
 	// Admin token from the Secret.
@@ -428,4 +442,52 @@ func TestKustomizeExternalValkey(t *testing.T) {
 	if _, ok := env["RELAY_ADMIN_TOKEN"]; !ok {
 		t.Error("overlay lost the rest of the environment")
 	}
+}
+
+// loadPodConfig runs the relay's configuration loader on a container's
+// environment as the kubelet would present it.
+func loadPodConfig(t *testing.T, b built, c corev1.Container, volumes []corev1.Volume) config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	mountHost := map[string]string{} // mountPath -> temp dir holding the ConfigMap's keys
+	for _, vm := range c.VolumeMounts {
+		for _, v := range volumes {
+			if v.Name != vm.Name || v.ConfigMap == nil {
+				continue
+			}
+			cm := b.get(t, "ConfigMap", v.ConfigMap.Name).(*corev1.ConfigMap)
+			host := filepath.Join(dir, v.Name)
+			if err := os.MkdirAll(host, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k, data := range cm.Data {
+				if err := os.WriteFile(filepath.Join(host, k), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mountHost[vm.MountPath] = host
+		}
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			sec := b.get(t, "Secret", e.ValueFrom.SecretKeyRef.Name).(*corev1.Secret)
+			env[e.Name] = sec.StringData[e.ValueFrom.SecretKeyRef.Key]
+		case e.ValueFrom != nil:
+			t.Fatalf("%s: unsupported valueFrom %+v", e.Name, e.ValueFrom)
+		default:
+			env[e.Name] = e.Value
+		}
+		for mp, host := range mountHost {
+			if strings.HasPrefix(env[e.Name], mp+"/") {
+				env[e.Name] = host + strings.TrimPrefix(env[e.Name], mp)
+			}
+		}
+	}
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("the relay refuses the Deployment's environment: %v", err)
+	}
+	return cfg
 }
