@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/config"
@@ -217,20 +219,53 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// TestStaticBinary runs the Dockerfile's own go build command and checks the
-// result is a static, stripped ELF that starts without a loader or libc.
-func TestStaticBinary(t *testing.T) {
-	d := readDockerfile(t)
-	out := filepath.Join(t.TempDir(), "relay")
-	args := slices.Clone(d.buildArgs)
-	args[slices.Index(args, "-o")+1] = out
-	cmd := exec.Command("go", append([]string{"build"}, args...)...)
-	cmd.Dir = root(t)
-	cmd.Env = append(os.Environ(), d.env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %v: %v\n%s", args, err, b)
-	}
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
 
+// TestMain removes the binary the tests share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// relayBinary builds the relay once with the Dockerfile's own go build
+// command (its environment and arguments, only the -o path changed): the
+// binary the image would contain.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		d := readDockerfile(t)
+		buildDir, buildErr = os.MkdirTemp("", "relay-deploy-test-")
+		if buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "relay")
+		args := slices.Clone(d.buildArgs)
+		args[slices.Index(args, "-o")+1] = buildPath
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = root(t)
+		cmd.Env = append(os.Environ(), d.env...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build %v: %v\n%s", args, err, b)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// TestStaticBinary checks the Dockerfile's build is a static, stripped ELF
+// that starts without a loader or libc.
+func TestStaticBinary(t *testing.T) {
+	out := relayBinary(t)
 	f, err := elf.Open(out)
 	if err != nil {
 		t.Fatalf("not an ELF: %v", err)

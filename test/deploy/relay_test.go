@@ -1,0 +1,460 @@
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// These tests run the binary the image would contain, as the container
+// would: healthcheck subcommand, admin probes and metrics, drain on
+// SIGTERM, and a Valkey outage.
+
+func testValkeyURL() string {
+	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// relayProc is a running relay.
+type relayProc struct {
+	cmd    *exec.Cmd
+	listen string
+	admin  string
+	env    []string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	exited chan error
+}
+
+func (p *relayProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+type lockedWriter struct{ p *relayProc }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.stderr.Write(b)
+}
+
+// startRelay runs the relay on loopback ports chosen by the kernel, in its
+// own Valkey namespace (removed afterwards), and waits for its ready line.
+func startRelay(t *testing.T, valkeyURL string, extra ...string) *relayProc {
+	t.Helper()
+	bin := relayBinary(t)
+	nsb := make([]byte, 6)
+	_, _ = rand.Read(nsb)
+	ns := "deploytest-" + hex.EncodeToString(nsb)
+	env := []string{
+		"RELAY_VALKEY_URL=" + valkeyURL,
+		"RELAY_NAMESPACE=" + ns,
+		"RELAY_LISTEN=127.0.0.1:0",
+		"RELAY_ADMIN_LISTEN=127.0.0.1:0",
+		"RELAY_LOG_FORMAT=json",
+		"RELAY_LOG_LEVEL=debug",
+		"RELAY_SWEEP_INTERVAL=off",
+	}
+	env = append(env, extra...)
+	p := &relayProc{cmd: exec.Command(bin), exited: make(chan error, 1)}
+	p.cmd.Env = env
+	p.cmd.Stderr = lockedWriter{p}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exitedOnce()
+		cleanNamespace(t, ns)
+	})
+
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case line := <-lines:
+		var ready struct {
+			Ready  bool   `json:"ready"`
+			Listen string `json:"listen"`
+			Admin  string `json:"admin"`
+		}
+		if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+		p.listen, p.admin = "http://"+ready.Listen, ready.Admin
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("relay exited before ready: %v\n%s", err, p.logs())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("relay not ready after 20s\n%s", p.logs())
+	}
+	p.env = env
+	return p
+}
+
+// exitedOnce returns a channel that yields the exit result, repeatedly.
+func (p *relayProc) exitedOnce() <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		err := <-p.exited
+		p.exited <- err
+		out <- err
+	}()
+	return out
+}
+
+func cleanNamespace(t *testing.T, ns string) {
+	opt, err := valkey.ParseURL(testValkeyURL())
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	opt.DisableCache = true
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(ns+":*").Count(500).Build()).AsScanEntry()
+		if err != nil {
+			t.Errorf("cleanup scan: %v", err)
+			return
+		}
+		if len(e.Elements) > 0 {
+			if err := c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error(); err != nil {
+				t.Errorf("cleanup del: %v", err)
+			}
+		}
+		if e.Cursor == 0 {
+			return
+		}
+		cursor = e.Cursor
+	}
+}
+
+// healthcheck runs `relay healthcheck` as the image's HEALTHCHECK would.
+func (p *relayProc) healthcheck(t *testing.T) (int, string) {
+	t.Helper()
+	cmd := exec.Command(relayBinary(t), "healthcheck")
+	cmd.Env = append(append([]string{}, p.env...), "RELAY_ADMIN_LISTEN="+p.admin)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatalf("healthcheck: %v", err)
+	}
+	return 0, string(out)
+}
+
+type reply struct {
+	status int
+	body   map[string]any
+	raw    string
+	close  bool
+}
+
+func call(t *testing.T, method, url, body string, hdr map[string]string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, raw: string(b), close: resp.Close}
+	_ = json.Unmarshal(b, &r.body)
+	return r
+}
+
+const pollBody = `{"protocolVersion":"2","action":"poll","deviceCode":"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"}`
+
+func TestRelayHealthMetricsDrain(t *testing.T) {
+	p := startRelay(t, testValkeyURL(), "RELAY_DRAIN_PERIOD=1s", "RELAY_SHUTDOWN_TIMEOUT=3s")
+	admin := "http://" + p.admin
+
+	if code, out := p.healthcheck(t); code != 0 {
+		t.Fatalf("relay healthcheck exit %d: %s", code, out)
+	}
+	r := call(t, "GET", admin+"/readyz", "", nil)
+	checks, _ := r.body["checks"].(map[string]any)
+	if r.status != 200 || r.body["status"] != "ready" || checks["valkey"] != "ok" || checks["scripts"] != "ok" || checks["projection"] != "ok" {
+		t.Fatalf("/readyz %d %s", r.status, r.raw)
+	}
+	// Health lives on the admin listener only; the protocol listener keeps
+	// the reference's 404.
+	if r := call(t, "GET", p.listen+"/healthz", "", nil); r.status != 404 || r.raw != `{"error":"not-found"}` {
+		t.Errorf("protocol /healthz: %d %s", r.status, r.raw)
+	}
+
+	// A refused request, carrying a W3C trace context.
+	const traceID = "5b8efff798038103d269b633813fc60c"
+	tp := map[string]string{"traceparent": "00-" + traceID + "-eee19b7ec3c1b174-01", "x-byollm-runner": "runner-secret-id"}
+	if r := call(t, "POST", p.listen+"/byollm/claim", `{"protocolVersion":"2"}`, tp); r.status != 401 {
+		t.Errorf("unsigned claim: %d %s", r.status, r.raw)
+	}
+	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
+		t.Errorf("pair poll: %d %s", r.status, r.raw)
+	}
+
+	// /metrics on the admin listener, open without a token.
+	m := call(t, "GET", admin+"/metrics", "", nil)
+	for _, want := range []string{
+		`relay_http_requests_total{plane="daemon",route="/byollm/claim",status="401"} 1`,
+		`relay_http_requests_total{plane="daemon",route="/byollm/pair",status="200"} 1`,
+		`relay_http_requests_total{plane="none",route="unmatched",status="404"} 1`,
+		`relay_valkey_script_duration_seconds_count{outcome="ok",script="pairing_get"} 1`,
+		`relay_projection_loaded 1`,
+		`relay_projection_version 0`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(m.raw, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(m.raw, "runner-secret-id") {
+		t.Error("/metrics carries a caller id")
+	}
+	var refusal map[string]any
+	for _, line := range strings.Split(p.logs(), "\n") {
+		if strings.Contains(line, `"request refused"`) && strings.Contains(line, `"/byollm/claim"`) {
+			_ = json.Unmarshal([]byte(line), &refusal)
+		}
+	}
+	if refusal["trace_id"] != traceID || refusal["status"] != float64(401) || refusal["level"] != "DEBUG" {
+		t.Errorf("refusal log line %v, want DEBUG, status 401, trace_id %s", refusal, traceID)
+	}
+	if strings.Contains(p.logs(), "runner-secret-id") {
+		t.Error("logs carry a caller id")
+	}
+
+	// SIGTERM: readiness fails at once, both listeners keep serving for the
+	// drain period, then the process exits 0.
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		r := call(t, "GET", admin+"/readyz", "", nil)
+		if r.status == 503 && r.body["status"] == "draining" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %s 500ms after SIGTERM", r.status, r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out := p.healthcheck(t); code != 0 {
+		t.Errorf("liveness failed while draining: %d %s", code, out)
+	}
+	r = call(t, "POST", p.listen+"/byollm/pair", pollBody, nil)
+	if r.status != 200 || !r.close {
+		t.Errorf("request during drain: %d close=%v %s; want served with Connection: close", r.status, r.close, r.raw)
+	}
+	select {
+	case err := <-p.exitedOnce():
+		elapsed := time.Since(start)
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, p.logs())
+		}
+		if elapsed < time.Second || elapsed > 4*time.Second {
+			t.Errorf("exited %v after SIGTERM; want after the 1s drain period, within drain + 3s", elapsed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no exit 10s after SIGTERM\n%s", p.logs())
+	}
+	if code, _ := p.healthcheck(t); code == 0 {
+		t.Error("relay healthcheck succeeds with the relay gone")
+	}
+	if !strings.Contains(p.logs(), `"msg":"drained"`) {
+		t.Errorf("no drained log line\n%s", p.logs())
+	}
+}
+
+// outageProxy forwards TCP to Valkey; down() cuts every connection and
+// refuses new ones, up() listens again on the same address.
+type outageProxy struct {
+	target, addr string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        map[net.Conn]bool
+}
+
+func newOutageProxy(t *testing.T, target string) *outageProxy {
+	p := &outageProxy{target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *outageProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+func (p *outageProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+func (p *outageProxy) up(t *testing.T) {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy relisten: %v", err)
+	}
+	p.serve(ln)
+}
+
+// TestRelayValkeyOutage: while Valkey is unreachable, store-backed
+// requests fail fast with 503 server-error and readiness is false; both
+// recover by themselves when Valkey is back.
+func TestRelayValkeyOutage(t *testing.T) {
+	opt, err := valkey.ParseURL(testValkeyURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newOutageProxy(t, opt.InitAddress[0])
+	u := strings.Replace(testValkeyURL(), opt.InitAddress[0], proxy.addr, 1)
+	if u == testValkeyURL() {
+		t.Fatalf("cannot point %s at the proxy", u)
+	}
+	p := startRelay(t, u)
+	admin := "http://" + p.admin
+
+	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 {
+		t.Fatalf("before the outage: %d %s", r.status, r.raw)
+	}
+	proxy.down()
+
+	start := time.Now()
+	r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil)
+	if elapsed := time.Since(start); elapsed > 3*time.Second {
+		t.Errorf("request during the outage took %v; must fail fast", elapsed)
+	}
+	if r.status != 503 || r.body["error"] != "server-error" {
+		t.Errorf("request during the outage: %d %s, want 503 server-error", r.status, r.raw)
+	}
+	start = time.Now()
+	r = call(t, "GET", admin+"/readyz", "", nil)
+	checks, _ := r.body["checks"].(map[string]any)
+	if r.status != 503 || checks["valkey"] == "ok" {
+		t.Errorf("/readyz during the outage: %d %s", r.status, r.raw)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("/readyz during the outage took %v", elapsed)
+	}
+	if code, out := p.healthcheck(t); code != 0 {
+		t.Errorf("liveness follows the store (a restart cannot fix it): %d %s", code, out)
+	}
+
+	proxy.up(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = call(t, "GET", admin+"/readyz", "", nil)
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness did not come back: %d %s\n%s", r.status, r.raw, p.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
+		t.Errorf("after the outage: %d %s", r.status, r.raw)
+	}
+	m := call(t, "GET", admin+"/metrics", "", nil)
+	if !strings.Contains(m.raw, `relay_valkey_script_errors_total{script="pairing_get"} 1`) ||
+		!strings.Contains(m.raw, `relay_http_requests_total{plane="daemon",route="/byollm/pair",status="503"} 1`) {
+		t.Errorf("/metrics does not show the outage:\n%s", grepLines(m.raw, "relay_valkey_script_errors_total", `route="/byollm/pair"`))
+	}
+}
+
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
