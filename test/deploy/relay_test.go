@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,6 +21,9 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // These tests run the binary the image would contain, as the container
@@ -214,7 +218,9 @@ func call(t *testing.T, method, url, body string, hdr map[string]string) reply {
 const pollBody = `{"protocolVersion":"2","action":"poll","deviceCode":"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"}`
 
 func TestRelayHealthMetricsDrain(t *testing.T) {
-	p := startRelay(t, testValkeyURL(), "RELAY_DRAIN_PERIOD=1s", "RELAY_SHUTDOWN_TIMEOUT=3s")
+	collector := newCollector(t)
+	p := startRelay(t, testValkeyURL(), "RELAY_DRAIN_PERIOD=1s", "RELAY_SHUTDOWN_TIMEOUT=3s",
+		"RELAY_OTLP_ENDPOINT="+collector.srv.URL)
 	admin := "http://" + p.admin
 
 	if code, out := p.healthcheck(t); code != 0 {
@@ -314,6 +320,88 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 	if !strings.Contains(p.logs(), `"msg":"drained"`) {
 		t.Errorf("no drained log line\n%s", p.logs())
 	}
+
+	// The spans were flushed to the collector at exit: the refused claim's
+	// server span continues the caller's trace, and the pair poll's store
+	// call is a child of its request span.
+	spans := collector.spans()
+	var claim, pair, store *tracepb.Span
+	for _, s := range spans {
+		switch s.Name {
+		case "POST /byollm/claim":
+			claim = s
+		case "POST /byollm/pair":
+			if pair == nil {
+				pair = s
+			}
+		case "valkey pairing_get":
+			if store == nil {
+				store = s
+			}
+		}
+	}
+	if claim == nil || pair == nil || store == nil {
+		t.Fatalf("collector got spans %v", spanNames(spans))
+	}
+	if hex.EncodeToString(claim.TraceId) != traceID || hex.EncodeToString(claim.ParentSpanId) != "eee19b7ec3c1b174" {
+		t.Errorf("claim span trace %x parent %x, want the traceparent's", claim.TraceId, claim.ParentSpanId)
+	}
+	if !bytes.Equal(store.ParentSpanId, pair.SpanId) || !bytes.Equal(store.TraceId, pair.TraceId) {
+		t.Errorf("store span parent %x, want the pair request span %x", store.ParentSpanId, pair.SpanId)
+	}
+	for _, s := range spans {
+		for _, a := range s.Attributes {
+			if strings.Contains(a.GetValue().GetStringValue(), "runner-secret-id") {
+				t.Errorf("span %s attribute %s carries a caller id", s.Name, a.Key)
+			}
+		}
+	}
+}
+
+// fakeCollector is an OTLP/HTTP trace receiver.
+type fakeCollector struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []*tracepb.Span
+}
+
+func newCollector(t *testing.T) *fakeCollector {
+	c := &fakeCollector{}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || r.Header.Get("content-type") != "application/x-protobuf" || proto.Unmarshal(body, &req) != nil {
+			t.Errorf("collector: unexpected %s %s %s", r.Method, r.URL.Path, r.Header.Get("content-type"))
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				c.got = append(c.got, ss.Spans...)
+			}
+		}
+		c.mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("content-type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *fakeCollector) spans() []*tracepb.Span {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*tracepb.Span(nil), c.got...)
+}
+
+func spanNames(spans []*tracepb.Span) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name)
+	}
+	return out
 }
 
 // outageProxy forwards TCP to Valkey; down() cuts every connection and
