@@ -85,7 +85,7 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		metric.WithDescription("Jobs handed out by claim calls."))
 	wrap("relay.claimed.jobs", e)
 	m.sweeps, e = meter.Int64Counter("relay.sweeps",
-		metric.WithDescription("Sweep passes run."))
+		metric.WithDescription("Sweeps that moved at least one job (background sweeper ticks and the planes' read-path sweeps)."))
 	wrap("relay.sweeps", e)
 	m.sweptJobs, e = meter.Int64Counter("relay.swept.jobs",
 		metric.WithDescription("Jobs moved by sweeps, by outcome: requeued or removed."))
@@ -196,7 +196,7 @@ func (m *Metrics) RecordClaim(ctx context.Context, granted int) {
 	m.claimedJob.Add(ctx, int64(granted))
 }
 
-// RecordSweep counts one sweep pass and the jobs it moved.
+// RecordSweep counts one sweep that moved jobs, and the jobs it moved.
 func (m *Metrics) RecordSweep(ctx context.Context, requeued, removed int) {
 	m.sweeps.Add(ctx, 1)
 	if requeued > 0 {
