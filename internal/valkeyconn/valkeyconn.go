@@ -33,6 +33,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 	// The store never reads through the client-side cache, and without it
 	// any RESP2 server (older Redis, Valkey forks) works too.
 	opt.DisableCache = true
+	opt.RetryDelay = quickRetries
 	c, err = valkey.NewClient(opt)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)
@@ -42,6 +43,20 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 		return nil, nil, false, fmt.Errorf("valkey ping %s: %w", redact(opt), err)
 	}
 	return c, c.Close, false, nil
+}
+
+// quickRetries bounds valkey-go's retries of read-only commands (PING,
+// EVALSHA_RO) after a network error. By default it retries them with
+// backoff for as long as the context allows, and a request context has no
+// deadline: during an outage every request whose first store call is a
+// read (signature checks look up presence) hung until Valkey was back,
+// instead of failing fast with the retryable 503 (test/lifecycle's outage
+// test). Two quick retries still ride over one reset connection.
+func quickRetries(attempts int, _ valkey.Completed, _ error) time.Duration {
+	if attempts > 2 {
+		return -1
+	}
+	return time.Duration(attempts) * 5 * time.Millisecond
 }
 
 func redact(opt valkey.ClientOption) string { return fmt.Sprint(opt.InitAddress) }

@@ -249,7 +249,7 @@ func probe(ctx context.Context, hc *http.Client, url string) (int, string) {
 		return 0, err.Error()
 	}
 	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 8<<20))
 	return res.StatusCode, string(b)
 }
 
