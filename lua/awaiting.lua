@@ -1,17 +1,17 @@
--- awaiting: one site's awaiting-payload jobs in insertion order (§2.5).
--- Pure read: never settles; entries whose record disagrees are skipped.
+-- awaiting: one page of a site's awaiting-payload jobs in insertion order
+-- (§2.5). Pure read: never settles; entries whose record disagrees are
+-- skipped. Go pages by seq.
 -- lib: store
 --
 -- KEYS[1]  aw:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  eS
--- Reply: snapshots
+-- ARGV[5]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[6]  most index entries examined
+-- ARGV[7]  byte budget: the page ends after the entry that reaches it
+-- Reply: {cursor: seq of the last entry examined, "" when the index is
+--         exhausted; snapshots...}
 
-local out = {}
-for _, eJ in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local m = ARGV[4] .. ':' .. eJ
-  if redis.call('HGET', jkey(m), 'state') == AWAITING then
-    out[#out + 1] = snapshot(m, false)
-  end
-end
-return out
+return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
+  return redis.call('HGET', jkey(m), 'state') == AWAITING
+end)

@@ -1,18 +1,18 @@
--- finished: one site's done jobs that carry a result, in insertion order
--- (§2.6). Pure read: never settles.
+-- finished: one page of a site's done jobs that carry a result, in insertion
+-- order (§2.6). Pure read: never settles. Go pages by seq, so one call holds
+-- the server for a bounded number of entries and bytes, never for all of them.
 -- lib: store
 --
 -- KEYS[1]  fin:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  eS
--- Reply: snapshots
+-- ARGV[5]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[6]  most index entries examined
+-- ARGV[7]  byte budget: the page ends after the entry that reaches it
+-- Reply: {cursor: seq of the last entry examined, "" when the index is
+--         exhausted; snapshots...}
 
-local out = {}
-for _, eJ in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local m = ARGV[4] .. ':' .. eJ
+return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
   local v = redis.call('HMGET', jkey(m), 'state', 'rs')
-  if v[1] == DONE and v[2] then
-    out[#out + 1] = snapshot(m, false)
-  end
-end
-return out
+  return v[1] == DONE and v[2]
+end)

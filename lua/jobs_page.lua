@@ -5,16 +5,11 @@
 -- KEYS[1]  all
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
--- ARGV[5]  page size
--- Reply: {last seq of the page or "" when empty, snapshots...}
+-- ARGV[5]  most index entries examined
+-- ARGV[6]  byte budget: the page ends after the entry that reaches it
+-- Reply: {cursor: seq of the last entry examined, "" when the index is
+--         exhausted; snapshots...}
 
-local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
-local out = {''}
-for i = 1, #page, 2 do
-  out[1] = page[i + 1]
-  local s = snapshot(page[i], false)
-  if s then
-    out[#out + 1] = s
-  end
-end
-return out
+return page_of(KEYS[1], nil, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), function()
+  return true
+end)

@@ -70,6 +70,8 @@ type Store interface {
 	Jobs(ctx context.Context) ([]store.Job, error)
 	Awaiting(ctx context.Context, siteID string) ([]store.Job, error)
 	Finished(ctx context.Context, siteID string) ([]store.Job, error)
+	PendingJobs(ctx context.Context, siteID string) ([]store.PendingJob, error)
+	ResultJobs(ctx context.Context, siteID string) ([]*store.ResultJob, error)
 	Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error)
 	TakePayload(ctx context.Context, in store.HolderInput) (store.TakeResult, error)
 	Complete(ctx context.Context, in store.CompleteInput) (store.CompleteResult, error)

@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -106,6 +109,8 @@ func (r *Relay) cancel(req *request) (reply, error) {
 }
 
 // pending is wire.md §9.4: sweep, then the site's awaiting-payload jobs.
+// The answer is written straight from the stored fields: the device JSON is
+// copied as stored (see appendDevice).
 func (r *Relay) pending(req *request) (reply, error) {
 	siteID, refusal, ok := r.siteQueryAuthed(req)
 	if !ok {
@@ -114,51 +119,106 @@ func (r *Relay) pending(req *request) (reply, error) {
 	if _, err := r.store.Sweep(req.ctx); err != nil {
 		return reply{}, fmt.Errorf("pending: sweep: %w", err)
 	}
-	jobs, err := r.store.Awaiting(req.ctx, siteID)
+	jobs, err := r.store.PendingJobs(req.ctx, siteID)
 	if err != nil {
 		return reply{}, fmt.Errorf("pending: %w", err)
 	}
-	out := make([][]byte, 0, len(jobs))
+	size := 16
 	for _, j := range jobs {
-		o := newObj().val("jobId", j.ID)
-		if c := j.ClaimedBy; c != nil {
-			o.val("device", c.Device).val("runnerId", c.RunnerID).val("leaseId", c.LeaseID)
+		size += 160 + len(j.JobID) + len(j.Device) + len(j.RunnerID) + len(j.LeaseID)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"jobs":[`...)
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"jobId":`...)
+		b = protocol.AppendJSString(b, j.JobID)
+		if j.Claimed {
+			b = append(b, `,"device":`...)
+			if b, err = appendDevice(b, j.Device); err != nil {
+				return reply{}, fmt.Errorf("pending: %w", err)
+			}
+			b = append(b, `,"runnerId":`...)
+			b = protocol.AppendJSString(b, j.RunnerID)
+			b = append(b, `,"leaseId":`...)
+			b = protocol.AppendJSString(b, j.LeaseID)
 		}
 		if j.AwaitingUntil != 0 {
-			o.val("awaitingUntil", j.AwaitingUntil)
+			b = append(b, `,"awaitingUntil":`...)
+			b = strconv.AppendInt(b, j.AwaitingUntil, 10)
 		}
-		if c := j.ClaimedBy; c != nil {
-			o.val("leaseExpiresAt", c.LeaseExpiresAt)
+		if j.Claimed {
+			b = append(b, `,"leaseExpiresAt":`...)
+			b = strconv.AppendInt(b, j.LeaseExpiresAt, 10)
 		}
-		out = append(out, o.bytes())
+		b = append(b, '}')
 	}
-	return ok200(newObj().raw("jobs", jsonArr(out))), nil
+	return reply{status: 200, body: append(b, "]}"...)}, nil
 }
 
 // results is wire.md §9.5: every done job with a result, never removed on
-// delivery, no sweep.
+// delivery, no sweep. Envelopes and devices are copied as stored.
 func (r *Relay) results(req *request) (reply, error) {
 	siteID, refusal, ok := r.siteQueryAuthed(req)
 	if !ok {
 		return refusal, nil
 	}
-	jobs, err := r.store.Finished(req.ctx, siteID)
+	jobs, err := r.store.ResultJobs(req.ctx, siteID)
 	if err != nil {
 		return reply{}, fmt.Errorf("results: %w", err)
 	}
-	out := make([][]byte, 0, len(jobs))
+	size := 16
 	for _, j := range jobs {
-		o := newObj().val("jobId", j.ID)
+		size += 128 + len(j.JobID) + len(j.Result) + len(j.Disposition) + len(j.RunnerID) + len(j.LeaseID) + len(j.Device) + len(j.RunnerOwner)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"jobs":[`...)
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"jobId":`...)
+		b = protocol.AppendJSString(b, j.JobID)
 		if len(j.Result) > 0 {
-			o.raw("envelope", j.Result)
+			b = append(b, `,"envelope":`...)
+			b = append(b, j.Result...)
 		}
 		if j.Disposition != "" {
-			o.val("disposition", j.Disposition)
+			b = append(b, `,"disposition":`...)
+			b = protocol.AppendJSString(b, j.Disposition)
 		}
-		if c := j.ClaimedBy; c != nil {
-			o.val("runnerId", c.RunnerID).val("leaseId", c.LeaseID).val("device", c.Device).val("runnerOwner", c.Owner)
+		if j.Claimed {
+			b = append(b, `,"runnerId":`...)
+			b = protocol.AppendJSString(b, j.RunnerID)
+			b = append(b, `,"leaseId":`...)
+			b = protocol.AppendJSString(b, j.LeaseID)
+			b = append(b, `,"device":`...)
+			if b, err = appendDevice(b, j.Device); err != nil {
+				return reply{}, fmt.Errorf("results: %w", err)
+			}
+			b = append(b, `,"runnerOwner":`...)
+			b = protocol.AppendJSString(b, j.RunnerOwner)
 		}
-		out = append(out, o.bytes())
+		b = append(b, '}')
 	}
-	return ok200(newObj().raw("jobs", jsonArr(out))), nil
+	return reply{status: 200, body: append(b, "]}"...)}, nil
+}
+
+// appendDevice appends a stored device identity as the answers show it: the
+// PublicIdentity decoded and encoded again. The store holds the bytes
+// protocol.Marshal wrote for that same struct, and those re-encode to
+// themselves unless they hold a \u escape (a control character, or a lone
+// surrogate that decoding turns into U+FFFD), so only then is the round
+// trip made.
+func appendDevice(b []byte, raw []byte) ([]byte, error) {
+	if !bytes.Contains(raw, []byte(`\u`)) {
+		return append(b, raw...), nil
+	}
+	var d protocol.PublicIdentity
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("stored device: %w", err)
+	}
+	return append(b, protocol.MustMarshal(d)...), nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/byollm/relay-go/internal/protocol"
 )
 
@@ -80,51 +82,100 @@ func (s *Store) Job(ctx context.Context, siteID, jobID string) (*Job, error) {
 	return &snap.Job, nil
 }
 
-// jobsPageSize bounds one jobs_page script.
-const jobsPageSize = 500
+// Paged reads. Each page is one script call bounded by entries examined
+// and, for full snapshots, by bytes, so no call holds the server for long
+// however many jobs the index holds (BenchmarkScriptTime measures them).
+// Pages follow the index by seq, so a listing is not one atomic snapshot of
+// a store under writes: a job that changes while the listing runs shows as
+// it was when its page was read, or not at all.
+type pageLimits struct {
+	snapshotEntries int // full snapshots: entries examined per call
+	snapshotBytes   int // ... ending early once this many bytes are read
+	leanEntries     int // pending_page: entries per call
+	resultsEntries  int // results_page: index entries per call
+	getJobs         int // results_get: jobs per call
+	getBytes        int // ... ending early once this many bytes are read
+}
 
-// Jobs lists every job in insertion order (debug page). O(N), read in pages
-// by seq, so it is not one atomic snapshot of a store under writes.
-func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
-	out := []Job{}
-	cursor := "-inf"
+// defaultPageLimits keep each call near or under 1 ms on a 2-core machine
+// (BenchmarkScriptTime); tests shrink them to cross page boundaries.
+var defaultPageLimits = pageLimits{
+	snapshotEntries: 32,
+	snapshotBytes:   64 << 10,
+	leanEntries:     128,
+	resultsEntries:  512,
+	getJobs:         128,
+	getBytes:        128 << 10,
+}
+
+// pages runs a paged script from the start of its index to its end. args
+// are the script's leading ARGV; the cursor and limits follow them. each
+// receives a page's items (the reply after its cursor).
+func (s *Store) pages(ctx context.Context, op, key string, args []string, limits []string, each func([]valkey.ValkeyMessage) error) error {
+	all := make([]string, 0, len(args)+1+len(limits))
+	all = append(all, args...)
+	at := len(all)
+	all = append(all, "-inf")
+	all = append(all, limits...)
 	for {
-		msg, err := s.run(ctx, "jobs_page", []string{s.k.all()}, cursor, strconv.Itoa(jobsPageSize))
+		msg, err := s.run(ctx, op, []string{key}, all...)
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return err
 		}
 		parts, err := elems(msg, 1)
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return err
 		}
-		last, err := str(parts[0])
+		cursor, err := str(parts[0])
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return err
 		}
-		for _, e := range parts[1:] {
+		if err := each(parts[1:]); err != nil {
+			return err
+		}
+		if cursor == "" {
+			return nil
+		}
+		all[at] = "(" + cursor
+	}
+}
+
+// snapshotPages collects the snapshots of a paged full-snapshot script.
+func (s *Store) snapshotPages(ctx context.Context, op, key string, args ...string) ([]Job, error) {
+	out := []Job{}
+	limits := []string{strconv.Itoa(s.limits.snapshotEntries), strconv.Itoa(s.limits.snapshotBytes)}
+	err := s.pages(ctx, op, key, args, limits, func(items []valkey.ValkeyMessage) error {
+		for _, e := range items {
 			snap, err := parseSnapshot(e)
 			if err != nil {
-				return nil, fmt.Errorf("jobs: %w", err)
+				return err
 			}
 			if snap != nil {
 				out = append(out, snap.Job)
 			}
 		}
-		if last == "" {
-			return out, nil
-		}
-		cursor = "(" + last
+		return nil
+	})
+	return out, err
+}
+
+// Jobs lists every job in insertion order (debug page). O(N), read in pages.
+func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
+	out, err := s.snapshotPages(ctx, "jobs_page", s.k.all())
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
 	}
+	return out, nil
 }
 
 // Awaiting lists the site's awaiting-payload jobs in insertion order,
-// cancelled ones included. A pure read.
+// cancelled ones included. A pure read, in pages.
 func (s *Store) Awaiting(ctx context.Context, siteID string) ([]Job, error) {
 	return s.siteList(ctx, "awaiting", s.k.awaiting(siteID), siteID)
 }
 
 // Finished lists the site's done jobs that carry a result, in insertion
-// order, until their deadline removes them. A pure read.
+// order, until their deadline removes them. A pure read, in pages.
 func (s *Store) Finished(ctx context.Context, siteID string) ([]Job, error) {
 	return s.siteList(ctx, "finished", s.k.finished(siteID), siteID)
 }
@@ -133,15 +184,11 @@ func (s *Store) siteList(ctx context.Context, op, key, siteID string) ([]Job, er
 	if err := s.checkID("site id", siteID); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	msg, err := s.run(ctx, op, []string{key}, enc(siteID))
+	out, err := s.snapshotPages(ctx, op, key, enc(siteID))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	snaps, err := parseSnapshots(msg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	return jobsOf(snaps), nil
+	return out, nil
 }
 
 // Seal stores the payload the site sealed to the claiming device and makes

@@ -73,6 +73,10 @@ type Options struct {
 	// MaxBlobBytes bounds stored JSON (stubs, envelopes, identities,
 	// capabilities); default 32 MiB. The planes enforce the wire's 6 MiB.
 	MaxBlobBytes int
+	// ResultCacheBytes bounds the results this Store keeps in memory so that
+	// a site's repeated results reads fetch only new results from Valkey
+	// (see ResultJobs); default 64 MiB, negative disables the cache.
+	ResultCacheBytes int
 }
 
 func (o Options) withDefaults() Options {
@@ -100,6 +104,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxBlobBytes <= 0 {
 		o.MaxBlobBytes = DefaultMaxBlobBytes
 	}
+	if o.ResultCacheBytes == 0 {
+		o.ResultCacheBytes = DefaultResultCacheBytes
+	}
 	return o
 }
 
@@ -114,6 +121,8 @@ type Store struct {
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
+	results resultCache
+	limits  pageLimits
 }
 
 // readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
@@ -121,6 +130,7 @@ type Store struct {
 var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true,
+	"pending_page": true, "results_page": true, "results_get": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
@@ -139,6 +149,8 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
+	s.results.limit = max(opts.ResultCacheBytes, 0)
+	s.limits = defaultPageLimits
 	for name, src := range sources {
 		if readOnlyScripts[name] {
 			s.scripts[name] = valkey.NewLuaScriptReadOnly(src)

@@ -1,0 +1,237 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// The site plane polls two listings many times a second (pending, results),
+// and the results listing carries every finished job's envelope until its
+// deadline. These reads return only the fields those answers show, in
+// bounded pages, and results come from a per-store cache wherever the
+// stored result cannot have changed.
+
+// PendingJob is one awaiting-payload job as the site plane's pending answer
+// shows it. Device is the claiming device's identity JSON exactly as stored
+// (as protocol.Marshal wrote it). Claimed is false only for a record without
+// a grant, which no awaiting-payload job has.
+type PendingJob struct {
+	JobID          string
+	Claimed        bool
+	Device         json.RawMessage
+	RunnerID       string
+	LeaseID        string
+	AwaitingUntil  int64 // 0 when absent
+	LeaseExpiresAt int64
+}
+
+// ResultJob is one finished job as the site plane's results answer shows it.
+// Device is the claiming device's identity JSON exactly as stored. Values
+// may be shared with the store's cache: callers must not modify them.
+type ResultJob struct {
+	JobID       string
+	Result      json.RawMessage
+	Disposition string
+	Claimed     bool
+	RunnerID    string
+	LeaseID     string
+	Device      json.RawMessage
+	RunnerOwner string
+}
+
+// PendingJobs lists the site's awaiting-payload jobs in insertion order with
+// the fields of the pending answer: the same jobs Awaiting lists. A pure
+// read, in pages.
+func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return nil, fmt.Errorf("pending jobs: %w", err)
+	}
+	out := []PendingJob{}
+	err := s.pages(ctx, "pending_page", s.k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
+		func(items []valkey.ValkeyMessage) error {
+			if len(items)%6 != 0 {
+				return fmt.Errorf("pending page of %d items", len(items))
+			}
+			for i := 0; i < len(items); i += 6 {
+				var f [6]string
+				for j := range f {
+					v, err := items[i+j].ToString()
+					if err != nil {
+						return err
+					}
+					f[j] = v
+				}
+				p := PendingJob{JobID: f[0]}
+				if f[3] != "" {
+					p.Claimed, p.Device, p.RunnerID, p.LeaseID = true, json.RawMessage(f[1]), f[2], f[3]
+					ce, err := atoi("ce", f[5])
+					if err != nil {
+						return err
+					}
+					p.LeaseExpiresAt = ce
+				}
+				if f[4] != "" {
+					au, err := atoi("au", f[4])
+					if err != nil {
+						return err
+					}
+					p.AwaitingUntil = au
+				}
+				out = append(out, p)
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("pending jobs: %w", err)
+	}
+	return out, nil
+}
+
+// DefaultResultCacheBytes bounds the results cache of one Store.
+const DefaultResultCacheBytes = 64 << 20
+
+// resultCache holds, per site, the results listed by the site's last
+// results read, keyed by seq. A done job's result, disposition and grant
+// never change while it exists (complete keeps the first result, a done job
+// is never requeued or re-granted), and seq is never reused, so the entry
+// of a seq the listing names is the stored result.
+type resultCache struct {
+	mu    sync.Mutex
+	limit int
+	bytes int
+	sites map[string]map[string]*ResultJob // site id -> seq -> result
+}
+
+func (c *resultCache) get(siteID string) map[string]*ResultJob {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sites[siteID]
+}
+
+// put replaces the site's entries with the ones its latest listing named,
+// or forgets every site when the cache would grow past its bound.
+func (c *resultCache) put(siteID string, entries map[string]*ResultJob) {
+	size := 0
+	for _, r := range entries {
+		size += resultSize(r)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sites == nil {
+		c.sites = map[string]map[string]*ResultJob{}
+	}
+	for _, r := range c.sites[siteID] {
+		c.bytes -= resultSize(r)
+	}
+	delete(c.sites, siteID)
+	if size > c.limit {
+		return
+	}
+	if c.bytes+size > c.limit {
+		c.sites = map[string]map[string]*ResultJob{}
+		c.bytes = 0
+	}
+	c.sites[siteID] = entries
+	c.bytes += size
+}
+
+func resultSize(r *ResultJob) int {
+	return len(r.Result) + len(r.Device) + len(r.JobID) + len(r.RunnerID) + len(r.LeaseID) + len(r.RunnerOwner) + len(r.Disposition) + 128
+}
+
+// ResultJobs lists the site's done jobs that carry a result, in insertion
+// order, with the fields of the results answer: the same jobs Finished
+// lists. A pure read, in pages: the site's finished index (member, seq),
+// then only the results this Store has not already read.
+func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return nil, fmt.Errorf("result jobs: %w", err)
+	}
+	eS := enc(siteID)
+	type listed struct{ eJ, seq string }
+	var list []listed
+	limit := s.limits.resultsEntries
+	after := "-inf"
+	for {
+		msg, err := s.run(ctx, "results_page", []string{s.k.finished(siteID)}, after, strconv.Itoa(limit))
+		if err != nil {
+			return nil, fmt.Errorf("result jobs: %w", err)
+		}
+		flat, err := msg.AsStrSlice()
+		if err != nil || len(flat)%2 != 0 {
+			return nil, fmt.Errorf("result jobs: page of %d items (%v)", len(flat), err)
+		}
+		for i := 0; i < len(flat); i += 2 {
+			list = append(list, listed{flat[i], flat[i+1]})
+		}
+		if len(flat) < 2*limit {
+			break
+		}
+		after = "(" + flat[len(flat)-1]
+	}
+
+	cached := s.results.get(siteID)
+	found := make([]*ResultJob, len(list))
+	var missing []int
+	for i, l := range list {
+		if r, ok := cached[l.seq]; ok {
+			found[i] = r
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	for len(missing) > 0 {
+		n := min(len(missing), s.limits.getJobs)
+		args := make([]string, 0, 2+2*n)
+		args = append(args, eS, strconv.Itoa(s.limits.getBytes))
+		for _, i := range missing[:n] {
+			args = append(args, list[i].eJ, list[i].seq)
+		}
+		msg, err := s.run(ctx, "results_get", []string{s.k.finished(siteID)}, args...)
+		if err != nil {
+			return nil, fmt.Errorf("result jobs: %w", err)
+		}
+		parts, err := elems(msg, 1)
+		if err != nil {
+			return nil, fmt.Errorf("result jobs: %w", err)
+		}
+		consumed, err := num(parts[0])
+		if err != nil || consumed < 1 || int(consumed) > n || (len(parts)-1)%8 != 0 {
+			return nil, fmt.Errorf("result jobs: reply of %d items consumed %d of %d (%v)", len(parts), consumed, n, err)
+		}
+		for p := 1; p < len(parts); p += 8 {
+			pos, err := num(parts[p])
+			if err != nil || pos < 1 || pos > consumed {
+				return nil, fmt.Errorf("result jobs: position %d (%v)", pos, err)
+			}
+			var f [7]string
+			for j := range f {
+				if f[j], err = parts[p+1+j].ToString(); err != nil {
+					return nil, fmt.Errorf("result jobs: %w", err)
+				}
+			}
+			r := &ResultJob{JobID: f[0], Result: json.RawMessage(f[1]), Disposition: f[2]}
+			if f[4] != "" {
+				r.Claimed, r.RunnerID, r.LeaseID, r.Device, r.RunnerOwner = true, f[3], f[4], json.RawMessage(f[5]), f[6]
+			}
+			found[missing[pos-1]] = r
+		}
+		missing = missing[consumed:]
+	}
+
+	out := make([]*ResultJob, 0, len(list))
+	keep := make(map[string]*ResultJob, len(list))
+	for i, r := range found {
+		if r != nil {
+			out = append(out, r)
+			keep[list[i].seq] = r
+		}
+	}
+	s.results.put(siteID, keep)
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// pendingOf is what PendingJobs must say about the jobs Awaiting lists.
+func pendingOf(t *testing.T, jobs []Job) []PendingJob {
+	t.Helper()
+	out := []PendingJob{}
+	for _, j := range jobs {
+		p := PendingJob{JobID: j.ID, AwaitingUntil: j.AwaitingUntil}
+		if c := j.ClaimedBy; c != nil {
+			p.Claimed, p.RunnerID, p.LeaseID, p.LeaseExpiresAt = true, c.RunnerID, c.LeaseID, c.LeaseExpiresAt
+			p.Device = protocol.MustMarshal(c.Device)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// resultsOf is what ResultJobs must say about the jobs Finished lists.
+func resultsOf(t *testing.T, jobs []Job) []ResultJob {
+	t.Helper()
+	out := []ResultJob{}
+	for _, j := range jobs {
+		r := ResultJob{JobID: j.ID, Result: j.Result, Disposition: j.Disposition}
+		if c := j.ClaimedBy; c != nil {
+			r.Claimed, r.RunnerID, r.LeaseID, r.RunnerOwner = true, c.RunnerID, c.LeaseID, c.Owner
+			r.Device = protocol.MustMarshal(c.Device)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func derefResults(in []*ResultJob) []ResultJob {
+	out := []ResultJob{}
+	for _, r := range in {
+		out = append(out, *r)
+	}
+	return out
+}
+
+func sameJSON(t *testing.T, what string, got, want any) {
+	t.Helper()
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if string(g) != string(w) {
+		t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
+	}
+}
+
+// checkSitePlane compares the lean listings with the full ones, twice (the
+// second results read is served from the cache).
+func (h *h) checkSitePlane(siteID string, wantPending, wantResults []string) {
+	h.t.Helper()
+	aw, err := h.s.Awaiting(h.ctx, siteID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	equalStrings(h.t, "awaiting", jobIDs(aw), wantPending)
+	pending, err := h.s.PendingJobs(h.ctx, siteID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sameJSON(h.t, "pending jobs", pending, pendingOf(h.t, aw))
+	fin, err := h.s.Finished(h.ctx, siteID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	equalStrings(h.t, "finished", jobIDs(fin), wantResults)
+	for round := range 2 {
+		res, err := h.s.ResultJobs(h.ctx, siteID)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		sameJSON(h.t, fmt.Sprint("result jobs, read ", round+1), derefResults(res), resultsOf(h.t, fin))
+	}
+}
+
+// The lean site-plane listings list exactly the jobs, in the order and with
+// the values, of Awaiting and Finished, across page boundaries, whatever
+// state the other jobs are in, and the results cache never serves a result
+// the store no longer holds.
+func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
+	limits := []struct {
+		name string
+		l    pageLimits
+	}{
+		{"default pages", defaultPageLimits},
+		{"one entry per call", pageLimits{snapshotEntries: 1, snapshotBytes: 1, leanEntries: 1, resultsEntries: 1, getJobs: 1, getBytes: 1}},
+		{"two per call, byte-bounded", pageLimits{snapshotEntries: 2, snapshotBytes: 300, leanEntries: 2, resultsEntries: 2, getJobs: 3, getBytes: 150}},
+	}
+	for _, tc := range limits {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				h := newH(t, b, Options{})
+				h.s.limits = tc.l
+				h.checkSitePlane(site, nil, nil)
+				// Nine jobs over five owners (the unsealed cap is two per pair).
+				owners := []string{"alice", "alice", "bob", "bob", "carol", "carol", "dave", "dave", "erin"}
+				for i, o := range owners {
+					h.enqueue(fmt.Sprint("j", i), o)
+				}
+				grants := map[string]ClaimedStub{}
+				for _, o := range []string{"alice", "bob", "carol", "dave", "erin"} {
+					for _, g := range h.claim(maxJobs(20), deviceOwner(o), runner("runner_"+o), func(in *ClaimInput) {
+						in.Routes = []Route{{site, o}}
+					}) {
+						grants[stubID(g)] = g
+					}
+				}
+				if len(grants) != 9 {
+					t.Fatalf("granted %d", len(grants))
+				}
+				h.checkSitePlane(site, []string{"j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8"}, nil)
+
+				done := func(id, disp string, env json.RawMessage) {
+					g := grants[id]
+					if r := h.seal(id); r.State != StateReady {
+						t.Fatalf("seal %s: %+v", id, r)
+					}
+					r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: g.Lease.RunnerID, LeaseID: g.Lease.ID, Envelope: env, Disposition: disp})
+					if err != nil || !r.Accepted {
+						t.Fatalf("complete %s: %+v %v", id, r, err)
+					}
+				}
+				done("j1", "ok", envelope)
+				done("j3", "error", json.RawMessage(`{"ciphertext":"BBBB","deadlineAt":1}`))
+				done("j4", "", envelope)                                 // empty disposition: omitted by the plane, listed here
+				h.seal("j6")                                             // ready: in neither listing
+				if _, err := h.s.Cancel(h.ctx, site, "j3"); err != nil { // cancelled after done: still a result
+					t.Fatal(err)
+				}
+				h.checkSitePlane(site, []string{"j0", "j2", "j5", "j7", "j8"}, []string{"j1", "j3", "j4"})
+
+				// A second result under the same lease changes nothing.
+				g := grants["j1"]
+				if r, _ := h.s.Complete(h.ctx, CompleteInput{JobID: "j1", RunnerID: "runner_alice", LeaseID: g.Lease.ID, Envelope: json.RawMessage(`{"other":1}`), Disposition: "error"}); !r.Duplicate {
+					t.Fatalf("second complete: %+v", r)
+				}
+				h.checkSitePlane(site, []string{"j0", "j2", "j5", "j7", "j8"}, []string{"j1", "j3", "j4"})
+
+				// j1 passes its deadline and is removed, then a new j1 (new seq,
+				// new lease) finishes with another result: the cache must not
+				// answer with the old one.
+				h.s.AdvanceClockForTests(farDeadline) // everything is due
+				if swept := h.sweep(); len(swept) != 9 {
+					t.Fatalf("swept %d", len(swept))
+				}
+				h.s.SetClockOffsetForTests(0)
+				h.enqueue("j1", "alice")
+				ng := h.claim()
+				if len(ng) != 1 || stubID(ng[0]) != "j1" || ng[0].Lease.ID == g.Lease.ID {
+					t.Fatalf("re-claim: %q", ids(ng))
+				}
+				h.seal("j1")
+				if r := h.complete("j1", "runner_1", ng[0].Lease.ID, "canceled"); !r.Accepted {
+					t.Fatalf("complete: %+v", r)
+				}
+				res, _ := h.s.ResultJobs(h.ctx, site)
+				if res[0].Disposition != "canceled" || res[0].LeaseID != ng[0].Lease.ID {
+					t.Fatalf("served %+v", res[0])
+				}
+				h.checkSitePlane(site, nil, []string{"j1"})
+			})
+		})
+	}
+}
+
+// Other sites' jobs never show, and a cache too small for a site's results
+// still answers correctly (from Valkey every time).
+func TestResultJobsSitesAndCacheBound(t *testing.T) {
+	for _, cacheBytes := range []int{-1, 1, 0} {
+		t.Run(fmt.Sprint("cache=", cacheBytes), func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				h := newH(t, b, Options{ResultCacheBytes: cacheBytes})
+				for _, siteID := range []string{site, "site_other"} {
+					h.enqueueStub(siteID, stub("x", "alice"))
+					g := h.claim(func(in *ClaimInput) { in.Routes = []Route{{siteID, "alice"}} })
+					if len(g) != 1 {
+						t.Fatalf("claim at %s: %d", siteID, len(g))
+					}
+					if r, _ := h.s.Seal(h.ctx, siteID, "x", envelope); r.State != StateReady {
+						t.Fatalf("seal %+v", r)
+					}
+					env := json.RawMessage(`{"site":` + string(protocol.MustMarshal(siteID)) + `}`)
+					if r, _ := h.s.Complete(h.ctx, CompleteInput{JobID: "x", RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: env, Disposition: "ok"}); !r.Accepted {
+						t.Fatalf("complete %+v", r)
+					}
+				}
+				for range 3 {
+					for _, siteID := range []string{site, "site_other", "site_none"} {
+						res, err := h.s.ResultJobs(h.ctx, siteID)
+						if err != nil {
+							t.Fatal(err)
+						}
+						fin, _ := h.s.Finished(h.ctx, siteID)
+						sameJSON(t, siteID, derefResults(res), resultsOf(t, fin))
+						if siteID != "site_none" && string(res[0].Result) != `{"site":"`+siteID+`"}` {
+							t.Fatalf("%s: %s", siteID, res[0].Result)
+						}
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,30 @@
+-- pending_page: one page of a site's awaiting-payload jobs (§2.5) holding
+-- only what the site plane's pending answer shows, in insertion order. Pure
+-- read: never settles; entries whose record disagrees are skipped.
+-- lib: store
+--
+-- KEYS[1]  aw:<eS>
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  eS
+-- ARGV[5]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[6]  most index entries examined
+-- Reply: {cursor: seq of the last entry examined, "" when the index is
+--         exhausted; then 6 strings per job: id, device (raw JSON), runnerId,
+--         leaseId, awaitingUntil, leaseExpiresAt, each "" when absent}
+
+local limit = tonumber(ARGV[6])
+local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {''}
+for i = 1, #page, 2 do
+  out[1] = page[i + 1]
+  local v = redis.call('HMGET', jkey(ARGV[4] .. ':' .. page[i]), 'state', 'id', 'cd', 'cr', 'cl', 'au', 'ce')
+  if v[1] == AWAITING then
+    for f = 2, 7 do
+      out[#out + 1] = v[f] or ''
+    end
+  end
+end
+if #page < 2 * limit then
+  out[1] = ''
+end
+return out

@@ -1,0 +1,39 @@
+-- results_get: the results of done jobs named by results_page, as the site
+-- plane's results answer shows them (§2.6). A job no longer there, or
+-- there under another seq (removed and enqueued again), is left out. Pure
+-- read. The reply ends early once it holds the byte budget (always after at
+-- least one job), so a call stays short however large the envelopes.
+-- lib: store
+--
+-- KEYS[1]  fin:<eS>
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  eS
+-- ARGV[5]  byte budget
+-- ARGV[6..] pairs: eJ, seq
+-- Reply: {pairs consumed, then 8 strings per job still there: position of
+--         its pair (1-based), id, result (raw JSON), disposition, runnerId,
+--         leaseId, device (raw JSON), runnerOwner; "" when absent (no
+--         leaseId: no grant)}
+
+local budget = tonumber(ARGV[5])
+local out = {0}
+local bytes = 0
+local n = (#ARGV - 5) / 2
+for i = 1, n do
+  out[1] = i
+  local v = redis.call('HMGET', jkey(ARGV[4] .. ':' .. ARGV[4 + 2 * i]), 'state', 'seq', 'rs', 'id',
+    'dp', 'cr', 'cl', 'cd', 'co')
+  if v[1] == DONE and v[2] == ARGV[5 + 2 * i] and v[3] then
+    out[#out + 1] = i
+    out[#out + 1] = v[4]
+    out[#out + 1] = v[3]
+    for f = 5, 9 do
+      out[#out + 1] = v[f] or ''
+    end
+    bytes = bytes + #v[3]
+    if bytes >= budget then
+      return out
+    end
+  end
+end
+return out
