@@ -13,11 +13,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,16 +78,58 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freePort asks the kernel for a loopback port nobody uses. The relay binds
-// it a moment later and rebinds it after a restart (Go sets SO_REUSEADDR).
+// freePort returns a free loopback port for a listener that must come back
+// on the same port after a restart. It is taken from below the kernel's
+// ephemeral range, so no outgoing connection can occupy it while its
+// replica or server is down; within one test run no port is handed out
+// twice.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo := ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		port := 0 // kernel's choice, when there is no room below the range
+		if lo > 11000 {
+			port = lo - 10000 + mrand.IntN(10000)
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if portsGiven[addr] {
+			continue
+		}
+		portsGiven[addr] = true
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port found")
+	return ""
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[string]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux;
+// 32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // replica is one relay replica with fixed ports; it can be stopped and
@@ -306,11 +350,12 @@ func cleanNamespace(t *testing.T, url, ns string) {
 	}
 }
 
-// relayLines keeps the relay_* series of a /metrics scrape.
+// relayLines keeps the relay_* series of a /metrics scrape, histogram
+// buckets left out.
 func relayLines(scrape string) string {
 	var out []string
 	for _, l := range strings.Split(scrape, "\n") {
-		if strings.HasPrefix(l, "relay_") {
+		if strings.HasPrefix(l, "relay_") && !strings.Contains(l, "_bucket{") {
 			out = append(out, l)
 		}
 	}
