@@ -80,10 +80,11 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	waitEnqueues(t, lb, 20, 30*time.Second)
 	loadOn := time.Now()
 
-	// Extra unsigned traffic (device-code polls, one store read each) keeps
+	// Extra unsigned traffic (device-code polls, one store call each) keeps
 	// many pooled connections busy on every replica, so a drain that closes
-	// connections under the balancer shows up as 502s in every run rather
-	// than now and then.
+	// connections under the balancer is far more likely to show up as 502s
+	// (before cmd/relay/drain.go it did in each of two runs, against one
+	// run in two without this traffic).
 	chatCtx, stopChat := context.WithCancel(ctx)
 	chatDone := chatter(chatCtx, lb.url(), 8)
 
