@@ -15,14 +15,20 @@
 -- ARGV[4]  runnerId          ARGV[5]  eR (base64url runnerId)
 -- ARGV[6]  device owner      ARGV[7]  device identity (raw JSON)
 -- ARGV[8]  leaseMs           ARGV[9]  max
--- ARGV[10] scan budget: most queue entries examined in one call
+-- ARGV[10] scan budget: most queue entries examined in this call. When it
+--          stops the merge, the reply's cursors let Go continue in a next
+--          call where this one stopped (each call stays short).
 -- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
 --          (Go drains with sweep and calls again). -1: settle everything.
 -- ARGV[12] nk, then nk kinds (raw)
 -- then     nr, then per route: eS, eO, nq_r
+-- then     one cursor per queue key, in KEYS order: the seq of the last
+--          entry a previous call examined there, "" to start at the head
 -- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
--- Reply: {'sweep', {}, reports, 0, 0, 0}
---      | {'ok', grants, reports, scanned, truncated (1|0), quarantined}
+-- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
+--      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
+--   truncated = 1: the scan budget stopped the merge with candidates left;
+--   cursors (one per queue, as above) say where.
 --   grant   = {siteId, stub (raw), leaseId, expiresAt}
 --   report  = {siteId, owner, expiries}
 
@@ -52,7 +58,7 @@ if settle_budget < 0 then
 else
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
   if #due > settle_budget then
-    return {'sweep', {}, REPORTS, 0, 0, 0}
+    return {'sweep', {}, REPORTS, 0, 0, 0, {}}
   end
 end
 for _, m in ipairs(due) do
@@ -80,6 +86,12 @@ for r = 1, nr do
     queues[#queues + 1] = {key = KEYS[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
   end
   k = k + 2 + nq
+end
+for _, q in ipairs(queues) do
+  if ARGV[a] ~= '' then
+    q.last = ARGV[a]
+  end
+  a = a + 1
 end
 local lease_at = a
 
@@ -188,4 +200,8 @@ while remaining > 0 do
   end
 end
 
-return {'ok', grants, REPORTS, scanned, truncated, quarantined}
+local cursors = {}
+for i, q in ipairs(queues) do
+  cursors[i] = q.last or ''
+end
+return {'ok', grants, REPORTS, scanned, truncated, quarantined, cursors}

@@ -1,5 +1,9 @@
 -- pairing_put: store a pending pairing (§6.2) in the reference's order:
 -- purge expired, drop this keypair's previous code, check capacity, store.
+-- The purge is bounded (PURGE_PER_CALL codes per call, more than the one a
+-- call adds, so expired codes drain) and the capacity counts live codes
+-- only, which is what the reference's full purge leaves; every read checks
+-- expiry itself, so a lingering expired code is never seen.
 -- lib: pairing
 --
 -- KEYS[1]  pc:d   KEYS[2]  pc:x   KEYS[3]  pc:mi   KEYS[4]  pc:mu
@@ -12,8 +16,10 @@
 local cap, dc, uc, identity = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 local now = clock()
 
--- 1. Purge every expired entry, so the cap cannot latch.
-for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now))) do
+local PURGE_PER_CALL = 16
+
+-- 1. Purge expired entries, a bounded number per call.
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, PURGE_PER_CALL)) do
   remove_code(old)
 end
 -- 2. One outstanding code per keypair; also replaces a code reused verbatim.
@@ -24,8 +30,8 @@ end
 if redis.call('HEXISTS', KEYS[1], dc) == 1 then
   remove_code(dc)
 end
--- 3. Capacity, after this keypair's old code is gone.
-if redis.call('ZCARD', KEYS[2]) >= cap then
+-- 3. Capacity of live codes, after this keypair's old code is gone.
+if redis.call('ZCOUNT', KEYS[2], '(' .. fmt(now), '+inf') >= cap then
   return 'at-capacity'
 end
 -- 4. Store.

@@ -1,17 +1,28 @@
--- presence_all: every record in insertion order (§2.16). Index entries whose
--- record is gone (TTL, drop) are skipped and removed (trap 35).
+-- presence_all: one page of every record in insertion order (§2.16). Index
+-- entries whose record is gone (TTL, drop) are skipped and removed (trap 35).
+-- Go pages by insertion counter so one call never holds the server for
+-- every device.
 --
 -- KEYS[1]  pidx
 -- ARGV[1..3] prefix, offset, churn (unused)
--- Reply: list of flat hashes
+-- ARGV[4]  exclusive lower bound ("-inf" for the first page, else "(<counter>")
+-- ARGV[5]  most index entries examined
+-- Reply: {cursor: counter of the last entry examined, "" when the index is
+--         exhausted; flat hashes...}
 
-local out = {}
-for _, e_runner in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local rec = redis.call('HGETALL', P .. 'p:' .. e_runner)
+local limit = tonumber(ARGV[5])
+local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {''}
+for i = 1, #page, 2 do
+  out[1] = page[i + 1]
+  local rec = redis.call('HGETALL', P .. 'p:' .. page[i])
   if #rec == 0 then
-    redis.call('ZREM', KEYS[1], e_runner)
+    redis.call('ZREM', KEYS[1], page[i])
   else
     out[#out + 1] = rec
   end
+end
+if #page < 2 * limit then
+  out[1] = ''
 end
 return out

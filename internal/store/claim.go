@@ -18,7 +18,7 @@ type claimStats struct {
 	Scanned     int  // queue entries examined
 	Truncated   bool // stopped by ClaimScanBudget
 	Quarantined int  // stubs that failed strict validation
-	Attempts    int  // claim scripts run (more than 1 when a sweep came first)
+	Attempts    int  // claim scripts run (more than 1 when a sweep came first or the scan continued)
 }
 
 // claimAttemptsBeforeForce: after this many claim scripts found more due
@@ -61,11 +61,13 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 
 	keys := []string{s.k.due(), s.k.lease(), s.k.held(in.RunnerID), s.k.heldIDs(in.RunnerID)}
 	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
-		strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(in.Max), strconv.Itoa(s.opts.ClaimScanBudget), ""}
-	const settleArg = 7 // index in args of the settle budget
+		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
+	// indexes in args of the per-call values: max, scan budget, settle budget
+	const maxArg, scanArg, settleArg = 5, 6, 7
 	args = append(args, strconv.Itoa(len(kinds)))
 	args = append(args, kinds...)
 	args = append(args, strconv.Itoa(len(routes)))
+	nQueues := 0
 	for _, r := range routes {
 		queues := make([]string, 0, 2*len(kinds)+1)
 		for _, kind := range kinds {
@@ -78,7 +80,13 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		keys = append(keys, s.k.unsealed(r.SiteID, r.Owner), s.k.awaiting(r.SiteID))
 		keys = append(keys, queues...)
 		args = append(args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
+		nQueues += len(queues)
 	}
+	cursorAt := len(args)
+	for range nQueues {
+		args = append(args, "") // every queue from its head
+	}
+	leaseAt := len(args)
 	// One lease id per possible grant: at most Max, at most 2 per pair.
 	n := min(in.Max, UnsealedPerPair*len(routes))
 	for range n {
@@ -89,18 +97,28 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		args = append(args, id.String())
 	}
 
+	// Each script examines at most claimScan queue entries; a claim that
+	// needs more continues where the last call stopped, until it has Max
+	// grants, the queues are exhausted, or ClaimScanBudget entries were
+	// examined in all. Every grant is still chosen and made in one script.
+	out := []ClaimedStub{}
+	remaining := in.Max
+	sweeps := 0
 	for {
 		stats.Attempts++
-		budget := s.opts.ClaimSettleBudget
-		if stats.Attempts > claimAttemptsBeforeForce {
-			budget = -1
+		settle := s.opts.ClaimSettleBudget
+		if sweeps >= claimAttemptsBeforeForce {
+			settle = -1
 		}
-		args[settleArg] = strconv.Itoa(budget)
+		scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget-stats.Scanned))
+		args[maxArg] = strconv.Itoa(remaining)
+		args[scanArg] = strconv.Itoa(scan)
+		args[settleArg] = strconv.Itoa(settle)
 		msg, err := s.run(ctx, "claim", keys, args...)
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: %w", err)
 		}
-		parts, err := elems(msg, 6)
+		parts, err := elems(msg, 7)
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: %w", err)
 		}
@@ -114,6 +132,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		}
 		s.fireChurn(reports)
 		if status == "sweep" {
+			sweeps++
 			if _, err := s.Sweep(ctx); err != nil {
 				return nil, stats, fmt.Errorf("claim: %w", err)
 			}
@@ -122,18 +141,31 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		scanned, _ := num(parts[3])
 		truncated, _ := num(parts[4])
 		quarantined, _ := num(parts[5])
-		stats.Scanned, stats.Truncated, stats.Quarantined = int(scanned), truncated == 1, int(quarantined)
-		if stats.Truncated {
-			s.log.Warn("store: claim stopped at its scan budget", "runner", in.RunnerID, "budget", s.opts.ClaimScanBudget)
-		}
-		if stats.Quarantined > 0 {
-			s.log.Warn("store: quarantined stored stubs that no longer parse", "count", stats.Quarantined)
+		stats.Scanned += int(scanned)
+		stats.Quarantined += int(quarantined)
+		if quarantined > 0 {
+			s.log.Warn("store: quarantined stored stubs that no longer parse", "count", quarantined)
 		}
 		grants, err := parseGrants(parts[1], in.RunnerID)
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: %w", err)
 		}
-		return grants, stats, nil
+		out = append(out, grants...)
+		remaining -= len(grants)
+		if truncated != 1 {
+			return out, stats, nil
+		}
+		if stats.Scanned >= s.opts.ClaimScanBudget {
+			stats.Truncated = true
+			s.log.Warn("store: claim stopped at its scan budget", "runner", in.RunnerID, "budget", s.opts.ClaimScanBudget)
+			return out, stats, nil
+		}
+		cursors, err := parts[6].AsStrSlice()
+		if err != nil || len(cursors) != nQueues {
+			return nil, stats, fmt.Errorf("claim: %d cursors for %d queues (%v)", len(cursors), nQueues, err)
+		}
+		copy(args[cursorAt:], cursors)
+		args = append(args[:leaseAt], args[leaseAt+len(grants):]...) // those ids are granted
 	}
 }
 

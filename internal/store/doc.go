@@ -102,6 +102,10 @@
 //   - Sweep snapshots (and the jobs a claim settles) carry no payload or
 //     result ciphertext, so one reply never carries megabytes per job.
 //     Sweep orders each of its two lists by first-enqueue order.
+//   - A claim examines queue entries in scripts of at most 48 entries each,
+//     continuing where the last script stopped, so a job requeued behind
+//     a claim's position while that claim is still scanning is left for the
+//     next claim; each grant is still chosen and made atomically.
 //   - A claim examines at most ClaimScanBudget queue entries; only entries
 //     skipped for this runner (refusedBy, retryAfter) cost scans without a
 //     grant, so the budget bounds pathological claims only.

@@ -95,6 +95,8 @@ type pageLimits struct {
 	resultsEntries  int // results_page: index entries per call
 	getJobs         int // results_get: jobs per call
 	getBytes        int // ... ending early once this many bytes are read
+	claimScan       int // claim: queue entries examined per call
+	presenceEntries int // presence_all: records per call
 }
 
 // defaultPageLimits keep each call near or under 1 ms on a 2-core machine
@@ -106,6 +108,8 @@ var defaultPageLimits = pageLimits{
 	resultsEntries:  512,
 	getJobs:         128,
 	getBytes:        128 << 10,
+	claimScan:       16,
+	presenceEntries: 128,
 }
 
 // pages runs a paged script from the start of its index to its end. args

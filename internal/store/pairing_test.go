@@ -106,3 +106,33 @@ func (h *h) put(p PendingPairing, want bool) {
 		h.t.Fatalf("put %s = %v %v, want %v", p.DeviceCode, ok, err, want)
 	}
 }
+
+// The purge is bounded per call, yet expired codes never count against the
+// capacity and drain within a few calls.
+func TestPairingPurgeIsBounded(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{PairingCapacity: 40})
+		exp := h.now() + PairingCodeTTLMs
+		for i := range 40 {
+			h.put(pending(fmt.Sprint("dc-", i), fmt.Sprintf("CODE-%04d", i), fmt.Sprint("id-", i), exp), true)
+		}
+		h.put(pending("dc-full", "FULL-FULL", "id-full", exp), false)
+		h.s.AdvanceClockForTests(PairingCodeTTLMs + 1)
+		count := func() int64 {
+			n, err := b.client.Do(h.ctx, b.client.B().Zcard().Key(h.s.k.pairing("x")).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		for i := range 3 { // 16 purged per call: 40 expired are gone after 3
+			h.put(pending(fmt.Sprint("dc-new", i), fmt.Sprintf("NEWC-%04d", i), fmt.Sprint("id-new", i), exp+PairingCodeTTLMs+1), true)
+			if got, want := count(), int64(40-16*(i+1)); max(want, 0)+int64(i+1) != got {
+				t.Fatalf("after put %d: %d codes stored, want %d", i, got, max(want, 0)+int64(i+1))
+			}
+		}
+		if got, _ := h.s.PairingByUserCode(h.ctx, "CODE-0039"); got != nil {
+			t.Fatalf("expired code found: %+v", got)
+		}
+	})
+}

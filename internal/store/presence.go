@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/byollm/relay-go/internal/protocol"
 )
 
@@ -68,25 +70,24 @@ func (s *Store) Presence(ctx context.Context, runnerID string) (*Presence, error
 }
 
 // Everyone lists every record in first-seen order, dropping index entries
-// whose record is gone.
+// whose record is gone. Read in pages, so not one atomic snapshot.
 func (s *Store) Everyone(ctx context.Context) ([]Presence, error) {
-	msg, err := s.run(ctx, "presence_all", []string{s.k.presenceIndex()})
+	out := []Presence{}
+	err := s.pages(ctx, "presence_all", s.k.presenceIndex(), nil, []string{strconv.Itoa(s.limits.presenceEntries)},
+		func(items []valkey.ValkeyMessage) error {
+			for _, r := range items {
+				p, err := parsePresence(r)
+				if err != nil {
+					return err
+				}
+				if p != nil {
+					out = append(out, *p)
+				}
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("everyone: %w", err)
-	}
-	recs, err := msg.ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("everyone: %w", err)
-	}
-	out := make([]Presence, 0, len(recs))
-	for _, r := range recs {
-		p, err := parsePresence(r)
-		if err != nil {
-			return nil, fmt.Errorf("everyone: %w", err)
-		}
-		if p != nil {
-			out = append(out, *p)
-		}
 	}
 	return out, nil
 }

@@ -147,3 +147,63 @@ func TestIdleSweepOverLargeStore(t *testing.T) {
 		t.Fatalf("idle sweep: %d jobs, more %v, %v", len(jobs), more, err)
 	}
 }
+
+// A claim examines at most claimScan entries per script and continues in the
+// next call where the last one stopped: whatever the slice, it grants what
+// one call examining everything would, in the same order, under the same
+// caps, and counts every examined entry once against ClaimScanBudget.
+func TestClaimContinuesAcrossCalls(t *testing.T) {
+	type outcome struct {
+		grants  []string
+		scanned int
+		calls   int
+	}
+	run := func(t *testing.T, b backend, slice int) outcome {
+		h := newH(t, b, Options{})
+		h.s.limits.claimScan = slice
+		for i := range 8 {
+			h.enqueue(fmt.Sprint("r", i), "alice")
+		}
+		for range 4 { // runner_1 refuses r0..r7, two at a time
+			var grants []protocol.GrantRef
+			for _, g := range h.claim() {
+				grants = append(grants, grant(g))
+			}
+			h.release("runner_1", grants, ReasonRefused, nil)
+		}
+		// Three fresh jobs for alice (cap 2), two team jobs of bob's at
+		// another site, interleaved in seq.
+		h.enqueue("a1", "alice")
+		bob := stub("b1", "bob")
+		bob.Audience = protocol.AudienceTeam
+		h.enqueueStub("site_b", bob)
+		h.enqueue("a2", "alice")
+		bob.ID = "b2"
+		h.enqueueStub("site_b", bob)
+		h.enqueue("a3", "alice")
+		got, stats, err := h.s.claim(h.ctx, claimArgs(maxJobs(3), func(in *ClaimInput) {
+			in.Routes = []Route{{site, "alice"}, {"site_b", "bob"}}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Truncated {
+			t.Fatalf("slice %d: truncated", slice)
+		}
+		return outcome{ids(got), stats.Scanned, stats.Attempts}
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		whole := run(t, b, 1000)
+		equalStrings(t, "grants", whole.grants, []string{"a1", "b1", "a2"})
+		if whole.calls != 1 || whole.scanned != 11 {
+			t.Fatalf("one call: %+v", whole)
+		}
+		for _, slice := range []int{1, 2, 3, 5} {
+			got := run(t, b, slice)
+			equalStrings(t, fmt.Sprint("grants, slice ", slice), got.grants, whole.grants)
+			if got.scanned != whole.scanned || got.calls != (whole.scanned+slice-1)/slice {
+				t.Fatalf("slice %d: scanned %d in %d calls", slice, got.scanned, got.calls)
+			}
+		}
+	})
+}

@@ -538,6 +538,33 @@ var semanticCases = []struct {
 			h.t.Fatalf("lost record %+v", p)
 		}
 	}},
+	{name: "everyone reads in pages, in first-seen order", run: func(h *h, _ *churnLog) {
+		h.s.limits.presenceEntries = 2
+		var want []string
+		for i := range 7 {
+			r := fmt.Sprint("r", i)
+			h.seen(r, "alice", freshDevice(), "[]", "[]")
+			if i != 2 && i != 3 {
+				want = append(want, r)
+			}
+		}
+		for _, r := range []string{"r2", "r3"} { // one page's records both lost
+			if err := h.b.client.Do(h.ctx, h.b.client.B().Del().Key(h.s.k.presence(r)).Build()).Error(); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+		for range 2 {
+			all, err := h.s.Everyone(h.ctx)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			var got []string
+			for _, p := range all {
+				got = append(got, p.RunnerID)
+			}
+			equalStrings(h.t, "everyone", got, want)
+		}
+	}},
 }
 
 func withChurn(c *churnLog) Options { return Options{OnChurn: c.add} }

@@ -93,8 +93,8 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 		l    pageLimits
 	}{
 		{"default pages", defaultPageLimits},
-		{"one entry per call", pageLimits{snapshotEntries: 1, snapshotBytes: 1, leanEntries: 1, resultsEntries: 1, getJobs: 1, getBytes: 1}},
-		{"two per call, byte-bounded", pageLimits{snapshotEntries: 2, snapshotBytes: 300, leanEntries: 2, resultsEntries: 2, getJobs: 3, getBytes: 150}},
+		{"one entry per call", pageLimits{snapshotEntries: 1, snapshotBytes: 1, leanEntries: 1, resultsEntries: 1, getJobs: 1, getBytes: 1, claimScan: 1}},
+		{"two per call, byte-bounded", pageLimits{snapshotEntries: 2, snapshotBytes: 300, leanEntries: 2, resultsEntries: 2, getJobs: 3, getBytes: 150, claimScan: 2}},
 	}
 	for _, tc := range limits {
 		t.Run(tc.name, func(t *testing.T) {
