@@ -2,6 +2,8 @@ package relay
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -21,13 +23,56 @@ type device struct {
 	identity protocol.PublicIdentity
 }
 
+// presenceCheckTTL is how long a reconciled presence record (right owner,
+// right identity key) is taken to still be so by the requests that do not
+// use the device's key set (fetch, result, release): within it they skip
+// the presence lookup, one Valkey round trip per poll. Presence only
+// changes owner or keys by being dropped and rebuilt (re-keying, re-pairing,
+// TTL), and a rebuild that a skipped lookup would have done is done by the
+// runner's next claim or heartbeat instead; no answer depends on it.
+const presenceCheckTTL = time.Second
+
+type presenceCheck struct {
+	owner, identity string
+	until           int64 // local ms
+}
+
+// presenceChecks remembers, per runner, the last reconciled presence.
+type presenceChecks struct {
+	mu  sync.Mutex
+	m   map[string]presenceCheck
+	ttl time.Duration // presenceCheckTTL; tests lengthen it
+}
+
+func (p *presenceChecks) fresh(runnerID, owner, identity string, now int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.m[runnerID]
+	return ok && c.owner == owner && c.identity == identity && now < c.until
+}
+
+func (p *presenceChecks) note(runnerID, owner, identity string, now int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || len(p.m) >= 100_000 { // runners the projection dropped linger; bound them
+		p.m = map[string]presenceCheck{}
+	}
+	ttl := p.ttl
+	if ttl == 0 {
+		ttl = presenceCheckTTL
+	}
+	p.m[runnerID] = presenceCheck{owner: owner, identity: identity, until: now + ttl.Milliseconds()}
+}
+
 // daemonAuth is wire.md §5.7 with one deliberate change: the projection, not
 // a cached presence record, decides which key a runner signs with and
 // whether it exists at all. A device deleted from the projection is not
 // recognised, and a re-keyed device must sign with its new key (§17.10 is
-// a trap no client depends on). Presence is reconciled after verification.
+// a trap no client depends on). Presence is reconciled after verification;
+// callers that do not use the device's key set (needDevice false) skip that
+// within presenceCheckTTL of the last reconciliation.
 // It returns a refusal, or the device and ok=true.
-func (r *Relay) daemonAuth(req *request) (device, reply, bool, error) {
+func (r *Relay) daemonAuth(req *request, needDevice bool) (device, reply, bool, error) {
 	sig, signed := protocol.SignatureFromHeaders(req.header, protocol.HeaderRunner)
 	if !signed {
 		return device{}, notSigned, false, nil
@@ -45,6 +90,13 @@ func (r *Relay) daemonAuth(req *request) (device, reply, bool, error) {
 		return device{}, badSignature, false, nil
 	}
 	dev := device{runnerID: rec.RunnerID, owner: rec.Owner, identity: rec.Device}
+	local := time.Now().UnixMilli()
+	if !needDevice && r.presence.fresh(rec.RunnerID, rec.Owner, rec.Device.Identity, local) {
+		if req.proj.RevokedDevice(rec.RunnerID) {
+			return device{}, revokedRunner, false, nil
+		}
+		return dev, reply{}, true, nil
+	}
 	known, err := r.store.Presence(req.ctx, rec.RunnerID)
 	if err != nil {
 		return device{}, reply{}, false, fmt.Errorf("daemon auth: presence: %w", err)
@@ -72,6 +124,7 @@ func (r *Relay) daemonAuth(req *request) (device, reply, bool, error) {
 			return device{}, reply{}, false, fmt.Errorf("daemon auth: rebuild presence: %w", err)
 		}
 	}
+	r.presence.note(rec.RunnerID, rec.Owner, rec.Device.Identity, local)
 	if req.proj.RevokedDevice(rec.RunnerID) {
 		return device{}, revokedRunner, false, nil
 	}

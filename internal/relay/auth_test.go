@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 const (
@@ -297,4 +299,66 @@ func TestProjectionDecidesDevice(t *testing.T) {
 			t.Fatalf("presence should hold the new key set, got %+v %v", p, err)
 		}
 	})
+}
+
+// fetch, result and release skip the presence lookup within
+// presenceCheckTTL of the last reconciliation; claim and heartbeat never
+// do, so they rebuild a record lost in between, and a re-keyed device is
+// reconciled on its first request whatever the endpoint.
+func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
+	e := newEnv(t)
+	e.relay.presence.ttl = time.Hour // no step of this test may outlive it
+	w := newWorld(t)
+	w.install(e)
+	hb := heartbeatJSON(t, "runner_alice", "0.1.1")
+	present := func() *store.Presence {
+		t.Helper()
+		p, err := e.st.Presence(t.Context(), "runner_alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	drop := func() {
+		t.Helper()
+		if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	for _, tc := range []struct {
+		endpoint string
+		body     []byte
+		rebuilds bool
+	}{
+		{"fetch", fetchJSON(t, "runner_alice", "nope", "6f1c2a4e-1111-4222-8333-944445555666"), false},
+		{"result", resultJSON(t, "runner_alice", "nope", "6f1c2a4e-1111-4222-8333-944445555666", protocol.SealedEnvelope{Ciphertext: "x", RecipientKeyID: "r", SenderKeyID: "s", Direction: "result", DeadlineAt: e.now() + 60000}), false},
+		{"release", releaseJSON(t, "runner_alice", "shutdown"), false},
+		{"claim", claimJSON(t, "runner_alice", 1), true},
+		{"heartbeat", hb, true},
+	} {
+		drop()
+		got := e.daemonPost(w.alice, "runner_alice", tc.endpoint, tc.body)
+		if got.status >= 500 {
+			t.Fatalf("%s: %d %s", tc.endpoint, got.status, got.body)
+		}
+		if p := present(); (p != nil) != tc.rebuilds {
+			t.Fatalf("%s: presence %+v, want rebuilt %v", tc.endpoint, p, tc.rebuilds)
+		}
+	}
+
+	// A re-keyed device is looked up (and its record rebuilt) at once.
+	fresh := newKeys(t)
+	saved := w.fx.Devices[0].Device
+	w.fx.Devices[0].Device = fresh.id
+	w.install(e)
+	defer func() { w.fx.Devices[0].Device = saved; w.install(e) }()
+	if got := e.daemonPost(fresh, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown")); got.status != 200 {
+		t.Fatalf("release: %d %s", got.status, got.body)
+	}
+	if p := present(); p == nil || p.Device != fresh.id {
+		t.Fatalf("presence after re-key: %+v", p)
+	}
 }

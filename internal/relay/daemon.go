@@ -182,9 +182,10 @@ func newUserCode() string {
 }
 
 // authed runs the daemon auth sequence and the schema check (wire.md §5.7).
-func authed[T any](r *Relay, req *request, decode func(any) (T, error)) (device, T, reply, bool, error) {
+// needDevice: the handler uses the device's key set (see daemonAuth).
+func authed[T any](r *Relay, req *request, needDevice bool, decode func(any) (T, error)) (device, T, reply, bool, error) {
 	var zero T
-	dev, refusal, ok, err := r.daemonAuth(req)
+	dev, refusal, ok, err := r.daemonAuth(req, needDevice)
 	if err != nil || !ok {
 		return device{}, zero, refusal, false, err
 	}
@@ -207,7 +208,7 @@ func capabilitiesJSON(caps []protocol.Capability) []byte {
 // claim is wire.md §8.2. No grant author is configured in this deployment,
 // so granted stubs go out as the store minted them.
 func (r *Relay) claim(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeClaimRequest)
+	dev, in, refusal, ok, err := authed(r, req, true, protocol.DecodeClaimRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -261,7 +262,7 @@ func claimedStubJSON(g store.ClaimedStub) []byte {
 
 // fetch is wire.md §8.3; the holder is the signer, whatever the body says.
 func (r *Relay) fetch(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeFetchRequest)
+	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeFetchRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -279,7 +280,7 @@ func (r *Relay) fetch(req *request) (reply, error) {
 
 // result is wire.md §8.4: size rule, then complete.
 func (r *Relay) result(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeResultRequest)
+	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeResultRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -328,7 +329,7 @@ type succession struct {
 // heartbeat is wire.md §8.5: floor, sweep, seen, then the pinned sites and
 // lease renewal.
 func (r *Relay) heartbeat(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeHeartbeatRequest)
+	dev, in, refusal, ok, err := authed(r, req, true, protocol.DecodeHeartbeatRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -403,7 +404,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 
 // release is wire.md §8.6.
 func (r *Relay) release(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, protocol.DecodeReleaseRequest)
+	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeReleaseRequest)
 	if !ok {
 		return refusal, err
 	}

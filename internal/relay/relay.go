@@ -135,6 +135,7 @@ type Relay struct {
 	log         *slog.Logger
 	now         func() int64
 	echo        *echo.Echo
+	presence    presenceChecks
 }
 
 // New validates cfg and builds a Relay.
