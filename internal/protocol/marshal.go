@@ -24,7 +24,23 @@ import (
 // (it must already be JS-style JSON); other json.Marshaler values are called.
 // NaN and ±Inf encode as null, as in JS.
 func Marshal(v any) ([]byte, error) {
-	var e encoder
+	// The planes encode these scalars per request; they need no reflection.
+	switch x := v.(type) {
+	case string:
+		return AppendJSString(make([]byte, 0, len(x)+2), x), nil
+	case int64:
+		return strconv.AppendInt(nil, x, 10), nil
+	case int:
+		return strconv.AppendInt(nil, int64(x), 10), nil
+	case bool:
+		return strconv.AppendBool(nil, x), nil
+	case json.RawMessage:
+		if len(x) == 0 {
+			return []byte("null"), nil
+		}
+		return append([]byte(nil), x...), nil
+	}
+	e := encoder{b: make([]byte, 0, 256)}
 	if err := e.value(reflect.ValueOf(v)); err != nil {
 		return nil, fmt.Errorf("protocol marshal: %w", err)
 	}
@@ -156,6 +172,7 @@ func (e *encoder) value(v reflect.Value) error {
 type fieldInfo struct {
 	index     []int
 	name      string
+	key       []byte // the encoded name and its colon: "name":
 	omitEmpty bool
 }
 
@@ -192,7 +209,8 @@ func structFields(t reflect.Type) []fieldInfo {
 		if name == "" {
 			name = sf.Name
 		}
-		out = append(out, fieldInfo{index: []int{i}, name: name, omitEmpty: slices.Contains(strings.Split(opts, ","), "omitempty")})
+		out = append(out, fieldInfo{index: []int{i}, name: name, key: append(AppendJSString(nil, name), ':'),
+			omitEmpty: slices.Contains(strings.Split(opts, ","), "omitempty")})
 	}
 	fieldCache.Store(t, out)
 	return out
@@ -231,8 +249,7 @@ func (e *encoder) structValue(v reflect.Value) error {
 			e.b = append(e.b, ',')
 		}
 		first = false
-		e.b = AppendJSString(e.b, f.name)
-		e.b = append(e.b, ':')
+		e.b = append(e.b, f.key...)
 		if fv.Kind() == reflect.Slice && fv.IsNil() && fv.Type() != rawMessageType {
 			e.b = append(e.b, "[]"...)
 			continue
@@ -265,8 +282,14 @@ const hexDigits = "0123456789abcdef"
 // byte (which a JS string cannot hold) is written as U+FFFD.
 func AppendJSString(b []byte, s string) []byte {
 	b = append(b, '"')
+	start := 0 // s[start:i] is plain ASCII not yet appended
 	for i := 0; i < len(s); {
 		c := s[i]
+		if c >= 0x20 && c < 0x80 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
 		if c < 0x80 {
 			i++
 			switch c {
@@ -285,12 +308,9 @@ func AppendJSString(b []byte, s string) []byte {
 			case '\r':
 				b = append(b, '\\', 'r')
 			default:
-				if c < 0x20 {
-					b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-				} else {
-					b = append(b, c)
-				}
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
+			start = i
 			continue
 		}
 		r, w := decodeWTF8(s[i:])
@@ -303,7 +323,9 @@ func AppendJSString(b []byte, s string) []byte {
 			b = append(b, s[i:i+w]...)
 		}
 		i += w
+		start = i
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 

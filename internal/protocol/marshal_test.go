@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -155,5 +156,67 @@ func TestParseJSONDepth(t *testing.T) {
 	}
 	if _, err := ParseJSON(deep(maxDepth + 2)); err == nil {
 		t.Error("unbounded depth accepted")
+	}
+}
+
+// appendJSStringByByte is the byte-at-a-time encoder AppendJSString
+// replaced; the two must agree on every input.
+func appendJSStringByByte(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < 0x80 {
+			i++
+			switch c {
+			case '"':
+				b = append(b, '\\', '"')
+			case '\\':
+				b = append(b, '\\', '\\')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\r':
+				b = append(b, '\\', 'r')
+			default:
+				if c < 0x20 {
+					b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				} else {
+					b = append(b, c)
+				}
+			}
+			continue
+		}
+		r, w := decodeWTF8(s[i:])
+		switch {
+		case r >= 0xd800 && r <= 0xdfff:
+			b = append(b, '\\', 'u', hexDigits[r>>12], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
+		case w == 1:
+			b = append(b, "\uFFFD"...)
+		default:
+			b = append(b, s[i:i+w]...)
+		}
+		i += w
+	}
+	return append(b, '"')
+}
+
+func TestAppendJSStringMatchesByteEncoder(t *testing.T) {
+	pieces := []string{"a", "Z", " ", "~", "\x7f", "\"", "\\", "/", "\b", "\t", "\n", "\f", "\r", "\x00", "\x1f",
+		"é", "😀", "\u2028", "\xed\xa0\x80", "\xed\xbf\xbf", "\xff", "\xc3", "\xe2\x82", "<>&", "plain text run "}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 20000 {
+		var sb strings.Builder
+		for range n % 12 {
+			sb.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		s := sb.String()
+		if got, want := AppendJSString([]byte("x"), s), appendJSStringByByte([]byte("x"), s); string(got) != string(want) {
+			t.Fatalf("%q: got %s want %s", s, got, want)
+		}
 	}
 }

@@ -86,8 +86,20 @@ func latin1ToUTF8(s string) string {
 
 // jsUTF8 is Buffer.from(str, "utf8") for a WTF-8 string: a lone surrogate
 // becomes U+FFFD.
-func jsUTF8(s string) []byte {
-	out := make([]byte, 0, len(s))
+func jsUTF8(s string) []byte { return appendJSUTF8(make([]byte, 0, len(s)), s) }
+
+// appendJSUTF8 appends jsUTF8(s) to out.
+func appendJSUTF8(out []byte, s string) []byte {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return append(out, s...)
+	}
 	for i := 0; i < len(s); {
 		r, w := decodeWTF8(s[i:])
 		if r >= 0xd800 && r <= 0xdfff || (w == 1 && s[i] >= 0x80) {
@@ -124,6 +136,23 @@ func isJSWhitespace(r rune) bool {
 // JSNumber is JavaScript's Number(string): whitespace-trimmed, "" → 0, hex,
 // octal and binary prefixes, Infinity, decimal with exponent; NaN otherwise.
 func JSNumber(s string) float64 {
+	// Fast path for what clients send (an issued-at in ms): at most 15
+	// decimal digits are exactly representable, whatever leading zeros.
+	if len(s) > 0 && len(s) <= 15 {
+		var n int64
+		digits := true
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c < '0' || c > '9' {
+				digits = false
+				break
+			}
+			n = n*10 + int64(c-'0')
+		}
+		if digits {
+			return float64(n)
+		}
+	}
 	s = strings.TrimFunc(s, isJSWhitespace)
 	if s == "" {
 		return 0
@@ -187,12 +216,12 @@ func radixNumber(digits string, base int) float64 {
 // site plane pass endpoint with its "site/" prefix.
 func CanonicalRequest(endpoint, caller string, issuedAt int64, rawBody []byte) []byte {
 	sum := sha256.Sum256(rawBody)
-	var b []byte
+	b := make([]byte, 0, len(RequestContext)+len(endpoint)+len(caller)+2*sha256.Size+24)
 	b = append(b, RequestContext...)
 	b = append(b, '\n')
-	b = append(b, jsUTF8(endpoint)...)
+	b = appendJSUTF8(b, endpoint)
 	b = append(b, '\n')
-	b = append(b, jsUTF8(caller)...)
+	b = appendJSUTF8(b, caller)
 	b = append(b, '\n')
 	b = strconv.AppendInt(b, issuedAt, 10)
 	b = append(b, '\n')
@@ -227,8 +256,9 @@ func VerifyRequest(identityB64, endpoint, caller string, issuedAt int64, rawBody
 // VerifyWith verifies sig (base64url, Node-lenient) over msg with a raw
 // Ed25519 public key (base64url, Node-lenient). Never panics.
 func VerifyWith(identityB64 string, msg []byte, sig string) bool {
-	pub := DecodeBase64URL(identityB64)
-	s := DecodeBase64URL(sig)
+	var pubBuf, sigBuf [96]byte // decoded in place: no allocation per request
+	pub := appendBase64URL(pubBuf[:0], identityB64)
+	s := appendBase64URL(sigBuf[:0], sig)
 	if len(pub) != ed25519.PublicKeySize || len(s) != ed25519.SignatureSize {
 		return false
 	}
@@ -238,8 +268,10 @@ func VerifyWith(identityB64 string, msg []byte, sig string) bool {
 // DecodeBase64URL decodes like Node's Buffer.from(s, "base64url"): both
 // alphabets accepted, other characters skipped, decoding stops at the first
 // "=", trailing partial bits dropped.
-func DecodeBase64URL(s string) []byte {
-	out := make([]byte, 0, len(s)*3/4)
+func DecodeBase64URL(s string) []byte { return appendBase64URL(make([]byte, 0, len(s)*3/4), s) }
+
+// appendBase64URL appends DecodeBase64URL(s) to out.
+func appendBase64URL(out []byte, s string) []byte {
 	var acc uint32
 	bits := 0
 	for i := 0; i < len(s); i++ {

@@ -165,6 +165,16 @@ func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
 	if hr.Body == nil {
 		return nil, false, nil
 	}
+	if hr.ContentLength > 0 {
+		// The server's body reader yields exactly ContentLength bytes (or
+		// an error when the client sends fewer), so read them at once
+		// rather than in growing buffers.
+		raw = make([]byte, hr.ContentLength)
+		if _, err := io.ReadFull(hr.Body, raw); err != nil {
+			return nil, false, fmt.Errorf("read body: %w", err)
+		}
+		return raw, false, nil
+	}
 	raw, err = io.ReadAll(io.LimitReader(hr.Body, MaxBodyBytes+1))
 	if err != nil {
 		return nil, false, fmt.Errorf("read body: %w", err)

@@ -15,7 +15,7 @@ func (o *jsonObj) key(k string) {
 	if len(o.b) > 1 {
 		o.b = append(o.b, ',')
 	}
-	o.b = append(o.b, protocol.MustMarshal(k)...)
+	o.b = protocol.AppendJSString(o.b, k)
 	o.b = append(o.b, ':')
 }
 
