@@ -185,6 +185,7 @@ while remaining > 0 do
         redis.call('HSET', jk, 'state', AWAITING, 'cr', runner, 'ecr', e_runner,
           'co', device_owner, 'cd', device, 'cl', lease_id, 'ce', expires, 'au', until_)
         redis.call('ZREM', best.key, e_job)
+        move_state(m, QUEUED, AWAITING)
         redis.call('SADD', route.uns, e_job)
         redis.call('ZADD', route.aw, h.seq, e_job)
         redis.call('HSET', KEYS[2], lease_id, m)

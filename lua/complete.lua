@@ -32,6 +32,7 @@ if h.state == DONE then
 end
 local was = h.state
 redis.call('HSET', jkey(m), 'rs', ARGV[9], 'dp', ARGV[10], 'state', DONE)
+move_state(m, was, DONE)
 if was == AWAITING then
   leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
 end

@@ -27,4 +27,5 @@ redis.call('HSET', KEYS[1],
 redis.call('ZADD', KEYS[3], seq, m)
 redis.call('ZADD', KEYS[4], seq, ARGV[13])
 redis.call('ZADD', KEYS[5], ARGV[11], m)
+move_state(m, nil, QUEUED)
 return {1, snapshot(m, false)}

@@ -23,6 +23,7 @@ if h.state ~= AWAITING then
   return {'too-late', h.state, REPORTS}
 end
 redis.call('HSET', KEYS[1], 'pl', ARGV[5], 'state', READY)
+move_state(m, AWAITING, READY)
 redis.call('HDEL', KEYS[1], 'au', 'sa')
 leave_awaiting(h)
 h.state, h.au, h.sa = READY, nil, nil

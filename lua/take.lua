@@ -33,5 +33,6 @@ if h.state ~= READY and h.state ~= RUNNING then
 end
 if h.state == READY then
   redis.call('HSET', jkey(m), 'state', RUNNING)
+  move_state(m, READY, RUNNING)
 end
 return {'ok', payload, REPORTS}

@@ -150,6 +150,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		ps := proj.State()
 		return telemetry.ProjectionState{Loaded: ps.Loaded, Version: ps.Version, LoadedAt: ps.LoadedAt}
 	})
+	// Job and lease gauges: one O(1) read-only script per scrape.
+	metrics.ObserveJobsByState(func(ctx context.Context) (map[string]int64, error) {
+		c, err := st.Counts(ctx)
+		return c.ByState(), err
+	})
+	metrics.ObserveActiveLeases(func(ctx context.Context) (int64, error) {
+		c, err := st.Counts(ctx)
+		return c.ActiveLeases(), err
+	})
 	checker := health.New(health.Options{Logger: log})
 	checker.Add("valkey", health.ValkeyPing(client))
 	checker.Add("scripts", func(ctx context.Context) error {

@@ -135,6 +135,7 @@ var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true,
 	"pending_page": true, "results_page": true, "results_get": true,
+	"counts": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to

@@ -119,6 +119,18 @@ local function rescore(m, h)
   redis.call('ZADD', P .. 'due', fmt(next_due(h)), m)
 end
 
+-- Jobs by state, for metrics only (no decision reads them): one set of
+-- members per state, so a count is an SCARD and a missed move cannot drift
+-- the way a counter would. from or to may be nil (enqueue, forget).
+local function move_state(m, from, to)
+  if from then
+    redis.call('SREM', P .. 'st:' .. from, m)
+  end
+  if to then
+    redis.call('SADD', P .. 'st:' .. to, m)
+  end
+end
+
 local function leave_awaiting(h)
   redis.call('SREM', P .. 'uns:' .. h.eS .. ':' .. h.eO, h.eJ)
   redis.call('ZREM', P .. 'aw:' .. h.eS, h.eJ)
@@ -148,6 +160,7 @@ local function requeue(m, h)
   local k = jkey(m)
   redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cd', 'cl', 'ce', 'au', 'pl')
   redis.call('HSET', k, 'state', QUEUED)
+  move_state(m, h.state, QUEUED)
   h.state = QUEUED
   h.cr, h.ecr, h.cl, h.ce, h.au = nil, nil, nil, nil, nil
   if h.cx ~= '1' then
@@ -168,6 +181,7 @@ local function forget(m, h)
   redis.call('ZREM', P .. 'fin:' .. h.eS, h.eJ)
   redis.call('ZREM', P .. 'due', m)
   redis.call('ZREM', P .. 'all', m)
+  move_state(m, h.state, nil)
   drop_grant(m, h)
   local k = jkey(m)
   redis.call('DEL', k, k .. ':ref', k .. ':ra')

@@ -256,6 +256,9 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 		`relay_valkey_script_duration_seconds_count{outcome="ok",script="pairing_get"} 1`,
 		`relay_projection_loaded 1`,
 		`relay_projection_version 0`,
+		`relay_jobs{state="queued"} 0`,
+		`relay_jobs{state="done"} 0`,
+		`relay_leases_active 0`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(m.raw, want) {
