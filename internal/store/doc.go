@@ -54,6 +54,8 @@
 //	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds
 //	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
+//	st:<state>             SET   m of every job in that state; metrics only
+//	                             (Counts: one SCARD per state), never decisions
 //	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
 //	                             withheld (raw JSON), lastSeenAt
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
