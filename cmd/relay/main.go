@@ -197,7 +197,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
 			Classify: telemetry.ProtocolRoutes(cfg.BasePath),
 			Logger:   log, // one debug line per refusal
-		})(closeWhileDraining(checker, planes.Handler())),
+		})(checker.CloseWhileDraining(planes.Handler())),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute, // a 13 MiB envelope over a slow link
 		IdleTimeout:       2 * time.Minute,
@@ -219,7 +219,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
 				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status"),
-			})(closeWhileDraining(checker, adm)),
+			})(checker.CloseWhileDraining(adm)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       time.Minute,
 			IdleTimeout:       2 * time.Minute,
@@ -272,7 +272,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	for i, s := range servers {
 		httpServers[i] = s.srv
 	}
-	if err := drain(context.Background(), checker, log, drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
+	if err := checker.Drain(context.Background(), drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
 		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
 	}
 	return serveErr

@@ -210,19 +210,31 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	}
 }
 
+// CloseWhileDraining wraps a server's handler so that, once draining has
+// started, every answer carries "Connection: close": the client gets its
+// answer and then a closed connection it knows not to reuse. Idle
+// keep-alive connections are deliberately not closed at that moment: a load
+// balancer that has not yet seen /readyz fail may be sending a request on
+// one right then, and would get EOF with no answer (a 502 it cannot safely
+// retry). test/lifecycle's rolling restart caught exactly that.
+func (c *Checker) CloseWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.Draining() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Drain takes the replica out of service gracefully: readiness fails at
-// once and keep-alives stop (so the load balancer and clients move to other
-// replicas), the servers keep serving in-flight and arriving requests for
-// drainPeriod (cut short if ctx ends, e.g. on a second signal), then every
-// server shuts down, waiting at most deadline for requests still running
-// before closing their connections. It returns when all servers are down.
+// once (so load balancers move to other replicas), the servers keep serving
+// in-flight and arriving requests for drainPeriod (cut short if ctx ends,
+// e.g. on a second signal; wrap their handlers with CloseWhileDraining so
+// clients stop reusing connections), then every server shuts down, waiting
+// at most deadline for requests still running before closing their
+// connections. It returns when all servers are down.
 func (c *Checker) Drain(ctx context.Context, drainPeriod, deadline time.Duration, servers ...*http.Server) error {
 	c.SetDraining(true)
-	for _, srv := range servers {
-		// Responses now carry "Connection: close" and idle connections
-		// are closed, while new connections are still accepted.
-		srv.SetKeepAlivesEnabled(false)
-	}
 	c.log.InfoContext(ctx, "draining: readiness failing, still serving", slog.Duration("drainPeriod", drainPeriod))
 	if drainPeriod > 0 {
 		t := time.NewTimer(drainPeriod)

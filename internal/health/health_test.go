@@ -114,8 +114,9 @@ func TestHangingCheckTimesOut(t *testing.T) {
 }
 
 // slowServer serves /slow (waits for its release channel) and /fast on a
-// real listener, like the relay's protocol listener.
-func slowServer(t *testing.T, release <-chan struct{}) (*http.Server, string) {
+// real listener, like the relay's protocol listener, wrapped as the relay
+// wraps its listeners (Connection: close once c is draining).
+func slowServer(t *testing.T, c *health.Checker, release <-chan struct{}) (*http.Server, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -131,7 +132,7 @@ func slowServer(t *testing.T, release <-chan struct{}) (*http.Server, string) {
 		_, _ = io.WriteString(w, "slow done")
 	})
 	mux.HandleFunc("/fast", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "fast") })
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: c.CloseWhileDraining(mux)}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, "http://" + ln.Addr().String()
 }
@@ -141,7 +142,7 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 	admin := serve(c)
 	defer admin.Close()
 	release := make(chan struct{})
-	srv, base := slowServer(t, release)
+	srv, base := slowServer(t, c, release)
 
 	// A request in flight when SIGTERM arrives.
 	slowDone := make(chan error, 1)
@@ -208,7 +209,7 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 	c := health.New(health.Options{Logger: quiet()})
 	release := make(chan struct{}) // never closed: the request is stuck
-	srv, base := slowServer(t, release)
+	srv, base := slowServer(t, c, release)
 	stuck := make(chan error, 1)
 	go func() {
 		resp, err := http.Get(base + "/slow")
@@ -241,7 +242,7 @@ func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 
 func TestDrainCutShortByContext(t *testing.T) {
 	c := health.New(health.Options{Logger: quiet()})
-	srv, _ := slowServer(t, nil)
+	srv, _ := slowServer(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	start := time.Now()
