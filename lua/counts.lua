@@ -1,15 +1,16 @@
--- counts: jobs in each state and active grants, for metrics. Pure read,
--- O(1): one SCARD per state set (kept by move_state in lib/store.lua).
+-- counts: jobs in each state, for metrics. Pure read, O(1): one SCARD per
+-- state set (kept by move_state in lib/store.lua). The keys are named so a
+-- cluster routes the call to the namespace's slot.
 -- lib: store
 --
--- KEYS     none (the state sets are built from the prefix, same slot)
+-- KEYS[1..5] st:queued, st:awaiting-payload, st:ready, st:running, st:done
 -- ARGV[1..3] prefix, offset (unused), churn (unused)
 -- Reply: {queued, awaiting-payload, ready, running, done}
 
 return {
-  redis.call('SCARD', P .. 'st:' .. QUEUED),
-  redis.call('SCARD', P .. 'st:' .. AWAITING),
-  redis.call('SCARD', P .. 'st:' .. READY),
-  redis.call('SCARD', P .. 'st:' .. RUNNING),
-  redis.call('SCARD', P .. 'st:' .. DONE),
+  redis.call('SCARD', KEYS[1]),
+  redis.call('SCARD', KEYS[2]),
+  redis.call('SCARD', KEYS[3]),
+  redis.call('SCARD', KEYS[4]),
+  redis.call('SCARD', KEYS[5]),
 }

@@ -28,7 +28,11 @@ func (c StateCounts) ActiveLeases() int64 {
 // Counts reads the per-state job counts in O(1) (one read-only script), for
 // the relay_jobs and relay_leases_active gauges.
 func (s *Store) Counts(ctx context.Context) (StateCounts, error) {
-	msg, err := s.run(ctx, "counts", nil)
+	keys := make([]string, 0, 5)
+	for _, st := range []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone} {
+		keys = append(keys, s.k.p+"st:"+st)
+	}
+	msg, err := s.run(ctx, "counts", keys)
 	if err != nil {
 		return StateCounts{}, fmt.Errorf("counts: %w", err)
 	}
