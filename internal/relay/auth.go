@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -20,8 +21,29 @@ func verify(identity, endpoint string, sig protocol.RequestSignature, rawBody []
 type device struct {
 	runnerID string
 	owner    string
-	identity protocol.PublicIdentity
+	identity protocol.PublicIdentity // the key set sites seal to (presence's)
+	// projected is the projection's key set for the runner; remembered says
+	// identity came from this replica's memory of the presence record, not
+	// from reading it (see presenceUse).
+	projected  protocol.PublicIdentity
+	remembered bool
 }
+
+// presenceUse says what a daemon handler needs of the presence record.
+type presenceUse int
+
+const (
+	// presenceRead: read (and reconcile) it on every request (heartbeat).
+	presenceRead presenceUse = iota
+	// presenceRemembered: the device's key set is needed, but a remembered
+	// one will do if the handler's store call verifies it atomically
+	// (claim: store.ClaimInput.RequirePresence) and reconciles on
+	// store.ErrPresenceChanged.
+	presenceRemembered
+	// presenceUnused: the key set is not used (fetch, result, release);
+	// within presenceCheckTTL of the last reconciliation nothing is read.
+	presenceUnused
+)
 
 // presenceCheckTTL is how long a reconciled presence record (right owner,
 // right identity key) is taken to still be so by the requests that do not
@@ -34,7 +56,8 @@ const presenceCheckTTL = time.Second
 
 type presenceCheck struct {
 	owner, identity string
-	until           int64 // local ms
+	device          protocol.PublicIdentity // the record's key set
+	until           int64                   // local ms
 }
 
 // presenceChecks remembers, per runner, the last reconciled presence.
@@ -44,14 +67,19 @@ type presenceChecks struct {
 	ttl time.Duration // presenceCheckTTL; tests lengthen it
 }
 
-func (p *presenceChecks) fresh(runnerID, owner, identity string, now int64) bool {
+// get returns the remembered record of runnerID for this owner and identity
+// key, and whether it was reconciled within the TTL.
+func (p *presenceChecks) get(runnerID, owner, identity string, now int64) (c presenceCheck, found, fresh bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.m[runnerID]
-	return ok && c.owner == owner && c.identity == identity && now < c.until
+	if !ok || c.owner != owner || c.identity != identity {
+		return presenceCheck{}, false, false
+	}
+	return c, true, now < c.until
 }
 
-func (p *presenceChecks) note(runnerID, owner, identity string, now int64) {
+func (p *presenceChecks) note(runnerID, owner string, device protocol.PublicIdentity, identity string, now int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil || len(p.m) >= 100_000 { // runners the projection dropped linger; bound them
@@ -61,18 +89,23 @@ func (p *presenceChecks) note(runnerID, owner, identity string, now int64) {
 	if ttl == 0 {
 		ttl = presenceCheckTTL
 	}
-	p.m[runnerID] = presenceCheck{owner: owner, identity: identity, until: now + ttl.Milliseconds()}
+	p.m[runnerID] = presenceCheck{owner: owner, identity: identity, device: device, until: now + ttl.Milliseconds()}
+}
+
+func (p *presenceChecks) forget(runnerID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, runnerID)
 }
 
 // daemonAuth is wire.md §5.7 with one deliberate change: the projection, not
 // a cached presence record, decides which key a runner signs with and
 // whether it exists at all. A device deleted from the projection is not
 // recognised, and a re-keyed device must sign with its new key (§17.10 is
-// a trap no client depends on). Presence is reconciled after verification;
-// callers that do not use the device's key set (needDevice false) skip that
-// within presenceCheckTTL of the last reconciliation.
+// a trap no client depends on). Presence is reconciled after verification,
+// as use allows (see presenceUse).
 // It returns a refusal, or the device and ok=true.
-func (r *Relay) daemonAuth(req *request, needDevice bool) (device, reply, bool, error) {
+func (r *Relay) daemonAuth(req *request, use presenceUse) (device, reply, bool, error) {
 	sig, signed := protocol.SignatureFromHeaders(req.header, protocol.HeaderRunner)
 	if !signed {
 		return device{}, notSigned, false, nil
@@ -89,46 +122,60 @@ func (r *Relay) daemonAuth(req *request, needDevice bool) (device, reply, bool, 
 	if !good {
 		return device{}, badSignature, false, nil
 	}
-	dev := device{runnerID: rec.RunnerID, owner: rec.Owner, identity: rec.Device}
-	local := time.Now().UnixMilli()
-	if !needDevice && r.presence.fresh(rec.RunnerID, rec.Owner, rec.Device.Identity, local) {
-		if req.proj.RevokedDevice(rec.RunnerID) {
-			return device{}, revokedRunner, false, nil
-		}
-		return dev, reply{}, true, nil
-	}
-	known, err := r.store.Presence(req.ctx, rec.RunnerID)
-	if err != nil {
-		return device{}, reply{}, false, fmt.Errorf("daemon auth: presence: %w", err)
-	}
+	dev := device{runnerID: rec.RunnerID, owner: rec.Owner, identity: rec.Device, projected: rec.Device}
+	c, found, fresh := r.presence.get(rec.RunnerID, rec.Owner, rec.Device.Identity, time.Now().UnixMilli())
 	switch {
-	case known != nil && known.Owner == rec.Owner && known.Device.Identity == rec.Device.Identity:
-		// The key set presented at pairing (what sites seal to), as the
-		// reference uses it.
-		dev.identity = known.Device
+	case use == presenceUnused && fresh:
+	case use == presenceRemembered && found:
+		dev.identity, dev.remembered = c.device, true
 	default:
-		if known != nil {
-			// The projection re-keyed or re-homed this runner; seen never
-			// rewrites device or owner, so start the record over.
-			if err := r.store.DropPresence(req.ctx, rec.RunnerID); err != nil {
-				return device{}, reply{}, false, fmt.Errorf("daemon auth: drop stale presence: %w", err)
-			}
+		id, err := r.reconcilePresence(req.ctx, dev)
+		if err != nil {
+			return device{}, reply{}, false, fmt.Errorf("daemon auth: %w", err)
 		}
-		if _, err := r.store.Seen(req.ctx, store.Presence{
-			RunnerID:     dev.runnerID,
-			Owner:        dev.owner,
-			Device:       dev.identity,
-			Capabilities: emptyArray,
-			Withheld:     emptyArray,
-		}); err != nil {
-			return device{}, reply{}, false, fmt.Errorf("daemon auth: rebuild presence: %w", err)
-		}
+		dev.identity = id
 	}
-	r.presence.note(rec.RunnerID, rec.Owner, rec.Device.Identity, local)
 	if req.proj.RevokedDevice(rec.RunnerID) {
 		return device{}, revokedRunner, false, nil
 	}
 	return dev, reply{}, true, nil
+}
+
+// reconcilePresence reads the runner's presence record and returns the key
+// set sites seal to: the record's when it holds the projection's owner and
+// identity key, else the projection's, after starting the record over.
+func (r *Relay) reconcilePresence(ctx context.Context, dev device) (protocol.PublicIdentity, error) {
+	local := time.Now().UnixMilli()
+	known, err := r.store.Presence(ctx, dev.runnerID)
+	if err != nil {
+		return protocol.PublicIdentity{}, fmt.Errorf("presence: %w", err)
+	}
+	id := dev.projected
+	switch {
+	case known != nil && known.Owner == dev.owner && known.Device.Identity == dev.projected.Identity:
+		// The key set presented at pairing (what sites seal to), as the
+		// reference uses it.
+		id = known.Device
+	default:
+		if known != nil {
+			// The projection re-keyed or re-homed this runner; seen never
+			// rewrites device or owner, so start the record over.
+			if err := r.store.DropPresence(ctx, dev.runnerID); err != nil {
+				return protocol.PublicIdentity{}, fmt.Errorf("drop stale presence: %w", err)
+			}
+		}
+		if _, err := r.store.Seen(ctx, store.Presence{
+			RunnerID:     dev.runnerID,
+			Owner:        dev.owner,
+			Device:       id,
+			Capabilities: emptyArray,
+			Withheld:     emptyArray,
+		}); err != nil {
+			return protocol.PublicIdentity{}, fmt.Errorf("rebuild presence: %w", err)
+		}
+	}
+	r.presence.note(dev.runnerID, dev.owner, id, dev.projected.Identity, local)
+	return id, nil
 }
 
 var emptyArray = []byte("[]")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // TestClaimRouting: claim takes its routes from the projection (consent on
@@ -151,5 +152,65 @@ func TestDefaultClockFollowsStore(t *testing.T) {
 	expectClockSkew(t, e, e.do("POST", "/byollm/claim", h, body))
 	if d := e.relay.now() - e.now(); d > 1000 || d < -1000 {
 		t.Fatalf("plane clock is %d ms off the store clock", d)
+	}
+}
+
+// A claim through a replica that remembers the runner's presence records
+// the key set the presence record holds at the claim: a re-pairing through
+// another replica (same identity key, new encryption key) shows at once,
+// and so does a record lost since.
+func TestClaimRecordsCurrentPresenceDevice(t *testing.T) {
+	a := newEnv(t)
+	b := newEnvOn(t, a.st)
+	w := newWorld(t)
+	w.install(a)
+	w.install(b)
+	hb := heartbeatJSON(t, "runner_alice", "0.1.1")
+	if got := a.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	claimOne := func(id string) store.Job {
+		t.Helper()
+		expect(t, a.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", a.stub(id, "alice", w.siteA))), 200, `{"jobId":"`+id+`","state":"queued"}`)
+		if jobs := a.claim(t, w.alice, "runner_alice", 1); len(jobs) != 1 || jobs[0].ID != id {
+			t.Fatalf("claim: %+v", jobs)
+		}
+		j, err := a.st.Job(t.Context(), "site_a", id)
+		if err != nil || j == nil || j.ClaimedBy == nil {
+			t.Fatalf("job %s: %+v %v", id, j, err)
+		}
+		// Sealed, so the pair's two unsealed slots never run out.
+		if r, err := a.st.Seal(t.Context(), "site_a", id, []byte(`{"ciphertext":"x"}`)); err != nil || r.State != store.StateReady {
+			t.Fatalf("seal %s: %+v %v", id, r, err)
+		}
+		return *j
+	}
+	if j := claimOne("j1"); j.ClaimedBy.Device != w.alice.id {
+		t.Fatalf("first claim recorded %+v", j.ClaimedBy.Device)
+	}
+
+	// Re-paired elsewhere: same identity key, another encryption key.
+	repaired := w.alice.id
+	repaired.Encryption, repaired.EncryptionSig = "other-encryption-key", "other-signature"
+	if err := a.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.st.Seen(t.Context(), store.Presence{RunnerID: "runner_alice", Owner: "alice", Device: repaired,
+		Capabilities: emptyArray, Withheld: emptyArray}); err != nil {
+		t.Fatal(err)
+	}
+	if j := claimOne("j2"); j.ClaimedBy.Device != repaired {
+		t.Fatalf("claim after re-pairing recorded %+v, want %+v", j.ClaimedBy.Device, repaired)
+	}
+
+	// Record lost: rebuilt from the projection, and the claim records that.
+	if err := a.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+		t.Fatal(err)
+	}
+	if j := claimOne("j3"); j.ClaimedBy.Device != w.alice.id {
+		t.Fatalf("claim after loss recorded %+v", j.ClaimedBy.Device)
+	}
+	if p, err := a.st.Presence(t.Context(), "runner_alice"); err != nil || p == nil || p.Device != w.alice.id {
+		t.Fatalf("presence after claim: %+v %v", p, err)
 	}
 }

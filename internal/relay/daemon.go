@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 
 	"github.com/byollm/relay-go/internal/projection"
@@ -182,10 +183,10 @@ func newUserCode() string {
 }
 
 // authed runs the daemon auth sequence and the schema check (wire.md §5.7).
-// needDevice: the handler uses the device's key set (see daemonAuth).
-func authed[T any](r *Relay, req *request, needDevice bool, decode func(any) (T, error)) (device, T, reply, bool, error) {
+// use says what the handler needs of the presence record.
+func authed[T any](r *Relay, req *request, use presenceUse, decode func(any) (T, error)) (device, T, reply, bool, error) {
 	var zero T
-	dev, refusal, ok, err := r.daemonAuth(req, needDevice)
+	dev, refusal, ok, err := r.daemonAuth(req, use)
 	if err != nil || !ok {
 		return device{}, zero, refusal, false, err
 	}
@@ -208,7 +209,7 @@ func capabilitiesJSON(caps []protocol.Capability) []byte {
 // claim is wire.md §8.2. No grant author is configured in this deployment,
 // so granted stubs go out as the store minted them.
 func (r *Relay) claim(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, true, protocol.DecodeClaimRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceRemembered, protocol.DecodeClaimRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -223,7 +224,7 @@ func (r *Relay) claim(req *request) (reply, error) {
 			kinds = append(kinds, c.Kind)
 		}
 	}
-	granted, err := r.store.Claim(req.ctx, store.ClaimInput{
+	claim := store.ClaimInput{
 		RunnerID: dev.runnerID,
 		Owner:    dev.owner,
 		Device:   dev.identity,
@@ -231,7 +232,20 @@ func (r *Relay) claim(req *request) (reply, error) {
 		Kinds:    kinds,
 		Max:      in.Max,
 		LeaseMs:  r.leaseMs,
-	})
+		// A remembered key set is checked against the presence record
+		// inside the claim itself, so the claim records what a presence
+		// read just before it would have found.
+		RequirePresence: dev.remembered,
+	}
+	granted, err := r.store.Claim(req.ctx, claim)
+	if errors.Is(err, store.ErrPresenceChanged) {
+		r.presence.forget(dev.runnerID)
+		if claim.Device, err = r.reconcilePresence(req.ctx, dev); err != nil {
+			return reply{}, fmt.Errorf("claim: %w", err)
+		}
+		claim.RequirePresence = false
+		granted, err = r.store.Claim(req.ctx, claim)
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("claim: %w", err)
 	}
@@ -262,7 +276,7 @@ func claimedStubJSON(g store.ClaimedStub) []byte {
 
 // fetch is wire.md §8.3; the holder is the signer, whatever the body says.
 func (r *Relay) fetch(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeFetchRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeFetchRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -280,7 +294,7 @@ func (r *Relay) fetch(req *request) (reply, error) {
 
 // result is wire.md §8.4: size rule, then complete.
 func (r *Relay) result(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeResultRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeResultRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -329,7 +343,7 @@ type succession struct {
 // heartbeat is wire.md §8.5: floor, sweep, seen, then the pinned sites and
 // lease renewal.
 func (r *Relay) heartbeat(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, true, protocol.DecodeHeartbeatRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceRead, protocol.DecodeHeartbeatRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -404,7 +418,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 
 // release is wire.md §8.6.
 func (r *Relay) release(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, false, protocol.DecodeReleaseRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeReleaseRequest)
 	if !ok {
 		return refusal, err
 	}

@@ -99,6 +99,13 @@ type ClaimInput struct {
 	Kinds    []string
 	Max      int
 	LeaseMs  int64
+	// RequirePresence makes the claim conditional on the runner's presence
+	// record holding exactly Owner and Device, checked in the claim's own
+	// script: otherwise Claim returns ErrPresenceChanged and writes
+	// nothing. The planes use it to claim with a remembered device without
+	// a separate presence read. A claim that cannot grant anything (Max 0,
+	// no routes or no kinds) only sweeps and checks nothing.
+	RequirePresence bool
 }
 
 // ClaimedStub is a granted stub: the stored stub bytes plus the lease. Its

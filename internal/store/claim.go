@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -20,6 +21,11 @@ type claimStats struct {
 	Quarantined int  // stubs that failed strict validation
 	Attempts    int  // claim scripts run (more than 1 when a sweep came first or the scan continued)
 }
+
+// ErrPresenceChanged is Claim's answer under RequirePresence when the
+// runner's presence record does not hold exactly the given owner and
+// device (or is gone). Nothing was written.
+var ErrPresenceChanged = errors.New("presence record changed")
 
 // claimAttemptsBeforeForce: after this many claim scripts found more due
 // work than ClaimSettleBudget (each followed by a full Sweep), the next one
@@ -59,11 +65,15 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
 
-	keys := []string{s.k.due(), s.k.lease(), s.k.held(in.RunnerID), s.k.heldIDs(in.RunnerID)}
+	keys := []string{s.k.due(), s.k.lease(), s.k.held(in.RunnerID), s.k.heldIDs(in.RunnerID), s.k.presence(in.RunnerID)}
 	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
-		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
-	// indexes in args of the per-call values: max, scan budget, settle budget
-	const maxArg, scanArg, settleArg = 5, 6, 7
+		strconv.FormatInt(in.LeaseMs, 10), "", "", "", "0"}
+	// indexes in args of the per-call values: max, scan budget, settle
+	// budget, presence condition
+	const maxArg, scanArg, settleArg, presenceArg = 5, 6, 7, 8
+	if in.RequirePresence {
+		args[presenceArg] = "1"
+	}
 	args = append(args, strconv.Itoa(len(kinds)))
 	args = append(args, kinds...)
 	args = append(args, strconv.Itoa(len(routes)))
@@ -131,6 +141,9 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 			return nil, stats, fmt.Errorf("claim: %w", err)
 		}
 		s.fireChurn(reports)
+		if status == "presence" {
+			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
+		}
 		if status == "sweep" {
 			sweeps++
 			if _, err := s.Sweep(ctx); err != nil {
@@ -152,6 +165,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		}
 		out = append(out, grants...)
 		remaining -= len(grants)
+		args[presenceArg] = "0" // a continuation is the same claim
 		if truncated != 1 {
 			return out, stats, nil
 		}

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -206,4 +208,44 @@ func TestClaimContinuesAcrossCalls(t *testing.T) {
 			}
 		}
 	})
+}
+
+// RequirePresence: the claim happens only while the runner's presence
+// record holds exactly the claim's owner and device; otherwise nothing is
+// written at all.
+func TestClaimRequirePresence(t *testing.T) {
+	dev, other := freshDevice(), freshDevice()
+	cases := []struct {
+		name   string
+		record func(h *h)
+		want   bool
+	}{
+		{"no record", func(*h) {}, false},
+		{"same owner and device", func(h *h) { h.seen("runner_1", "alice", dev, "[]", "[]") }, true},
+		{"other device", func(h *h) { h.seen("runner_1", "alice", other, "[]", "[]") }, false},
+		{"other owner", func(h *h) { h.seen("runner_1", "bob", dev, "[]", "[]") }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				h := newH(t, b, Options{})
+				h.enqueue("j1", "alice")
+				tc.record(h)
+				before := dump(t, b, h.s)
+				got, err := h.s.Claim(h.ctx, claimArgs(func(in *ClaimInput) { in.Device, in.RequirePresence = dev, true }))
+				if !tc.want {
+					if !errors.Is(err, ErrPresenceChanged) || len(got) != 0 {
+						t.Fatalf("got %q %v, want ErrPresenceChanged", ids(got), err)
+					}
+					if after := dump(t, b, h.s); !maps.Equal(before, after) {
+						t.Fatal("a refused claim wrote")
+					}
+					return
+				}
+				if err != nil || !equalIDs(ids(got), []string{"j1"}) {
+					t.Fatalf("got %q %v", ids(got), err)
+				}
+			})
+		})
+	}
 }
