@@ -3,7 +3,8 @@
 -- cluster routes the call to the namespace's slot.
 -- lib: store
 --
--- KEYS[1..5] st:queued, st:awaiting-payload, st:ready, st:running, st:done
+-- KEYS[1]  st:queued   KEYS[2]  st:awaiting-payload   KEYS[3]  st:ready
+-- KEYS[4]  st:running  KEYS[5]  st:done
 -- ARGV[1..3] prefix, offset (unused), churn (unused)
 -- Reply: {queued, awaiting-payload, ready, running, done}
 
