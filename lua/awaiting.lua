@@ -2,6 +2,7 @@
 -- (§2.5). Pure read: never settles; entries whose record disagrees are
 -- skipped. Go pages by seq.
 -- lib: store
+-- lib: pages
 --
 -- KEYS[1]  aw:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)

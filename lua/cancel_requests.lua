@@ -1,6 +1,5 @@
 -- cancel_requests: the cancelled jobs a runner currently holds, done jobs
 -- included, in insertion order (§2.13). Pure read.
--- lib: store
 --
 -- KEYS[1]  cxl:<eR>
 -- ARGV[1..3] prefix, offset, churn (unused)
@@ -9,7 +8,7 @@
 
 local out = {}
 for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local v = redis.call('HMGET', jkey(m), 'cx', 'cr', 'id', 'cl')
+  local v = redis.call('HMGET', P .. 'j:' .. m, 'cx', 'cr', 'id', 'cl')
   if v[1] == '1' and v[2] == ARGV[4] and v[4] then
     out[#out + 1] = v[3]
     out[#out + 1] = v[4]

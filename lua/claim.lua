@@ -2,6 +2,7 @@
 -- the caller's routes (§3, §9.6). CLAIM_ATOMIC: choosing, the unsealed cap
 -- and the grant are one script.
 -- lib: store
+-- lib: stub
 --
 -- Cost is independent of how many jobs other routes hold: only the queues
 -- named in KEYS are read, by a k-way merge on seq (first-enqueue order).

@@ -2,6 +2,7 @@
 -- order (§2.6). Pure read: never settles. Go pages by seq, so one call holds
 -- the server for a bounded number of entries and bytes, never for all of them.
 -- lib: store
+-- lib: pages
 --
 -- KEYS[1]  fin:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)

@@ -1,6 +1,7 @@
 -- jobs_page: one page of every job in insertion order (§2.4). Pure read.
 -- Go pages by seq so one call never holds the server for all N jobs.
 -- lib: store
+-- lib: pages
 --
 -- KEYS[1]  all
 -- ARGV[1..3] prefix, offset, churn (unused)

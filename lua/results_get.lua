@@ -2,8 +2,8 @@
 -- plane's results answer shows them (§2.6). A job no longer there, or
 -- there under another seq (removed and enqueued again), is left out. Pure
 -- read. The reply ends early once it holds the byte budget (always after at
--- least one job), so a call stays short however large the envelopes.
--- lib: store
+-- least one job), so a call stays short however large the envelopes. No
+-- library: see pending_page.
 --
 -- KEYS[1]  fin:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)
@@ -21,9 +21,9 @@ local bytes = 0
 local n = (#ARGV - 5) / 2
 for i = 1, n do
   out[1] = i
-  local v = redis.call('HMGET', jkey(ARGV[4] .. ':' .. ARGV[4 + 2 * i]), 'state', 'seq', 'rs', 'id',
+  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. ARGV[4 + 2 * i], 'state', 'seq', 'rs', 'id',
     'dp', 'cr', 'cl', 'cd', 'co')
-  if v[1] == DONE and v[2] == ARGV[5 + 2 * i] and v[3] then
+  if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] and v[3] then
     out[#out + 1] = i
     out[#out + 1] = v[4]
     out[#out + 1] = v[3]
