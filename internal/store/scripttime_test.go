@@ -166,7 +166,7 @@ func BenchmarkScriptTime(b *testing.B) {
 				}
 			}
 		}},
-		{"claim-settling-24-due", "claim", func(b *testing.B) func(int) {
+		{"claim-settling-budget-due", "claim", func(b *testing.B) func(int) {
 			e.round++
 			rs := e.targets(b, b.N)
 			return func(i int) {

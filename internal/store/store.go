@@ -27,8 +27,8 @@ var ErrInvalidInput = errors.New("invalid input")
 // Defaults of Options.
 const (
 	DefaultNamespace         = "byollm"
-	DefaultSweepBatch        = 32 // ~0.5-0.7 ms per sweep script (BenchmarkScriptTime)
-	DefaultClaimSettleBudget = 24 // settling plus the claim itself stay under ~1 ms
+	DefaultSweepBatch        = 24 // ~0.75 ms per sweep script (BenchmarkScriptTime)
+	DefaultClaimSettleBudget = 16 // settling plus the claim itself stay under ~1 ms
 	DefaultClaimScanBudget   = 10_000
 	DefaultMaxIDBytes        = 4096
 	DefaultMaxBlobBytes      = 32 << 20
@@ -56,13 +56,13 @@ type Options struct {
 	// PresenceTTLMs, when positive, expires presence records that long after
 	// their last heartbeat. 0 keeps them, as the reference does.
 	PresenceTTLMs int64
-	// SweepBatch is the most due jobs one sweep script settles; default 32,
+	// SweepBatch is the most due jobs one sweep script settles; default 24,
 	// which keeps one script under about 1 ms (each settled job costs some
-	// 15-25 µs of server time: its record, its snapshot, every index).
+	// 25-30 µs of server time: its record, its snapshot, every index).
 	SweepBatch int
 	// ClaimSettleBudget is the most due jobs a claim settles inside its own
 	// script. With more due, claim first drains them with Sweep and retries,
-	// so no single script runs long; default 24.
+	// so no single script runs long; default 16.
 	ClaimSettleBudget int
 	// ClaimScanBudget is the most queue entries one claim examines in all
 	// (one script examines at most 48; a claim needing more continues in
