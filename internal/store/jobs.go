@@ -102,9 +102,9 @@ type pageLimits struct {
 // defaultPageLimits keep each call near or under 1 ms on a 2-core machine
 // (BenchmarkScriptTime); tests shrink them to cross page boundaries.
 var defaultPageLimits = pageLimits{
-	snapshotEntries: 32,
+	snapshotEntries: 24,
 	snapshotBytes:   64 << 10,
-	leanEntries:     128,
+	leanEntries:     64,
 	resultsEntries:  512,
 	getJobs:         128,
 	getBytes:        128 << 10,
