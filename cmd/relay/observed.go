@@ -39,12 +39,12 @@ func (o *observedStore) Jobs(ctx context.Context) ([]store.Job, error) {
 	return observe(o, ctx, "jobs", o.Store.Jobs)
 }
 
-func (o *observedStore) Awaiting(ctx context.Context, siteID string) ([]store.Job, error) {
-	return observe(o, ctx, "awaiting", func(ctx context.Context) ([]store.Job, error) { return o.Store.Awaiting(ctx, siteID) })
+func (o *observedStore) PendingJobs(ctx context.Context, siteID string) ([]store.PendingJob, error) {
+	return observe(o, ctx, "pending_jobs", func(ctx context.Context) ([]store.PendingJob, error) { return o.Store.PendingJobs(ctx, siteID) })
 }
 
-func (o *observedStore) Finished(ctx context.Context, siteID string) ([]store.Job, error) {
-	return observe(o, ctx, "finished", func(ctx context.Context) ([]store.Job, error) { return o.Store.Finished(ctx, siteID) })
+func (o *observedStore) ResultJobs(ctx context.Context, siteID string) ([]*store.ResultJob, error) {
+	return observe(o, ctx, "result_jobs", func(ctx context.Context) ([]*store.ResultJob, error) { return o.Store.ResultJobs(ctx, siteID) })
 }
 
 func (o *observedStore) Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error) {

@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 		LeaseMs:         60000,
 		BasePath:        "/byollm",
 		SweepInterval:   time.Second,
-		SweepBatch:      100,
+		SweepBatch:      24,
 		ShutdownTimeout: 15 * time.Second,
 		AdminMaxBody:    16 << 20,
 		LogFormat:       "auto",

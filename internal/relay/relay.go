@@ -68,8 +68,6 @@ type Store interface {
 	Now(ctx context.Context) (int64, error)
 	Enqueue(ctx context.Context, in store.EnqueueInput) (store.Job, error)
 	Jobs(ctx context.Context) ([]store.Job, error)
-	Awaiting(ctx context.Context, siteID string) ([]store.Job, error)
-	Finished(ctx context.Context, siteID string) ([]store.Job, error)
 	PendingJobs(ctx context.Context, siteID string) ([]store.PendingJob, error)
 	ResultJobs(ctx context.Context, siteID string) ([]*store.ResultJob, error)
 	Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error)
