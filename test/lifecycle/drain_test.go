@@ -205,7 +205,13 @@ func waitEnqueues(t *testing.T, lb *balancer, n int, within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d enqueues after %v", got, within)
+			// Say what the balancer did see, so a slow start can be told
+			// from a refusing relay.
+			seen := map[string]int{}
+			for _, r := range recs {
+				seen[fmt.Sprintf("%s %d", r.path, r.status)]++
+			}
+			t.Fatalf("only %d enqueues after %v; balancer saw %v", got, within, seen)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
