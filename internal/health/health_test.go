@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/health"
+	"github.com/byollm/relay-go/test/outageproxy"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -274,73 +274,6 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-// outageProxy forwards TCP to Valkey and can cut every connection and
-// refuse new ones, then come back on the same address.
-type outageProxy struct {
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newOutageProxy(t *testing.T, target string) *outageProxy {
-	p := &outageProxy{target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *outageProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-func (p *outageProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
-func (p *outageProxy) up(t *testing.T) {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("proxy relisten: %v", err)
-	}
-	p.serve(ln)
-}
-
 // TestValkeyOutage runs the real Valkey check through a proxy: readiness
 // fails fast while Valkey is unreachable and returns by itself afterwards.
 func TestValkeyOutage(t *testing.T) {
@@ -352,8 +285,8 @@ func TestValkeyOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newOutageProxy(t, opt.InitAddress[0])
-	opt.InitAddress = []string{proxy.addr}
+	proxy := outageproxy.New(t, opt.InitAddress[0])
+	opt.InitAddress = []string{proxy.Addr()}
 	opt.DisableCache = true
 	opt.ConnWriteTimeout = 300 * time.Millisecond
 	client, err := valkey.NewClient(opt)
@@ -370,7 +303,7 @@ func TestValkeyOutage(t *testing.T) {
 	if code, rep := getJSON(t, srv.URL+"/readyz"); code != 200 {
 		t.Fatalf("/readyz before outage: %d %+v", code, rep)
 	}
-	proxy.down()
+	proxy.Down()
 	start := time.Now()
 	code, rep := getJSON(t, srv.URL+"/readyz")
 	if code != 503 || rep.Checks["valkey"] == "ok" {
@@ -379,7 +312,7 @@ func TestValkeyOutage(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > time.Second {
 		t.Errorf("/readyz during outage took %v; must fail fast", elapsed)
 	}
-	proxy.up(t)
+	proxy.Up(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		code, rep = getJSON(t, srv.URL+"/readyz")

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/test/outageproxy"
 	"github.com/valkey-io/valkey-go"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -407,72 +407,6 @@ func spanNames(spans []*tracepb.Span) []string {
 	return out
 }
 
-// outageProxy forwards TCP to Valkey; down() cuts every connection and
-// refuses new ones, up() listens again on the same address.
-type outageProxy struct {
-	target, addr string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        map[net.Conn]bool
-}
-
-func newOutageProxy(t *testing.T, target string) *outageProxy {
-	p := &outageProxy{target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *outageProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-func (p *outageProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
-func (p *outageProxy) up(t *testing.T) {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("proxy relisten: %v", err)
-	}
-	p.serve(ln)
-}
-
 // TestRelayValkeyOutage: while Valkey is unreachable, store-backed
 // requests fail fast with 503 server-error and readiness is false; both
 // recover by themselves when Valkey is back.
@@ -481,8 +415,8 @@ func TestRelayValkeyOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newOutageProxy(t, opt.InitAddress[0])
-	u := strings.Replace(testValkeyURL(), opt.InitAddress[0], proxy.addr, 1)
+	proxy := outageproxy.New(t, opt.InitAddress[0])
+	u := strings.Replace(testValkeyURL(), opt.InitAddress[0], proxy.Addr(), 1)
 	if u == testValkeyURL() {
 		t.Fatalf("cannot point %s at the proxy", u)
 	}
@@ -492,7 +426,7 @@ func TestRelayValkeyOutage(t *testing.T) {
 	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 {
 		t.Fatalf("before the outage: %d %s", r.status, r.raw)
 	}
-	proxy.down()
+	proxy.Down()
 
 	start := time.Now()
 	r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil)
@@ -515,7 +449,7 @@ func TestRelayValkeyOutage(t *testing.T) {
 		t.Errorf("liveness follows the store (a restart cannot fix it): %d %s", code, out)
 	}
 
-	proxy.up(t)
+	proxy.Up(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r = call(t, "GET", admin+"/readyz", "", nil)
