@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -68,19 +69,8 @@ func namespace(t *testing.T) string {
 			return
 		}
 		defer c.Close()
-		ctx := context.Background()
-		var cursor uint64
-		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(ns+":*").Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return
-			}
-			if len(e.Elements) > 0 {
-				c.Do(ctx, c.B().Del().Key(e.Elements...).Build())
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				return
-			}
+		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
+			t.Errorf("cleanup: %v", err)
 		}
 	})
 	return ns

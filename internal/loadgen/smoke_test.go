@@ -17,6 +17,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/reference"
 )
 
@@ -175,23 +176,8 @@ func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cursor uint64
-	for {
-		entry, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match("*"+namespace+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Errorf("scan %s: %v", namespace, err)
-			return
-		}
-		if len(entry.Elements) > 0 {
-			if err := client.Do(ctx, client.B().Unlink().Key(entry.Elements...).Build()).Error(); err != nil {
-				t.Errorf("delete %s: %v", namespace, err)
-				return
-			}
-		}
-		cursor = entry.Cursor
-		if cursor == 0 {
-			return
-		}
+	if _, err := valkeyconn.DeleteMatching(ctx, client, "*"+namespace+"*"); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 var _ Store = (*store.Store)(nil)
@@ -77,26 +78,12 @@ func newStore(t testing.TB, c valkey.Client, ns string) *store.Store {
 	if err != nil {
 		t.Fatalf("store.New: %v", err)
 	}
-	t.Cleanup(func() { dropKeys(c, st.KeyPattern()) })
+	t.Cleanup(func() {
+		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	return st
-}
-
-func dropKeys(c valkey.Client, pattern string) {
-	ctx := context.Background()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(500).Build()).AsScanEntry()
-		if err != nil {
-			return
-		}
-		if len(e.Elements) > 0 {
-			c.Do(ctx, c.B().Del().Key(e.Elements...).Build())
-		}
-		if e.Cursor == 0 {
-			return
-		}
-		cursor = e.Cursor
-	}
 }
 
 // env is one relay under test.

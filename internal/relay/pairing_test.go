@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 type pairStart struct {
@@ -164,7 +166,11 @@ func TestPairingCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropKeys(c, st.KeyPattern()) })
+	t.Cleanup(func() {
+		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	e := newEnvOn(t, st)
 	newWorld(t).install(e)
 	first := newKeys(t)

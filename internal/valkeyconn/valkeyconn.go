@@ -114,3 +114,27 @@ func openEmbedded(ctx context.Context, logger *slog.Logger) (valkey.Client, func
 	}
 	return c, closeFn, true, nil
 }
+
+// DeleteMatching deletes every key matching pattern (a SCAN MATCH glob, for
+// example a store's KeyPattern) in batches and reports how many it deleted.
+// Tests use it to leave a shared server as they found it; it walks one
+// node's keyspace, which is all of a namespace in the single-slot layout.
+func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, error) {
+	deleted := 0
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return deleted, fmt.Errorf("delete %s: scan: %w", pattern, err)
+		}
+		if len(e.Elements) > 0 {
+			if err := c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+				return deleted, fmt.Errorf("delete %s: %w", pattern, err)
+			}
+			deleted += len(e.Elements)
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return deleted, nil
+		}
+	}
+}

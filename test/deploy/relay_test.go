@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/outageproxy"
 	"github.com/valkey-io/valkey-go"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -150,23 +151,8 @@ func cleanNamespace(t *testing.T, ns string) {
 		return
 	}
 	defer c.Close()
-	ctx := context.Background()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(ns+":*").Count(500).Build()).AsScanEntry()
-		if err != nil {
-			t.Errorf("cleanup scan: %v", err)
-			return
-		}
-		if len(e.Elements) > 0 {
-			if err := c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error(); err != nil {
-				t.Errorf("cleanup del: %v", err)
-			}
-		}
-		if e.Cursor == 0 {
-			return
-		}
-		cursor = e.Cursor
+	if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 }
 

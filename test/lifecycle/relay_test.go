@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -331,22 +332,8 @@ func cleanNamespace(t *testing.T, url, ns string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(ns+":*").Count(500).Build()).AsScanEntry()
-		if err != nil {
-			t.Errorf("cleanup scan: %v", err)
-			return
-		}
-		if len(e.Elements) > 0 {
-			if err := c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error(); err != nil {
-				t.Errorf("cleanup del: %v", err)
-			}
-		}
-		if e.Cursor == 0 {
-			return
-		}
-		cursor = e.Cursor
+	if _, err := valkeyconn.DeleteMatching(ctx, c, ns+":*"); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 }
 

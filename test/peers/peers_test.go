@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -647,25 +648,10 @@ func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cursor uint64
-	deleted := 0
-	for {
-		entry, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match("*"+namespace+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Errorf("scan namespace %s: %v", namespace, err)
-			return
-		}
-		if len(entry.Elements) > 0 {
-			if err := client.Do(ctx, client.B().Unlink().Key(entry.Elements...).Build()).Error(); err != nil {
-				t.Errorf("delete namespace %s: %v", namespace, err)
-				return
-			}
-			deleted += len(entry.Elements)
-		}
-		cursor = entry.Cursor
-		if cursor == 0 {
-			break
-		}
+	deleted, err := valkeyconn.DeleteMatching(ctx, client, "*"+namespace+"*")
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
 	}
 	t.Logf("deleted %d keys of namespace %s", deleted, namespace)
 }
