@@ -119,16 +119,24 @@ func (r *runner) setUp(ctx context.Context) error {
 
 // awaitProjection waits until every replica knows this run's sites. A
 // replicated relay may load a new projection a moment after the admin write
-// returns; the probe is a signed site read, so it works on any relay.
+// returns; the probe is a signed site read, so it works on any relay. A
+// base URL may be a load balancer over several replicas, so one answer
+// proves little: it takes probesInARow successes in a row.
 func (r *runner) awaitProjection(ctx context.Context) error {
+	const probesInARow = 12
 	last := r.sites[len(r.sites)-1]
 	for _, base := range r.cl.replicas {
 		deadline := time.Now().Add(15 * time.Second)
-		for {
+		for ok := 0; ; {
 			res, err := r.cl.siteGetAt(ctx, "probe (setup)", base, last.sig, "pending")
 			if err == nil && res.status == http.StatusOK {
-				break
+				if ok++; ok >= probesInARow {
+					break
+				}
+				sleepCtx(ctx, 20*time.Millisecond)
+				continue
 			}
+			ok = 0
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				if err != nil {
 					return fmt.Errorf("replica %s never accepted site %s from the new projection: %w", base, last.id, err)
