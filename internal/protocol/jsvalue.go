@@ -396,38 +396,9 @@ func LessUTF16(a, b string) bool {
 // CompareUTF16 orders two strings by UTF-16 code units, as JS relational
 // operators and the default sort do.
 func CompareUTF16(a, b string) int {
-	i, j := 0, 0
-	var pa, pb rune = -1, -1 // pending low surrogate of an astral char
+	ia, ib := utf16Units{s: a, low: -1}, utf16Units{s: b, low: -1}
 	for {
-		var ua, ub rune
-		if pa >= 0 {
-			ua, pa = pa, -1
-		} else if i < len(a) {
-			r, w := decodeWTF8(a[i:])
-			i += w
-			if r > 0xffff {
-				hi, lo := utf16.EncodeRune(r)
-				ua, pa = hi, lo
-			} else {
-				ua = r
-			}
-		} else {
-			ua = -1
-		}
-		if pb >= 0 {
-			ub, pb = pb, -1
-		} else if j < len(b) {
-			r, w := decodeWTF8(b[j:])
-			j += w
-			if r > 0xffff {
-				hi, lo := utf16.EncodeRune(r)
-				ub, pb = hi, lo
-			} else {
-				ub = r
-			}
-		} else {
-			ub = -1
-		}
+		ua, ub := ia.next(), ib.next()
 		switch {
 		case ua == -1 && ub == -1:
 			return 0
@@ -437,6 +408,33 @@ func CompareUTF16(a, b string) int {
 			return 1
 		}
 	}
+}
+
+// utf16Units walks a (WTF-8) string one UTF-16 code unit at a time.
+type utf16Units struct {
+	s   string
+	i   int
+	low rune // pending low surrogate of an astral char, or -1
+}
+
+// next returns the next code unit, or -1 at the end.
+func (u *utf16Units) next() rune {
+	if u.low >= 0 {
+		r := u.low
+		u.low = -1
+		return r
+	}
+	if u.i >= len(u.s) {
+		return -1
+	}
+	r, w := decodeWTF8(u.s[u.i:])
+	u.i += w
+	if r > 0xffff {
+		hi, lo := utf16.EncodeRune(r)
+		u.low = lo
+		return hi
+	}
+	return r
 }
 
 // isSafeInteger is Number.isSafeInteger.
