@@ -67,16 +67,8 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
-	type result struct {
-		rep *loadgen.Report
-		err error
-	}
-	done := make(chan result, 1)
 	started := time.Now()
-	go func() {
-		rep, err := loadgen.Run(ctx, cfg, nil)
-		done <- result{rep, err}
-	}()
+	done := startLoad(ctx, cfg)
 	waitEnqueues(t, lb, 20, 30*time.Second)
 	loadOn := time.Now()
 
@@ -123,7 +115,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		t.Errorf("the restarts ended %v after the load started, after the load generator stopped enqueuing (%v): they did not all happen under load", elapsed, loadFor)
 	}
 
-	var res result
+	var res loadResult
 	select {
 	case res = <-done:
 	case <-ctx.Done():
@@ -190,6 +182,23 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 }
 
 // waitEnqueues waits until the balancer has answered n enqueues 200.
+// loadResult is how a load generator run ended.
+type loadResult struct {
+	rep *loadgen.Report
+	err error
+}
+
+// startLoad runs the load generator in the background; its outcome arrives
+// on the channel.
+func startLoad(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
+	done := make(chan loadResult, 1)
+	go func() {
+		rep, err := loadgen.Run(ctx, cfg, nil)
+		done <- loadResult{rep, err}
+	}()
+	return done
+}
+
 func waitEnqueues(t *testing.T, lb *balancer, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)

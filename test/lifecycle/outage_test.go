@@ -63,16 +63,8 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
-	type result struct {
-		rep *loadgen.Report
-		err error
-	}
-	done := make(chan result, 1)
 	started := time.Now()
-	go func() {
-		rep, err := loadgen.Run(ctx, cfg, nil)
-		done <- result{rep, err}
-	}()
+	done := startLoad(ctx, cfg)
 	waitEnqueues(t, lb, 20, 30*time.Second)
 	time.Sleep(time.Second)
 
@@ -155,7 +147,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 		lb.event(r.name + " ready again")
 	}
 
-	var res result
+	var res loadResult
 	select {
 	case res = <-done:
 	case <-ctx.Done():
