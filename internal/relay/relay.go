@@ -112,6 +112,10 @@ type Config struct {
 	// the oldest daemon version served (426 below it). Empty means none.
 	UpdateOffer, DaemonFloor string
 	Logger                   *slog.Logger
+	// StoreTimeout bounds each store call; a call that takes longer is
+	// answered with the retryable 503 server-error. Default
+	// DefaultStoreTimeout; negative disables the bound (tests).
+	StoreTimeout time.Duration
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -143,6 +147,12 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if cfg.Projection == nil {
 		return nil, errors.New("relay: Config.Projection is required")
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.StoreTimeout > 0 {
+		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout}
 	}
 	if cfg.LeaseMs < 0 {
 		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
