@@ -121,7 +121,8 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 
 var (
 	statusExpired = reply{status: 200, body: []byte(`{"status":"expired"}`)}
-	statusPending = reply{status: 200, body: []byte(`{"status":"pending"}`)}
+	// Pending until the projection approves the device: a newer one may.
+	statusPending = onProjection(reply{status: 200, body: []byte(`{"status":"pending"}`)})
 )
 
 // pairPoll answers from the shared code store, so a code minted through one

@@ -90,8 +90,12 @@ type Store interface {
 
 // ProjectionSource hands out the projection in force. Current returns nil
 // until one has been loaded; the planes answer 503 not-ready until then.
+// Fresh makes sure the latest stored version is in force (a read of its
+// version, a load when newer) and returns it; the planes call it only
+// before a refusal a newer projection could reverse.
 type ProjectionSource interface {
 	Current() *projection.Projection
+	Fresh(ctx context.Context) (*projection.Projection, error)
 }
 
 // Config configures a Relay. Zero values take the reference defaults.
@@ -138,6 +142,9 @@ type Relay struct {
 	now         func() int64
 	echo        *echo.Echo
 	presence    presenceChecks
+	// storeTimeout bounds the projection recheck's read (the store calls
+	// are bounded by timedStore); 0 leaves it to the request.
+	storeTimeout time.Duration
 }
 
 // New validates cfg and builds a Relay.
@@ -151,8 +158,10 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
 	}
+	storeTimeout := time.Duration(0)
 	if cfg.StoreTimeout > 0 {
 		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout}
+		storeTimeout = cfg.StoreTimeout
 	}
 	if cfg.LeaseMs < 0 {
 		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
@@ -168,6 +177,8 @@ func New(cfg Config) (*Relay, error) {
 		floor:       cfg.DaemonFloor,
 		log:         cfg.Logger,
 		now:         cfg.Clock,
+
+		storeTimeout: storeTimeout,
 	}
 	if cfg.BasePath == "" {
 		r.basePath = DefaultBasePath
