@@ -137,6 +137,11 @@ var (
 // replica is polled through any other; approval is the projection's.
 func (r *Relay) pairPoll(req *request, poll *protocol.PairPollRequest) (reply, error) {
 	p, err := r.store.PairingByDeviceCode(req.ctx, poll.DeviceCode)
+	if errors.Is(err, store.ErrInvalidInput) {
+		// A code the store cannot hold (over its id limit, U+0000, a lone
+		// surrogate) was never minted: unknown, which is expired (§8.1).
+		return statusExpired, nil
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("pair poll: %w", err)
 	}
