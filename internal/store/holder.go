@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/byollm/relay-go/internal/protocol"
 )
 
@@ -206,18 +208,29 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 }
 
 // CancelRequests lists the cancelled jobs the runner holds, done ones
-// included, as exact grants in insertion order (§2.13). A pure read.
+// included, as exact grants in insertion order (§2.13). A pure read, in
+// pages of cancelEntries index entries (the index grows with what the
+// runner holds), so it is not one atomic snapshot: a grant cancelled or
+// released while the pages are read may be listed or not, as it would be
+// had the heartbeat come a moment earlier or later.
 func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error) {
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("cancel requests: %w", err)
 	}
-	msg, err := s.run(ctx, "cancel_requests", []string{s.k.cancelled(runnerID)}, runnerID)
+	out := []protocol.GrantRef{}
+	err := s.pages(ctx, "cancel_requests", s.k.cancelled(runnerID), []string{runnerID},
+		[]string{strconv.Itoa(s.limits.cancelEntries)}, func(items []valkey.ValkeyMessage) error {
+			for _, e := range items {
+				flat, err := e.AsStrSlice()
+				if err != nil {
+					return err
+				}
+				out = append(out, grantRefs(flat)...)
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("cancel requests: %w", err)
 	}
-	flat, err := msg.AsStrSlice()
-	if err != nil {
-		return nil, fmt.Errorf("cancel requests: %w", err)
-	}
-	return grantRefs(flat), nil
+	return out, nil
 }
