@@ -18,9 +18,18 @@
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
-//   - A store input refusal (store.ErrInvalidInput: U+0000 in an id, an id
-//     or blob over the store's limits) is the schema refusal, and on enqueue
-//     row 32 "that stub was not accepted".
+//   - A store input refusal (store.ErrInvalidInput: U+0000 or a lone
+//     surrogate in an id, an id or blob over the store's limits) is the
+//     schema refusal, on enqueue row 32 "that stub was not accepted", and on
+//     a pair poll {"status":"expired"} (such a code was never minted).
+//   - Heartbeat activeLeases and release leases hold at most
+//     protocol.MaxGrantRefs entries (schema refusal beyond).
+//   - Unsigned pairing (fixture, device-code poll) records the projection's
+//     key set in presence, never the presented one, so an older key set of
+//     an approved identity cannot roll back what sites seal to.
+//   - A store call slower than Config.StoreTimeout is the retryable 503
+//     server-error, and a refusal a newer projection could reverse is only
+//     given after checking the stored version (Relay.decide).
 //   - No grant author and no satisfiable callback are configured, so claims
 //     carry no grant, pairs carry no controlPlanePublic, and enqueue refuses
 //     nothing for satisfiability (rows 28-31 never occur).
