@@ -30,7 +30,7 @@ const (
 	// only the grants it holds, at most its concurrency (32 at most), and
 	// one claim grants at most MaxClaim (64); 1024 is sixteen full claims,
 	// far beyond any honest client, and keeps the store's work for one
-	// request at 16 bounded script calls (store.GrantChunk each).
+	// request at 32 bounded script calls (store.GrantChunk each).
 	MaxGrantRefs = 1024
 )
 

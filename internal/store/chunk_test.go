@@ -176,8 +176,8 @@ func TestLongGrantListsRunInBoundedChunks(t *testing.T) {
 		t.Fatalf("held %d grants, want 4", len(held))
 	}
 
-	// 300 entries: the real grants at 0, 70 (second chunk), 140 (third),
-	// 299 (last), held[0] again at 200, everything else unknown.
+	// 300 entries: the real grants at 0, 70, 140, 299 (the first, third,
+	// fifth and last chunks), held[0] again at 200, everything else unknown.
 	const n = 300
 	at := map[int]protocol.GrantRef{0: held[0], 70: held[1], 140: held[2], 200: held[0], 299: held[3]}
 	list := make([]protocol.GrantRef, n)

@@ -17,10 +17,11 @@ import (
 
 // GrantChunk is the most grants one renew or release script call walks. A
 // longer list is split into several calls, so a call's cost is bounded
-// whatever a client sends: 64 is a claim's largest grant (protocol.MaxClaim)
-// and more than a real daemon holds (at most 32 slots), so a real daemon's
-// heartbeat or release is always one call.
-const GrantChunk = 64
+// whatever a client sends. 32 is the most a real daemon holds (its
+// concurrency is at most 32 slots), so a real daemon's heartbeat or release
+// is always one call; 32 renewals measured about 0.5 ms of Valkey time on
+// a loaded 2-core machine (64 took about 0.85-1 ms).
+const GrantChunk = 32
 
 func (s *Store) checkHolder(jobID, runnerID, leaseID string) error {
 	if err := s.checkID("job id", jobID); err != nil {
