@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -325,7 +326,9 @@ var requestDecoders = map[string]func(any) (any, error){
 }
 
 // FuzzDecodeRequests runs every request schema on each body. A refusal is
-// always a *SchemaError; an accepted body re-marshals to JSON that decodes
+// always a *SchemaError; an accepted body is refused again with an unknown
+// key or a null anywhere (zod's strict objects, nothing nullable); it
+// re-marshals to JSON that decodes
 // to the same value and marshals to the same bytes (what zod's parse
 // re-emits: TestDecodeMatchesZod pins those bytes for the corpus), and an
 // envelope's measured size is the length of that JSON.
@@ -371,6 +374,16 @@ func FuzzDecodeRequests(f *testing.F) {
 			if m2 := MustMarshal(v2); !bytes.Equal(m, m2) {
 				t.Fatalf("%s: re-emission not stable: %q then %q", name, m, m2)
 			}
+			// Strictness zod would enforce, checked without zod: every
+			// object of every schema is strict and nothing is nullable, so
+			// an unknown key, or null for any key, anywhere, is refused.
+			for i := range countObjects(body.Value) {
+				for _, mutate := range objectMutations(body.Value, i) {
+					if _, err := dec(mutate.value); err == nil {
+						t.Fatalf("%s: accepted %q, and also with %s", name, raw, mutate.what)
+					}
+				}
+			}
 			var env *SealedEnvelope
 			switch x := v.(type) {
 			case SealedEnvelope:
@@ -387,6 +400,67 @@ func FuzzDecodeRequests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// deepCopy copies a ParseJSON value.
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = deepCopy(x[i])
+		}
+		return out
+	case *Object:
+		out := &Object{Keys: slices.Clone(x.Keys), Vals: make(map[string]any, len(x.Vals))}
+		for k, e := range x.Vals {
+			out.Vals[k] = deepCopy(e)
+		}
+		return out
+	}
+	return v
+}
+
+// objects lists v's objects, depth first.
+func objects(v any, out []*Object) []*Object {
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			out = objects(e, out)
+		}
+	case *Object:
+		out = append(out, x)
+		for _, k := range x.Keys {
+			out = objects(x.Vals[k], out)
+		}
+	}
+	return out
+}
+
+func countObjects(v any) int { return len(objects(v, nil)) }
+
+type mutation struct {
+	what  string
+	value any
+}
+
+// objectMutations are copies of v whose i-th object has an unknown key
+// added, or one of its keys set to null.
+func objectMutations(v any, i int) []mutation {
+	var out []mutation
+	c := deepCopy(v)
+	o := objects(c, nil)[i]
+	if _, taken := o.Vals["fuzzUnknownKey"]; !taken {
+		o.Keys = append(o.Keys, "fuzzUnknownKey")
+		o.Vals["fuzzUnknownKey"] = Number(1)
+		out = append(out, mutation{fmt.Sprintf("an unknown key in object %d", i), c})
+	}
+	for _, k := range objects(v, nil)[i].Keys {
+		c := deepCopy(v)
+		objects(c, nil)[i].Vals[k] = nil
+		out = append(out, mutation{fmt.Sprintf("%q: null in object %d", k, i), c})
+	}
+	return out
 }
 
 // pairShape returns the one shape a pair request matched.
@@ -533,7 +607,8 @@ func FuzzCompareVersions(f *testing.F) {
 }
 
 // FuzzParseQuery: URLSearchParams semantics keep every pair; names and
-// values come out as UTF-8 and survive being escaped and parsed again.
+// values come out as UTF-8 and survive being escaped and parsed again; the
+// site reads' query schema accepts exactly a non-empty siteId.
 func FuzzParseQuery(f *testing.F) {
 	for _, q := range []string{"siteId=site_a&protocolVersion=2", "protocolVersion=2&protocolVersion=3", "a=%zz&b=%e2%82&c=+x+;d=e",
 		"=x&&y", "siteId=%F0%9F%98%80", "k=a=b", "%"} {
@@ -555,6 +630,14 @@ func FuzzParseQuery(f *testing.F) {
 		}
 		if again := ParseQuery(strings.Join(parts, "&")); !reflect.DeepEqual(again, q) {
 			t.Fatalf("ParseQuery(%q) = %v; escaped and parsed again %v", raw, q, again)
+		}
+		// A site read's query schema: the first siteId, refused when empty.
+		site := ""
+		if vs := q["siteId"]; len(vs) > 0 {
+			site = vs[0]
+		}
+		if sq, err := DecodeSiteQuery(site); (err == nil) != (site != "") || (err == nil && sq.SiteID != site) {
+			t.Fatalf("DecodeSiteQuery(%q) = %+v, %v", site, sq, err)
 		}
 	})
 }
