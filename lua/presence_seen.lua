@@ -7,7 +7,9 @@
 -- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
 -- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
 -- ARGV[10] ttl ms ("0": records never expire, as in the reference)
--- Reply: the record as a flat hash
+-- Reply: the record as a flat hash without capabilities and withheld (the
+-- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
+-- copy its own lists back
 
 local now = fmt(clock())
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -22,4 +24,5 @@ end
 if ARGV[10] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[10])
 end
-return redis.call('HGETALL', KEYS[1])
+local r = redis.call('HMGET', KEYS[1], 'runnerId', 'owner', 'device', 'lastSeenAt')
+return {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', r[4]}

@@ -32,6 +32,22 @@ const (
 	// far beyond any honest client, and keeps the store's work for one
 	// request at 32 bounded script calls (store.GrantChunk each).
 	MaxGrantRefs = 1024
+
+	// What a daemon advertises (the capability matrix of heartbeat, claim
+	// and pair start; heartbeat withheld) is stored in its presence record
+	// and pairing code, and the reference bounds none of it (a departure).
+	// A real daemon (byollm 0.1.1) sends one capability per configured
+	// service and kind it serves (2 kinds exist), knownModels of at most 6
+	// short names, names it chose itself (a service name, a model tag or
+	// repo id of well under 200 characters) and an empty withheld list; a
+	// dozen services make about 4 KiB. The bounds below are far past that
+	// and keep one runner's stored record under MaxAdvertBytes per list.
+	MaxCapabilities = 256       // capability rows (128 services x 2 kinds)
+	MaxKnownModels  = 256       // knownModels entries per capability
+	MaxWithheld     = 64        // withheld kinds (only 2 kinds exist)
+	MaxClaimants    = 256       // claimants per withheld kind (one per service)
+	MaxAdvertText   = 1024      // characters in a service, model or known model name
+	MaxAdvertBytes  = 256 << 10 // encoded JSON of one capabilities or withheld list
 )
 
 // SignedGrant is a control-plane grant, carried verbatim on a claimed stub.
@@ -204,7 +220,7 @@ func DecodeCapability(v any, path string) (Capability, error) {
 	if c.Kind, err = f.Enum("kind", JobKinds...); err != nil {
 		return c, err
 	}
-	if c.Service, err = f.String("service", 1, -1); err != nil {
+	if c.Service, err = f.String("service", 1, MaxAdvertText); err != nil {
 		return c, err
 	}
 	if c.BackendID, err = f.Enum("backendId", BackendIDs...); err != nil {
@@ -213,15 +229,15 @@ func DecodeCapability(v any, path string) (Capability, error) {
 	if c.BackendClass, err = f.Enum("backendClass", BackendClass...); err != nil {
 		return c, err
 	}
-	if c.Model, err = f.String("model", 1, -1); err != nil {
+	if c.Model, err = f.String("model", 1, MaxAdvertText); err != nil {
 		return c, err
 	}
-	items, p, present, err := f.OptArray("knownModels", 0, -1)
+	items, p, present, err := f.OptArray("knownModels", 0, MaxKnownModels)
 	if err != nil {
 		return c, err
 	}
 	if present {
-		models, err := Each(items, p, DecodeStringItem)
+		models, err := Each(items, p, decodeModelName)
 		if err != nil {
 			return c, err
 		}
@@ -231,12 +247,38 @@ func DecodeCapability(v any, path string) (Capability, error) {
 	return c, err
 }
 
+func decodeModelName(v any, path string) (string, error) {
+	return CheckString(v, path, 1, MaxAdvertText)
+}
+
 func decodeCapabilities(f *Fields, key string) ([]Capability, error) {
-	items, p, err := f.Array(key, 0, -1)
+	items, p, err := f.Array(key, 0, MaxCapabilities)
 	if err != nil {
 		return nil, err
 	}
-	return Each(items, p, DecodeCapability)
+	return eachWithin(items, p, MaxAdvertBytes, DecodeCapability)
+}
+
+// eachWithin is Each, refusing once the list's encoded JSON (Marshal, the
+// bytes the relay stores) would pass maxBytes. The element bounds alone
+// allow far more than any body; this is what bounds a stored record.
+func eachWithin[T any](items []any, path string, maxBytes int, dec func(v any, path string) (T, error)) ([]T, error) {
+	out := make([]T, 0, len(items))
+	size := len("[]")
+	for i, it := range items {
+		t, err := dec(it, IndexPath(path, i))
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			size++ // the comma
+		}
+		if size += len(MustMarshal(t)); size > maxBytes {
+			return nil, schemaErr(path, "too big: expected at most %d bytes of JSON", maxBytes)
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // DecodeClaimant checks one withheld-kind claimant.
@@ -246,7 +288,7 @@ func DecodeClaimant(v any, path string) (Claimant, error) {
 		return Claimant{}, err
 	}
 	var c Claimant
-	if c.Service, err = f.String("service", 1, -1); err != nil {
+	if c.Service, err = f.String("service", 1, MaxAdvertText); err != nil {
 		return c, err
 	}
 	c.Offer, err = f.Enum("offer", OfferScopes...)
@@ -263,7 +305,7 @@ func DecodeWithheldKind(v any, path string) (WithheldKind, error) {
 	if w.Kind, err = f.Enum("kind", JobKinds...); err != nil {
 		return w, err
 	}
-	items, p, err := f.Array("claimants", 2, -1)
+	items, p, err := f.Array("claimants", 2, MaxClaimants)
 	if err != nil {
 		return w, err
 	}
@@ -448,13 +490,13 @@ func DecodeHeartbeatRequest(v any) (HeartbeatRequest, error) {
 	if r.Capabilities, err = decodeCapabilities(f, "capabilities"); err != nil {
 		return r, err
 	}
-	items, p, present, err := f.OptArray("withheld", 0, -1)
+	items, p, present, err := f.OptArray("withheld", 0, MaxWithheld)
 	if err != nil {
 		return r, err
 	}
 	r.Withheld = []WithheldKind{}
 	if present {
-		if r.Withheld, err = Each(items, p, DecodeWithheldKind); err != nil {
+		if r.Withheld, err = eachWithin(items, p, MaxAdvertBytes, DecodeWithheldKind); err != nil {
 			return r, err
 		}
 	}

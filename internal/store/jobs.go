@@ -31,6 +31,13 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 			return Job{}, fmt.Errorf("enqueue: %w", err)
 		}
 	}
+	// The purpose is no key part, so any text is fine, but it rides in the
+	// stored stub to every claimer: bounded like an identifier (a real
+	// site's purpose is a manifest purpose key of at most 64 characters).
+	if len(in.Stub.Purpose) > s.opts.MaxIDBytes {
+		return Job{}, fmt.Errorf("enqueue: %w: purpose is %d bytes, the limit is %d",
+			ErrInvalidInput, len(in.Stub.Purpose), s.opts.MaxIDBytes)
+	}
 	stub, err := protocol.Marshal(in.Stub)
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)

@@ -31,6 +31,10 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 	if err := s.checkBlob("withheld", withheld); err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
+	if n := len(caps) + len(withheld); n > s.opts.MaxPresenceBytes {
+		return Presence{}, fmt.Errorf("seen: %w: capabilities and withheld are %d bytes, the limit is %d",
+			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
+	}
 	msg, err := s.run(ctx, "presence_seen",
 		[]string{s.k.presence(p.RunnerID), s.k.presenceIndex(), s.k.presenceSeq()},
 		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
@@ -38,10 +42,14 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
+	// The script answers the record without its two lists, which it has
+	// just replaced with exactly these bytes: a heartbeat does not carry
+	// them back from Valkey.
 	rec, err := parsePresence(msg)
 	if err != nil || rec == nil {
 		return Presence{}, fmt.Errorf("seen: record: %v", err)
 	}
+	rec.Capabilities, rec.Withheld = caps, withheld
 	return *rec, nil
 }
 

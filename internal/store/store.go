@@ -15,6 +15,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
 )
 
@@ -32,6 +33,10 @@ const (
 	DefaultClaimScanBudget   = 10_000
 	DefaultMaxIDBytes        = 4096
 	DefaultMaxBlobBytes      = 32 << 20
+	// DefaultMaxPresenceBytes bounds what one presence record holds of a
+	// client's own: its capabilities and withheld lists together. The
+	// planes refuse either list over protocol.MaxAdvertBytes first.
+	DefaultMaxPresenceBytes = 2 * protocol.MaxAdvertBytes
 	maxSweepBatchesPerCall   = 10_000
 	maxLeaseMs               = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
@@ -77,6 +82,10 @@ type Options struct {
 	// MaxBlobBytes bounds stored JSON (stubs, envelopes, identities,
 	// capabilities); default 32 MiB. The planes enforce the wire's 6 MiB.
 	MaxBlobBytes int
+	// MaxPresenceBytes bounds a presence record's capabilities and withheld
+	// JSON together; Seen refuses more with ErrInvalidInput. Default
+	// DefaultMaxPresenceBytes (512 KiB).
+	MaxPresenceBytes int
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -107,6 +116,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBlobBytes <= 0 {
 		o.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	if o.MaxPresenceBytes <= 0 {
+		o.MaxPresenceBytes = DefaultMaxPresenceBytes
 	}
 	if o.ResultCacheBytes == 0 {
 		o.ResultCacheBytes = DefaultResultCacheBytes
