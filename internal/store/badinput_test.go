@@ -112,6 +112,12 @@ func TestBadInputLeavesStoreUnchanged(t *testing.T) {
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: long, SiteID: site, Stub: stub(long, "alice")})
 			return err
 		}, true},
+		{"enqueue with an oversized purpose", func(h *h) error {
+			st := stub("p", "alice")
+			st.Purpose = long
+			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: "p", SiteID: site, Stub: st})
+			return err
+		}, true},
 		{"seal with an oversized envelope", func(h *h) error {
 			_, err := h.s.Seal(h.ctx, site, "a", json.RawMessage(`"`+strings.Repeat("A", 5000)+`"`))
 			return err

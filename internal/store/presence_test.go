@@ -1,0 +1,85 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// matrixOf is a JSON array of n bytes.
+func matrixOf(n int) json.RawMessage {
+	return json.RawMessage(`["` + strings.Repeat("m", n-4) + `"]`)
+}
+
+// A presence record holds at most MaxPresenceBytes of a client's lists
+// (capabilities and withheld together): one byte past is ErrInvalidInput
+// and changes nothing, exactly at it is stored.
+func TestPresenceRecordBound(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{MaxPresenceBytes: 1000})
+		dev := freshDevice()
+		h.seen("runner_1", "alice", dev, `[]`, `[]`)
+		before := dump(t, b, h.s)
+		_, err := h.s.Seen(h.ctx, Presence{RunnerID: "runner_1", Owner: "alice", Device: dev,
+			Capabilities: matrixOf(600), Withheld: matrixOf(401)})
+		if !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("seen past the bound: err = %v, want invalid input", err)
+		}
+		if after := dump(t, b, h.s); !reflect.DeepEqual(before, after) {
+			t.Fatalf("store changed:\nbefore %v\nafter  %v", before, after)
+		}
+		// A record the store has never seen is not created either.
+		if _, err := h.s.Seen(h.ctx, Presence{RunnerID: "runner_2", Owner: "alice", Device: dev,
+			Capabilities: matrixOf(1001)}); !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("new record past the bound: err = %v", err)
+		}
+		if after := dump(t, b, h.s); !reflect.DeepEqual(before, after) {
+			t.Fatalf("store changed:\nbefore %v\nafter  %v", before, after)
+		}
+		got := h.seen("runner_1", "alice", dev, string(matrixOf(600)), string(matrixOf(400)))
+		p := h.presence("runner_1")
+		if string(p.Capabilities) != string(matrixOf(600)) || string(p.Withheld) != string(matrixOf(400)) || !reflect.DeepEqual(got, *p) {
+			t.Fatalf("at the bound: seen answered %+v, stored %+v", got, p)
+		}
+	})
+}
+
+// presence_seen answers the record without the two lists the caller has
+// just written, so a heartbeat does not carry them back from Valkey; Seen
+// still answers the whole record (the contract's seen()).
+func TestSeenReplyOmitsLists(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		dev := freshDevice()
+		caps := string(matrixOf(5000))
+		h.seen("runner_1", "alice", dev, caps, `[]`)
+		devJSON, _ := json.Marshal(dev)
+		msg, err := h.s.run(h.ctx, "presence_seen",
+			[]string{h.s.k.presence("runner_1"), h.s.k.presenceIndex(), h.s.k.presenceSeq()},
+			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := flatMap(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{}
+		for k := range m {
+			keys = append(keys, k)
+		}
+		if _, has := m["capabilities"]; has || len(m) != 4 || m["runnerId"] != "runner_1" || m["owner"] != "alice" {
+			t.Fatalf("presence_seen answered keys %q", keys)
+		}
+		if _, err := strconv.ParseInt(m["lastSeenAt"], 10, 64); err != nil {
+			t.Fatalf("lastSeenAt %q", m["lastSeenAt"])
+		}
+		got := h.seen("runner_1", "alice", dev, caps, `[{"kind":"llm.chat"}]`)
+		if p := h.presence("runner_1"); !reflect.DeepEqual(got, *p) {
+			t.Fatalf("seen answered %+v, the record is %+v", got, p)
+		}
+	})
+}
