@@ -7,10 +7,14 @@
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower bound ("-inf" for the first page, else "(<counter>")
 -- ARGV[5]  most index entries examined
+-- ARGV[6]  byte budget: the page ends after the record that reaches it (a
+--          record holds up to its runner's advertised lists, bounded by
+--          the store, so a page is about this budget plus one record)
 -- Reply: {cursor: counter of the last entry examined, "" when the index is
 --         exhausted; flat hashes...}
 
-local limit = tonumber(ARGV[5])
+local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local bytes = 0
 local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {''}
 for i = 1, #page, 2 do
@@ -20,6 +24,12 @@ for i = 1, #page, 2 do
     redis.call('ZREM', KEYS[1], page[i])
   else
     out[#out + 1] = rec
+    for j = 2, #rec, 2 do
+      bytes = bytes + #rec[j]
+    end
+    if bytes >= budget then
+      return out -- the cursor is this record's counter: more may follow
+    end
   end
 end
 if #page < 2 * limit then

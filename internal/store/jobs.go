@@ -104,6 +104,7 @@ type pageLimits struct {
 	getBytes        int // ... ending early once this many bytes are read
 	claimScan       int // claim: queue entries examined per call
 	presenceEntries int // presence_all: records per call
+	presenceBytes   int // ... ending early once this many bytes are read
 	cancelEntries   int // cancel_requests: index entries per call
 }
 
@@ -118,6 +119,7 @@ var defaultPageLimits = pageLimits{
 	getBytes:        128 << 10,
 	claimScan:       16,
 	presenceEntries: 128,
+	presenceBytes:   64 << 10,
 	cancelEntries:   64,
 }
 

@@ -81,7 +81,7 @@ func (s *Store) Presence(ctx context.Context, runnerID string) (*Presence, error
 // whose record is gone. Read in pages, so not one atomic snapshot.
 func (s *Store) Everyone(ctx context.Context) ([]Presence, error) {
 	out := []Presence{}
-	err := s.pages(ctx, "presence_all", s.k.presenceIndex(), nil, []string{strconv.Itoa(s.limits.presenceEntries)},
+	err := s.pages(ctx, "presence_all", s.k.presenceIndex(), nil, []string{strconv.Itoa(s.limits.presenceEntries), strconv.Itoa(s.limits.presenceBytes)},
 		func(items []valkey.ValkeyMessage) error {
 			for _, r := range items {
 				p, err := parsePresence(r)

@@ -83,3 +83,39 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 		}
 	})
 }
+
+// presence_all ends a page at its byte budget, after the record that
+// reaches it (a record may hold up to MaxPresenceBytes of a client's
+// lists), and Everyone still reads every record in first-seen order.
+func TestEveryonePagesByBytes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		var want []string
+		for i := range 5 {
+			r := "r" + strconv.Itoa(i)
+			h.seen(r, "alice", freshDevice(), string(matrixOf(3000)), `[]`)
+			want = append(want, r)
+		}
+		msg, err := h.s.run(h.ctx, "presence_all", []string{h.s.k.presenceIndex()}, "-inf", "128", "5000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, err := elems(msg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cursor, _ := str(parts[0]); len(parts) != 3 || cursor == "" {
+			t.Fatalf("a 5,000-byte page of 3,000-byte records held %d records (cursor %q), want 2 and more to come", len(parts)-1, cursor)
+		}
+		h.s.limits.presenceBytes = 1
+		all, err := h.s.Everyone(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range all {
+			got = append(got, p.RunnerID)
+		}
+		equalStrings(t, "everyone", got, want)
+	})
+}

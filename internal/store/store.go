@@ -37,8 +37,8 @@ const (
 	// client's own: its capabilities and withheld lists together. The
 	// planes refuse either list over protocol.MaxAdvertBytes first.
 	DefaultMaxPresenceBytes = 2 * protocol.MaxAdvertBytes
-	maxSweepBatchesPerCall   = 10_000
-	maxLeaseMs               = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
+	maxSweepBatchesPerCall  = 10_000
+	maxLeaseMs              = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
 
 // Options configures a Store. Zero values mean the defaults named below.
