@@ -241,3 +241,21 @@ func realDaemonMatrix() []protocol.Capability {
 	}
 	return out
 }
+
+// A stub's purpose is stored and handed to every claimer: one longer than
+// an identifier may be (store.DefaultMaxIDBytes) is refused like an
+// oversized id and stores nothing; one at the bound is queued.
+func TestStubPurposeBound(t *testing.T) {
+	e := newEnv(t)
+	w := newWorld(t)
+	w.install(e)
+	over := e.stub("p-over", "alice", w.siteA)
+	over.Purpose = strings.Repeat("p", store.DefaultMaxIDBytes+1)
+	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", over)), 400, stubNotAcceptedBody)
+	if j, err := e.st.Job(t.Context(), "site_a", "p-over"); err != nil || j != nil {
+		t.Fatalf("refused stub stored: %+v %v", j, err)
+	}
+	at := e.stub("p-at", "alice", w.siteA)
+	at.Purpose = strings.Repeat("p", store.DefaultMaxIDBytes)
+	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", at)), 200, `{"jobId":"p-at","state":"queued"}`)
+}
