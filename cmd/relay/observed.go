@@ -91,9 +91,9 @@ func (o *observedStore) Seen(ctx context.Context, p store.Presence) (store.Prese
 	return observe(o, ctx, "presence_seen", func(ctx context.Context) (store.Presence, error) { return o.Store.Seen(ctx, p) })
 }
 
-func (o *observedStore) Presence(ctx context.Context, runnerID string) (*store.Presence, error) {
-	return observe(o, ctx, "presence_get", func(ctx context.Context) (*store.Presence, error) {
-		return o.Store.Presence(ctx, runnerID)
+func (o *observedStore) PresenceHead(ctx context.Context, runnerID string) (*store.Presence, error) {
+	return observe(o, ctx, "presence_head", func(ctx context.Context) (*store.Presence, error) {
+		return o.Store.PresenceHead(ctx, runnerID)
 	})
 }
 

@@ -146,7 +146,7 @@ func (r *Relay) daemonAuth(req *request, use presenceUse) (device, reply, bool, 
 // identity key, else the projection's, after starting the record over.
 func (r *Relay) reconcilePresence(ctx context.Context, dev device) (protocol.PublicIdentity, error) {
 	local := time.Now().UnixMilli()
-	known, err := r.store.Presence(ctx, dev.runnerID)
+	known, err := r.store.PresenceHead(ctx, dev.runnerID)
 	if err != nil {
 		return protocol.PublicIdentity{}, fmt.Errorf("presence: %w", err)
 	}

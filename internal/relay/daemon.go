@@ -36,7 +36,7 @@ func sitesJSON(sites []projection.SiteRecord) []byte {
 // record's key set is what sites seal to. Only the projection (here, and in
 // reconcilePresence) or a signed request may change it.
 func (r *Relay) recordPresence(ctx context.Context, p store.Presence) error {
-	known, err := r.store.Presence(ctx, p.RunnerID)
+	known, err := r.store.PresenceHead(ctx, p.RunnerID)
 	if err != nil {
 		return fmt.Errorf("presence: %w", err)
 	}

@@ -88,7 +88,9 @@ type Store interface {
 	CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error)
 	RenewLeases(ctx context.Context, in store.RenewInput) (store.RenewResult, error)
 	Seen(ctx context.Context, p store.Presence) (store.Presence, error)
-	Presence(ctx context.Context, runnerID string) (*store.Presence, error)
+	// PresenceHead is a presence record without the lists the runner
+	// advertised: authentication needs only its owner and key set.
+	PresenceHead(ctx context.Context, runnerID string) (*store.Presence, error)
 	Everyone(ctx context.Context) ([]store.Presence, error)
 	DropPresence(ctx context.Context, runnerID string) error
 	Sweep(ctx context.Context) ([]store.Job, error)

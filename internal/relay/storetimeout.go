@@ -114,10 +114,10 @@ func (t timedStore) Seen(ctx context.Context, p store.Presence) (store.Presence,
 	return t.s.Seen(ctx, p)
 }
 
-func (t timedStore) Presence(ctx context.Context, runnerID string) (*store.Presence, error) {
+func (t timedStore) PresenceHead(ctx context.Context, runnerID string) (*store.Presence, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
-	return t.s.Presence(ctx, runnerID)
+	return t.s.PresenceHead(ctx, runnerID)
 }
 
 func (t timedStore) Everyone(ctx context.Context) ([]store.Presence, error) {

@@ -77,6 +77,27 @@ func (s *Store) Presence(ctx context.Context, runnerID string) (*Presence, error
 	return p, nil
 }
 
+// PresenceHead reads one runner's record without its capabilities and
+// withheld lists (they are nil): its owner, device and lastSeenAt, which is
+// all a daemon's authentication uses. nil, nil when there is none.
+func (s *Store) PresenceHead(ctx context.Context, runnerID string) (*Presence, error) {
+	if err := s.checkID("runner id", runnerID); err != nil {
+		return nil, fmt.Errorf("presence head: %w", err)
+	}
+	msg, err := s.run(ctx, "presence_head", []string{s.k.presence(runnerID)})
+	if err != nil {
+		return nil, fmt.Errorf("presence head: %w", err)
+	}
+	p, err := parsePresence(msg)
+	if err != nil {
+		return nil, fmt.Errorf("presence head: %w", err)
+	}
+	if p != nil {
+		p.Capabilities, p.Withheld = nil, nil
+	}
+	return p, nil
+}
+
 // Everyone lists every record in first-seen order, dropping index entries
 // whose record is gone. Read in pages, so not one atomic snapshot.
 func (s *Store) Everyone(ctx context.Context) ([]Presence, error) {

@@ -119,3 +119,38 @@ func TestEveryonePagesByBytes(t *testing.T) {
 		equalStrings(t, "everyone", got, want)
 	})
 }
+
+// PresenceHead answers a record's owner, device and lastSeenAt, and its
+// script never sends the lists (what every heartbeat's authentication
+// reads); an absent record is nil.
+func TestPresenceHead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		dev := freshDevice()
+		if p, err := h.s.PresenceHead(h.ctx, "runner_1"); err != nil || p != nil {
+			t.Fatalf("no record: %+v %v", p, err)
+		}
+		h.seen("runner_1", "alice", dev, string(matrixOf(5000)), `[{"kind":"llm.chat"}]`)
+		full := h.presence("runner_1")
+		head, err := h.s.PresenceHead(h.ctx, "runner_1")
+		if err != nil || head == nil {
+			t.Fatalf("head: %+v %v", head, err)
+		}
+		want := *full
+		want.Capabilities, want.Withheld = nil, nil
+		if !reflect.DeepEqual(*head, want) {
+			t.Fatalf("head %+v, want %+v", *head, want)
+		}
+		msg, err := h.s.run(h.ctx, "presence_head", []string{h.s.k.presence("runner_1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := flatMap(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, has := m["capabilities"]; has || len(m) != 4 {
+			t.Fatalf("presence_head answered %d fields: %v", len(m), m)
+		}
+	})
+}

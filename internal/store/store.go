@@ -145,7 +145,7 @@ type Store struct {
 // (miniredis refuses TIME in read-only scripts).
 var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
-	"cancel_requests": true, "presence_get": true,
+	"cancel_requests": true, "presence_get": true, "presence_head": true,
 	"pending_page": true, "results_page": true, "results_get": true,
 	"counts": true,
 }
