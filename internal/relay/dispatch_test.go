@@ -196,7 +196,9 @@ type downStore struct{ *store.Store }
 
 var errDown = errors.New("dial tcp: connection refused")
 
-func (downStore) Presence(context.Context, string) (*store.Presence, error) { return nil, errDown }
+func (downStore) PresenceHead(context.Context, string) (*store.Presence, error) {
+	return nil, errDown
+}
 func (downStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
 	return store.Job{}, errDown
 }
