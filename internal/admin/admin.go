@@ -24,12 +24,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 )
 
@@ -53,7 +54,10 @@ type Options struct {
 	Projections Projections
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
-	Logger  *slog.Logger
+	// Bodies is the request-body budget shared with the planes; nil gives
+	// the admin listener one of its own.
+	Bodies *httpserve.Budget
+	Logger *slog.Logger
 }
 
 // Server is the admin handler. Add routes with Handle or HandleOpen before
@@ -62,6 +66,7 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	hasToken bool
 	maxBody  int64
+	bodies   *httpserve.Budget
 	proj     Projections
 	log      *slog.Logger
 	open     *http.ServeMux
@@ -76,12 +81,16 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Bodies == nil {
+		opts.Bodies = httpserve.NewBudget(0)
+	}
 	s := &Server{
 		hasToken: opts.Token != "",
 		// Comparing digests keeps the comparison constant-time even in
 		// length, which subtle.ConstantTimeCompare alone is not.
-		tokenSum: sha256.Sum256([]byte("Bearer " + opts.Token)),
+		tokenSum: sha256.Sum256([]byte(opts.Token)),
 		maxBody:  opts.MaxBody,
+		bodies:   opts.Bodies,
 		proj:     opts.Projections,
 		log:      opts.Logger.With(slog.String("component", "admin")),
 		open:     http.NewServeMux(),
@@ -120,8 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "admin is disabled: RELAY_ADMIN_TOKEN is not set on this relay"})
 		return
 	}
-	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
+	if !s.authorized(r.Header.Values("Authorization")) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
 		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized", Message: "admin token required"})
 		return
@@ -143,6 +151,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.ServeHTTP(w, r)
+}
+
+// authorized checks the request's one Authorization header: the scheme
+// "Bearer" in any case (RFC 9110 §11.1: schemes are case-insensitive), one
+// or more spaces (RFC 6750 §2.1: "Bearer" 1*SP b64token), then exactly the
+// token, compared by digest in constant time. Several Authorization headers,
+// another scheme, a tab, an empty token or any other token are refused.
+func (s *Server) authorized(values []string) bool {
+	if len(values) != 1 {
+		return false
+	}
+	scheme, token, found := strings.Cut(values[0], " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
 }
 
 type errorBody struct {
@@ -200,14 +229,18 @@ func (s *Server) mergeProjection(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) write(w http.ResponseWriter, r *http.Request, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
-				Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
-			return
-		}
+	body, release, err := s.bodies.ReadAll(r.Body, r.ContentLength, s.maxBody)
+	defer release()
+	switch {
+	case errors.Is(err, httpserve.ErrTooLarge):
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
+			Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
+		return
+	case errors.Is(err, httpserve.ErrBusy):
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable",
+			Message: "the relay is reading as many request bodies as RELAY_BODY_BYTES_IN_FLIGHT allows; try again shortly"})
+		return
+	case err != nil:
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "cannot read body: " + err.Error()})
 		return
 	}

@@ -3,14 +3,13 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -79,13 +78,19 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	}
 
 	// 2. Body, only for POST (Fetch upper-cases the standard methods, so
-	// "post" counts), bounded before it is read.
+	// "post" counts), bounded before it is read and charged to the shared
+	// body budget while the request is handled.
 	if strings.EqualFold(hr.Method, http.MethodPost) {
-		raw, tooBig, err := readBody(hr)
-		if tooBig {
+		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, MaxBodyBytes)
+		defer release()
+		switch {
+		case errors.Is(err, httpserve.ErrTooLarge):
 			return bodyTooLarge, nil
-		}
-		if err != nil {
+		case errors.Is(err, httpserve.ErrBusy):
+			return bodiesBusy, nil
+		case errors.Is(err, httpserve.ErrBodyTimeout):
+			return bodyTooSlow, nil
+		case err != nil:
 			// The client went away mid-body; nobody is left to read a
 			// meaningful answer.
 			return bodyUnread, nil
@@ -154,35 +159,6 @@ func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
 		return (*Relay).results, true
 	}
 	return nil, false
-}
-
-// readBody reads at most MaxBodyBytes; tooBig reports a larger body, which is
-// refused without being read further.
-func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
-	if hr.ContentLength > MaxBodyBytes {
-		return nil, true, nil
-	}
-	if hr.Body == nil {
-		return nil, false, nil
-	}
-	if hr.ContentLength > 0 {
-		// The server's body reader yields exactly ContentLength bytes (or
-		// an error when the client sends fewer), so read them at once
-		// rather than in growing buffers.
-		raw = make([]byte, hr.ContentLength)
-		if _, err := io.ReadFull(hr.Body, raw); err != nil {
-			return nil, false, fmt.Errorf("read body: %w", err)
-		}
-		return raw, false, nil
-	}
-	raw, err = io.ReadAll(io.LimitReader(hr.Body, MaxBodyBytes+1))
-	if err != nil {
-		return nil, false, fmt.Errorf("read body: %w", err)
-	}
-	if len(raw) > MaxBodyBytes {
-		return nil, true, nil
-	}
-	return raw, false, nil
 }
 
 // pathname approximates the WHATWG URL pathname of the request target:

@@ -15,6 +15,9 @@
 //   - updateTo never offers a version at or below the daemon's (§17.33).
 //   - POST bodies are capped at MaxBodyBytes before reading: 400
 //     {"error":"bad-request","message":"this request is too large for the relay to read"}.
+//     They are read as they arrive and charged to a byte budget shared by
+//     every connection (internal/httpserve); a body the budget cannot hold
+//     is a retryable 503 server-error, one that stops arriving a 400.
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
@@ -40,6 +43,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -55,7 +59,7 @@ const (
 // request carries one 6 MiB envelope (measured in UTF-16 units of its JSON);
 // 13 MiB leaves room for JSON escaping of that envelope plus the rest of the
 // request. A larger body is refused with the protocol's own bad-request body
-// (see tooLargeBody) without being read.
+// (see bodyTooLarge) without being read.
 const MaxBodyBytes = 13 << 20
 
 // clockResample is how often the default plane clock re-reads Valkey TIME to
@@ -112,6 +116,9 @@ type Config struct {
 	// the oldest daemon version served (426 below it). Empty means none.
 	UpdateOffer, DaemonFloor string
 	Logger                   *slog.Logger
+	// Bodies is the request-body budget shared with the other listeners;
+	// nil gives the planes one of their own (httpserve.DefaultBodyBytesInFlight).
+	Bodies *httpserve.Budget
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -134,6 +141,7 @@ type Relay struct {
 	now         func() int64
 	echo        *echo.Echo
 	presence    presenceChecks
+	bodies      *httpserve.Budget
 }
 
 // New validates cfg and builds a Relay.
@@ -158,6 +166,10 @@ func New(cfg Config) (*Relay, error) {
 		floor:       cfg.DaemonFloor,
 		log:         cfg.Logger,
 		now:         cfg.Clock,
+		bodies:      cfg.Bodies,
+	}
+	if r.bodies == nil {
+		r.bodies = httpserve.NewBudget(0)
 	}
 	if cfg.BasePath == "" {
 		r.basePath = DefaultBasePath

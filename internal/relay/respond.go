@@ -46,6 +46,8 @@ var (
 	// not-ready is retryable on both planes (wire.md §7.1, §17.40).
 	bodyTooLarge  = fail(400, protocol.CodeBadRequest, "this request is too large for the relay to read")
 	bodyUnread    = fail(400, protocol.CodeBadRequest, "the request body could not be read")
+	bodyTooSlow   = fail(400, protocol.CodeBadRequest, "the request body did not arrive in time")
+	bodiesBusy    = fail(503, protocol.CodeServerError, "the relay is reading as many request bodies as it can hold — try again shortly")
 	storeDown     = fail(503, protocol.CodeServerError, "the relay cannot reach its routing store just now — try again shortly")
 	notReady      = fail(503, protocol.CodeNotReady, "the relay has not loaded its routing projection yet — try again shortly")
 	serverFailure = refused(protocol.ServerError("the relay failed to handle this request"))
