@@ -9,6 +9,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,6 +74,17 @@ type Config struct {
 	OTLPEndpoint string
 	// AdminMaxBody caps admin request bodies, in bytes.
 	AdminMaxBody int64
+	// MaxConns caps open connections on each listener.
+	MaxConns int
+	// BodyBytesInFlight caps the request-body bytes held in memory at once,
+	// across every connection of both listeners.
+	BodyBytesInFlight int64
+	// BodyTimeout is how long a request body may take to arrive, beyond
+	// one second per 64 KiB received.
+	BodyTimeout time.Duration
+	// TLSCertFile and TLSKeyFile, both set or both empty, make the public
+	// listener serve only TLS with that certificate (reloaded on change).
+	TLSCertFile, TLSKeyFile string
 	// LogFormat is "text", "json" or "auto" (text on a terminal).
 	LogFormat string
 	// LogLevel is the minimum level logged.
@@ -106,6 +118,10 @@ func (c Config) LogAttrs() []any {
 		slog.Int("sweepBatch", c.SweepBatch),
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
+		slog.Int("maxConns", c.MaxConns),
+		slog.Int64("bodyBytesInFlight", c.BodyBytesInFlight),
+		slog.Duration("bodyTimeout", c.BodyTimeout),
+		slog.String("tlsCertFile", orDash(c.TLSCertFile)),
 	}
 }
 
@@ -321,6 +337,44 @@ var options = []option{
 		c.AdminMaxBody = n
 		return nil
 	}},
+	{env: "RELAY_MAX_CONNS", flag: "max-conns", def: "2048", usage: "open connections allowed on each listener; one more is answered 503 (retryable) and closed, or just closed on a TLS listener", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to 1000000, e.g. 2048", v)
+		}
+		c.MaxConns = n
+		return nil
+	}},
+	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: "134217728", usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a byte count; use a whole number, e.g. 134217728 (128 MiB)", v)
+		}
+		c.BodyBytesInFlight = n
+		return nil
+	}},
+	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: "10s", usage: "how long a request body may take to arrive, plus one second per 64 KiB received (a stalled or trickling body is cut off)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 10*time.Minute {
+			return fmt.Errorf("%q is not a body timeout; write a Go duration from 1s to 10m, e.g. 10s", v)
+		}
+		c.BodyTimeout = d
+		return nil
+	}},
+	{env: "RELAY_TLS_CERT_FILE", flag: "tls-cert-file", usage: "PEM certificate (chain) for the public listener; with RELAY_TLS_KEY_FILE it serves only TLS 1.2+, reloading both files when they change. Unset: plaintext (behind a balancer that terminates TLS)", apply: func(c *Config, v string) error {
+		if err := checkReadable(v); err != nil {
+			return err
+		}
+		c.TLSCertFile = v
+		return nil
+	}},
+	{env: "RELAY_TLS_KEY_FILE", flag: "tls-key-file", usage: "PEM private key matching RELAY_TLS_CERT_FILE", apply: func(c *Config, v string) error {
+		if err := checkReadable(v); err != nil {
+			return err
+		}
+		c.TLSKeyFile = v
+		return nil
+	}},
 	{env: "RELAY_LOG_FORMAT", flag: "log-format", def: "auto", usage: `log format: "text", "json", or "auto" (text on a terminal, JSON otherwise)`, apply: func(c *Config, v string) error {
 		switch strings.ToLower(v) {
 		case "auto", "text", "json":
@@ -413,10 +467,49 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		problems = append(problems, fmt.Sprintf("RELAY_LISTEN and RELAY_ADMIN_LISTEN are both %q; give the admin listener its own address (default 127.0.0.1:8081) or turn it off", c.Listen))
 	}
+	if len(problems) == 0 {
+		problems = append(problems, c.crossChecks()...)
+	}
 	if len(problems) > 0 {
 		return Config{}, problems
 	}
 	return c, nil
+}
+
+// PlanesMaxBody is the planes' largest body (relay.MaxBodyBytes; a test
+// checks they agree), which the body budget must be able to hold.
+const PlanesMaxBody = 13 << 20
+
+// crossChecks validates options against each other.
+func (c Config) crossChecks() Problems {
+	var problems Problems
+	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesInFlight < need {
+		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_IN_FLIGHT is %d, smaller than one largest request body (%d bytes: the planes' 13 MiB or RELAY_ADMIN_MAX_BODY, whichever is larger); raise it to at least that, e.g. 134217728 (128 MiB)", c.BodyBytesInFlight, need))
+	}
+	switch {
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		problems = append(problems, "RELAY_TLS_CERT_FILE and RELAY_TLS_KEY_FILE must be set together (the certificate and its private key) or both left unset for plaintext")
+	case c.TLSCertFile != "":
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			problems = append(problems, fmt.Sprintf("RELAY_TLS_CERT_FILE %q and RELAY_TLS_KEY_FILE %q do not load as a certificate and its key (%v); point them at PEM files of one pair", c.TLSCertFile, c.TLSKeyFile, err))
+		}
+	}
+	return problems
+}
+
+// checkReadable accepts "" (unset) or a regular file that exists.
+func checkReadable(v string) error {
+	if v == "" {
+		return nil
+	}
+	fi, err := os.Stat(v)
+	if err != nil {
+		return fmt.Errorf("cannot read %q (%v); point it at an existing PEM file or unset it", v, unwrapPathError(err))
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%q is not a regular file; point it at a PEM file", v)
+	}
+	return nil
 }
 
 // EnvVars lists every environment variable Load reads (aliases included),
