@@ -153,6 +153,9 @@ func (b *Budget) ReadAll(body io.Reader, declared, max int64) (data []byte, rele
 			if int64(len(buf)) > max {
 				return fail(ErrTooLarge)
 			}
+			if declared > 0 && int64(len(buf)) != declared {
+				return fail(readError(io.ErrUnexpectedEOF))
+			}
 			return buf, release, nil
 		}
 		if err != nil {
