@@ -66,7 +66,10 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		bc := &conn{raw: c, inner: c, l: l}
 		if l.tls != nil {
-			bc.tls = tls.Server(c, l.tls)
+			// Read through a small buffer so the first byte can be
+			// looked at before the TLS layer consumes anything.
+			bc.sniff = bufio.NewReaderSize(c, 1024)
+			bc.tls = tls.Server(&sniffedConn{Conn: c, r: bc.sniff}, l.tls)
 			bc.inner = bc.tls
 		}
 		return bc, nil
@@ -114,23 +117,50 @@ func answerAndClose(c net.Conn, answer []byte) {
 // the TLS session (net/http then sees a plain net.Conn and serves HTTP/1.1;
 // the handshake runs on the first read, under the header deadline).
 type conn struct {
-	raw   net.Conn
-	inner net.Conn // raw, or tls
-	tls   *tls.Conn
-	l     *listener
-	done  atomic.Bool
+	raw     net.Conn
+	inner   net.Conn // raw, or tls
+	tls     *tls.Conn
+	sniff   *bufio.Reader // TLS only: what the TLS layer reads from
+	sniffed bool
+	l       *listener
+	done    atomic.Bool
 }
 
+// errPlaintext ends a plaintext request on the TLS port after its answer. It
+// is a read OpError so net/http hangs up without writing its own 400 (which
+// would go through the TLS layer and start a handshake).
+var errPlaintext = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("plaintext on the TLS port")}
+
 func (c *conn) Read(b []byte) (int, error) {
-	n, err := c.inner.Read(b)
-	if err != nil && c.tls != nil {
-		var rh tls.RecordHeaderError
-		if errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader) {
-			answerPlaintext(rh)
+	if c.tls != nil && !c.sniffed {
+		// net/http reads one request at a time, so this runs once, before
+		// the handshake, under the header deadline.
+		c.sniffed = true
+		first, err := c.sniff.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		if first[0] != tlsHandshakeRecord {
+			if peek, _ := c.sniff.Peek(5); len(peek) == 5 && looksLikeHTTP([5]byte(peek)) {
+				answerPlaintext(c.sniff, c.raw)
+			}
+			return 0, errPlaintext
 		}
 	}
-	return n, err
+	return c.inner.Read(b)
 }
+
+// tlsHandshakeRecord is the first byte of every TLS ClientHello.
+const tlsHandshakeRecord = 0x16
+
+// sniffedConn is the raw connection as the TLS layer sees it: reads go
+// through the buffer that looked at the first byte.
+type sniffedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (s *sniffedConn) Read(b []byte) (int, error) { return s.r.Read(b) }
 
 func (c *conn) Write(b []byte) (int, error) {
 	if status, text, ok := cannedError(b); ok {
@@ -244,12 +274,11 @@ var plaintextOnTLS = jsonAnswer(http.StatusBadRequest, "bad-request", "this port
 // answerPlaintext answers an HTTP request sent in plaintext to the TLS port
 // with a permanent redirect to the same URL over https (308 keeps the method
 // and body), so nothing is served in plaintext and a browser or scanner is
-// told where to go. Without a usable Host it is a 400.
-func answerPlaintext(rh tls.RecordHeaderError) {
-	raw := rh.Conn
-	defer raw.Close()
+// told where to go. Without a usable Host it is a 400. The request is read
+// from in (the buffered start of the connection), at most MaxHeaderBytes.
+func answerPlaintext(in io.Reader, raw net.Conn) {
 	raw.SetReadDeadline(time.Now().Add(HeaderTimeout)) //nolint:errcheck // bounded read below either way
-	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rh.RecordHeader[:]), io.LimitReader(raw, MaxHeaderBytes)), 4096)
+	r := bufio.NewReaderSize(io.LimitReader(in, MaxHeaderBytes), 4096)
 	out := plaintextOnTLS
 	if req, err := http.ReadRequest(r); err == nil && validHost(req.Host) {
 		body, _ := json.Marshal(struct {
@@ -263,6 +292,10 @@ func answerPlaintext(rh tls.RecordHeaderError) {
 	if cw, ok := raw.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite() //nolint:errcheck // best effort
 	}
+	// Let the client read the answer before the close (net/http closes
+	// the connection when Read fails).
+	raw.SetReadDeadline(time.Now().Add(rejectLinger)) //nolint:errcheck // bounded either way
+	io.Copy(io.Discard, io.LimitReader(in, 64<<10))   //nolint:errcheck // draining only
 }
 
 // validHost accepts host[:port] made of the characters a hostname or an IP
