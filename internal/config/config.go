@@ -79,8 +79,8 @@ type Config struct {
 	// BodyBytesInFlight caps the request-body bytes held in memory at once,
 	// across every connection of both listeners.
 	BodyBytesInFlight int64
-	// BodyTimeout is how long a request body may take to arrive, beyond
-	// one second per 64 KiB received.
+	// BodyTimeout is the longest pause in a request body, and how long one
+	// may take beyond one second per 64 KiB received.
 	BodyTimeout time.Duration
 	// TLSCertFile and TLSKeyFile, both set or both empty, make the public
 	// listener serve only TLS with that certificate (reloaded on change).
@@ -353,7 +353,7 @@ var options = []option{
 		c.BodyBytesInFlight = n
 		return nil
 	}},
-	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: "10s", usage: "how long a request body may take to arrive, plus one second per 64 KiB received (a stalled or trickling body is cut off)", apply: func(c *Config, v string) error {
+	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: "10s", usage: "longest pause in a request body, and how long one may take beyond one second per 64 KiB received (a stalled or trickling body is cut off with 400)", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second || d > 10*time.Minute {
 			return fmt.Errorf("%q is not a body timeout; write a Go duration from 1s to 10m, e.g. 10s", v)

@@ -188,23 +188,29 @@ func readError(err error) error {
 	return fmt.Errorf("read request body: %w", err)
 }
 
-// bodyDeadlines gives each request with a body a read deadline of timeout,
-// extended by one second per MinBodyRate bytes as they arrive, and clears it
-// when the body ends: net/http reads the connection in the background after
-// the body (to notice a client hanging up), and a deadline left behind would
-// cancel a slow handler's context.
+// bodyDeadlines gives each request with a body a read deadline that moves
+// as the body arrives: never more than timeout after the last bytes (a
+// stall ends it) and never more than timeout plus one second per
+// MinBodyRate bytes received after the headers (a trickle ends it). The
+// deadline is cleared when the body ends: net/http reads the connection in
+// the background after the body (to notice a client hanging up), and a
+// deadline left behind would cancel a slow handler's context.
 func bodyDeadlines(next http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			rc := http.NewResponseController(w)
 			start := time.Now()
 			if err := rc.SetReadDeadline(start.Add(timeout)); err == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, start: start, timeout: timeout}
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, start: start, timeout: timeout, set: start.Add(timeout)}
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// deadlineStep is the least a deadline moves, so a body read in small
+// pieces does not reset the connection's timer on every read.
+const deadlineStep = 100 * time.Millisecond
 
 type deadlineBody struct {
 	io.ReadCloser
@@ -212,7 +218,7 @@ type deadlineBody struct {
 	start    time.Time
 	timeout  time.Duration
 	received int64
-	credited int64 // seconds of extension already granted
+	set      time.Time // the deadline in force
 	ended    bool
 }
 
@@ -224,10 +230,15 @@ func (d *deadlineBody) Read(p []byte) (int, error) {
 	case errors.Is(err, io.EOF):
 		d.ended = true
 		d.rc.SetReadDeadline(time.Time{}) //nolint:errcheck // the connection is going anyway if this fails
-	case err == nil:
-		if s := d.received / MinBodyRate; s > d.credited {
-			d.credited = s
-			d.rc.SetReadDeadline(d.start.Add(d.timeout + time.Duration(s)*time.Second)) //nolint:errcheck // as above
+	case n > 0:
+		// Both bounds only move forward, so the deadline does too.
+		want := time.Now().Add(d.timeout)
+		if byRate := d.start.Add(d.timeout + time.Duration(d.received)*time.Second/MinBodyRate); byRate.Before(want) {
+			want = byRate
+		}
+		if want.Sub(d.set) >= deadlineStep {
+			d.set = want
+			d.rc.SetReadDeadline(want) //nolint:errcheck // as above
 		}
 	}
 	return n, err

@@ -7,10 +7,10 @@
 //     listener it is closed without an answer: there is no session to answer
 //     in).
 //   - Headers must arrive within HeaderTimeout and fit in MaxHeaderBytes.
-//   - A body must keep arriving: BodyTimeout from the end of the headers, plus
-//     one second per MinBodyRate bytes received, so a slow link sending a
-//     large envelope gets the time it needs and a stalled or trickling one is
-//     cut off within seconds, not minutes.
+//   - A body must keep arriving: no pause longer than BodyTimeout, and no
+//     longer in all than BodyTimeout plus one second per MinBodyRate bytes
+//     received, so a slow link sending a large envelope gets the time it
+//     needs while a stalled or trickling one is cut off within seconds.
 //   - Bodies are read through a Budget shared by every connection of both
 //     listeners, which grows buffers as bytes arrive (never to a declared
 //     Content-Length up front) and caps the bytes held across all of them.
@@ -42,10 +42,11 @@ const (
 	// MaxHeaderBytes matches Node's default (16 KiB), what the reference
 	// relay accepts; net/http adds 4 KiB of slack on top.
 	MaxHeaderBytes = 16 << 10
-	// MinBodyRate is the slowest a body may arrive once BodyTimeout is
-	// spent: each MinBodyRate bytes received buys one more second. 64 KiB/s
-	// (about 0.5 Mbit/s) lets a 13 MiB envelope take three and a half
-	// minutes while a trickle of a few bytes a second ends at BodyTimeout.
+	// MinBodyRate is the slowest a body may arrive on average once
+	// BodyTimeout is spent: each MinBodyRate bytes received buys one more
+	// second. 64 KiB/s (about 0.5 Mbit/s) lets a 13 MiB envelope take three
+	// and a half minutes while a trickle of a few bytes a second ends at
+	// BodyTimeout.
 	MinBodyRate = 64 << 10
 	// IdleTimeout closes keep-alive connections nobody uses; they count
 	// against MaxConns.
@@ -60,8 +61,8 @@ type Options struct {
 	// MaxConns caps open connections on this listener; default
 	// DefaultMaxConns.
 	MaxConns int
-	// BodyTimeout is how long a request body may take beyond the MinBodyRate
-	// allowance; default DefaultBodyTimeout.
+	// BodyTimeout is the longest pause in a request body, and how long it
+	// may take beyond the MinBodyRate allowance; default DefaultBodyTimeout.
 	BodyTimeout time.Duration
 	// TLS, when set, makes the listener serve only TLS with its certificate.
 	TLS    *CertReloader

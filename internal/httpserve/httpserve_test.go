@@ -238,12 +238,13 @@ func TestConnectionCap(t *testing.T) {
 // A body that stops arriving is cut off at BodyTimeout, far sooner than the
 // two minutes the old server allowed; one that trickles is too.
 func TestSlowBodies(t *testing.T) {
-	budget := NewBudget(1 << 20)
-	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 1<<20)})
+	budget := NewBudget(4 << 20)
+	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 2<<20)})
 	for _, tt := range []struct {
 		name    string
 		trickle bool
-	}{{"stalled", false}, {"trickling", true}} {
+		burst   int // bytes sent at once before the stall
+	}{{"stalled", false, 0}, {"trickling", true, 0}, {"1 MiB then stalled", false, 1 << 20}} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -252,7 +253,8 @@ func TestSlowBodies(t *testing.T) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
 			start := time.Now()
-			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n0123456789")
+			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n0123456789")
+			c.Write(make([]byte, tt.burst))
 			if tt.trickle {
 				go func() {
 					for i := 0; i < 100; i++ {
@@ -277,6 +279,37 @@ func TestSlowBodies(t *testing.T) {
 				t.Fatalf("budget still holds %d bytes", budget.Held())
 			}
 		})
+	}
+}
+
+// A body arriving steadily faster than MinBodyRate may take longer than
+// BodyTimeout in all.
+func TestSteadyBodyOutlastsTimeout(t *testing.T) {
+	budget := NewBudget(4 << 20)
+	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 2<<20)})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	const pieces, piece = 25, 24 << 10 // 600 KiB over 2.5 s: 240 KiB/s
+	go func() {
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(pieces*piece)+"\r\n\r\n")
+		for range pieces {
+			if _, err := c.Write(make([]byte, piece)); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	resp, body := readAnswer(t, bufio.NewReader(c))
+	if resp.StatusCode != 200 || body != strconv.Itoa(pieces*piece) {
+		t.Fatalf("steady body: %d %q", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took < 2*time.Second {
+		t.Fatalf("took %v; the test meant to outlast the 1s timeout", took)
 	}
 }
 
