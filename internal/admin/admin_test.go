@@ -18,6 +18,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 )
 
@@ -337,5 +338,25 @@ func TestDefaultAdminURL(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// Admin bodies are charged to the body budget shared with the planes: when
+// it is spent, a write is refused (retryable) and nothing is applied.
+func TestBodyBudgetSpent(t *testing.T) {
+	bodies := httpserve.NewBudget(2048)
+	srv, sync := setup(t, Options{Token: token, Bodies: bodies})
+	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 4096))
+	if a.status != 503 || !strings.Contains(a.body, `"error":"unavailable"`) || !strings.Contains(a.body, "RELAY_BODY_BYTES_IN_FLIGHT") {
+		t.Fatalf("over the budget: %d %s", a.status, a.body)
+	}
+	if d, _ := sync.Get(context.Background()); d.Version != 0 {
+		t.Fatal("a write got through past the body budget")
+	}
+	if bodies.Held() != 0 {
+		t.Fatalf("the budget still holds %d bytes", bodies.Held())
+	}
+	if a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")); a.status != 200 {
+		t.Fatalf("a small body within the budget: %d %s", a.status, a.body)
 	}
 }
