@@ -164,6 +164,21 @@ func (b *Budget) ReadAll(body io.Reader, declared, max int64) (data []byte, rele
 	}
 }
 
+// Reserve charges n bytes that a body will cost beyond its own buffer (what
+// parsing it allocates) until release is called. More than the whole budget
+// is ErrTooLarge (it could never be granted); more than is free now is
+// ErrBusy.
+func (b *Budget) Reserve(n int64) (release func(), err error) {
+	if n > b.limit {
+		return func() {}, ErrTooLarge
+	}
+	if !b.take(n) {
+		return func() {}, ErrBusy
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.give(n) }) }, nil
+}
+
 // grow moves buf into a new buffer of capacity newCap, charging the extra
 // capacity to the budget (the old buffer is garbage from here on).
 func (b *Budget) grow(buf []byte, newCap int64, held *int64) ([]byte, bool) {

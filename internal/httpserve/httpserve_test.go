@@ -410,3 +410,22 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+func TestReserve(t *testing.T) {
+	b := NewBudget(1000)
+	if _, err := b.Reserve(1001); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("more than the budget: %v", err)
+	}
+	release, err := b.Reserve(600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve(600); !errors.Is(err, ErrBusy) {
+		t.Fatalf("more than is free: %v", err)
+	}
+	release()
+	release()
+	if b.Held() != 0 {
+		t.Fatalf("held %d after release", b.Held())
+	}
+}

@@ -83,6 +83,13 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	if strings.EqualFold(hr.Method, http.MethodPost) {
 		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, MaxBodyBytes)
 		defer release()
+		if err == nil && len(raw) > 0 {
+			// Parsing may take many times the body's size; charge that
+			// too before parsing.
+			var releaseParse func()
+			releaseParse, err = r.bodies.Reserve(protocol.BodyCost(raw))
+			defer releaseParse()
+		}
 		switch {
 		case errors.Is(err, httpserve.ErrTooLarge):
 			return bodyTooLarge, nil

@@ -215,3 +215,55 @@ func TestPartialBodiesBoundedByBudget(t *testing.T) {
 		t.Fatalf("heap grew %.1f MiB, bound %d MiB", float64(peak)/(1<<20), bound>>20)
 	}
 }
+
+// Parsing can take thirty times a body's size ("{}," repeated: 13 MiB parses
+// to about 426 MiB of heap), before any signature is checked. The planes
+// charge an estimate of it to the body budget first: a body whose parse
+// could never fit is refused unparsed.
+func TestParseCostCharged(t *testing.T) {
+	bodies := httpserve.NewBudget(0)
+	e := newEnv(t, func(c *Config) { c.Bodies = bodies })
+	s := boundedPlanes(t, e, httpserve.Options{})
+	body := "[" + strings.Repeat("{},", MaxBodyBytes/3-1) + "{}]"
+	if len(body) > MaxBodyBytes {
+		t.Fatalf("test body %d bytes", len(body))
+	}
+	before := heapInUse()
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak.Store(max(peak.Load(), int64(m.HeapInuse)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	resp, err := http.Post("http://"+s.Addr().String()+"/byollm/claim", "application/json", strings.NewReader(body))
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || string(b) != `{"error":"bad-request","message":"this request is too large for the relay to read"}` {
+		t.Fatalf("answer %d %s", resp.StatusCode, b)
+	}
+	if bodies.Held() != 0 {
+		t.Fatalf("budget holds %d bytes after the request", bodies.Held())
+	}
+	// The body itself and the client's copy of it are in this heap; the
+	// parse (hundreds of MiB) is not.
+	grew := peak.Load() - before
+	t.Logf("13 MiB of {} refused unparsed; heap peaked %.1f MiB over the baseline", float64(grew)/(1<<20))
+	if grew > 100<<20 {
+		t.Fatalf("heap grew %.1f MiB while refusing the body", float64(grew)/(1<<20))
+	}
+}

@@ -16,8 +16,10 @@
 //   - POST bodies are capped at MaxBodyBytes before reading: 400
 //     {"error":"bad-request","message":"this request is too large for the relay to read"}.
 //     They are read as they arrive and charged to a byte budget shared by
-//     every connection (internal/httpserve); a body the budget cannot hold
-//     is a retryable 503 server-error, one that stops arriving a 400.
+//     every connection (internal/httpserve), together with an estimate of
+//     what parsing them costs (protocol.BodyCost); a body the budget cannot
+//     hold now is a retryable 503 server-error, one it could never hold the
+//     same 400 as an oversized body, one that stops arriving a 400.
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
