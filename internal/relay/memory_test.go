@@ -66,14 +66,17 @@ func TestHeadersOnlyBodiesHoldNoMemory(t *testing.T) {
 		conns = 150
 		// Bound on live-heap growth over the baseline for all 150: each
 		// connection legitimately costs its goroutine, buffers and parsed
-		// headers (a few KiB), nothing near one body.
+		// headers (tens of KiB), nothing near one body.
 		bound = 16 << 20
 	)
 	bodies := httpserve.NewBudget(0)
 	e := newEnv(t, func(c *Config) { c.Bodies = bodies })
 	s := boundedPlanes(t, e, httpserve.Options{MaxConns: 1000, BodyTimeout: 10 * time.Second})
 	addr := s.Addr().String()
-	headers := fmt.Sprintf("POST /byollm/claim HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", MaxBodyBytes)
+	// Each also sends nearly as much header as the listener accepts
+	// (16 KiB), which it holds while waiting for the body.
+	headers := fmt.Sprintf("POST /byollm/claim HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nX-Pad: %s\r\nContent-Length: %d\r\n\r\n",
+		strings.Repeat("p", 15<<10), MaxBodyBytes)
 
 	baseline := heapInUse()
 	var open []net.Conn
