@@ -188,6 +188,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
 		Bodies:          bodies,
+		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
 	})
 	if err != nil {
