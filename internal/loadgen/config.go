@@ -65,6 +65,16 @@ type Config struct {
 	RunID       string // prefix of every id this run creates (default: random)
 	AllowRemote bool
 	Timeout     time.Duration // per HTTP request
+
+	// RetryFor is how long a request refused by a transport error, 502, 503
+	// or 504 is sent again (to the next replica); 0 never retries, so every
+	// such refusal is a problem of the run.
+	RetryFor time.Duration
+	// CancelEvery makes the site cancel every n-th job it enqueues, right
+	// after the enqueue; 0 cancels none.
+	CancelEvery int
+	// History, if set, receives every operation with the relay's answer.
+	History History
 }
 
 // WithDefaults fills unset fields.
@@ -127,8 +137,8 @@ func (c Config) Validate(ctx context.Context) error {
 	if c.Owners < 1 || c.Owners > c.Daemons {
 		add("owners must be between 1 and the number of daemons (%d), have %d: every owner needs a device to run its jobs", c.Daemons, c.Owners)
 	}
-	if c.Rate < 0 || c.Concurrency < 0 || c.Jobs < 0 || c.Duration < 0 {
-		add("rate, concurrency, jobs and duration must not be negative")
+	if c.Rate < 0 || c.Concurrency < 0 || c.Jobs < 0 || c.Duration < 0 || c.RetryFor < 0 || c.CancelEvery < 0 {
+		add("rate, concurrency, jobs, duration, retry time and cancel-every must not be negative")
 	}
 	if c.Rate > 0 && c.Concurrency > 0 {
 		add("give either -rate (open loop) or -concurrency (closed loop), not both")
