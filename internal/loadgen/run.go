@@ -37,7 +37,8 @@ type runner struct {
 	collected, integrity, foreign            atomic.Int64
 	duplicates, leasesLost, unexpected       atomic.Int64
 	lateSeals, aborted, heartbeats, released atomic.Int64
-	cancelled, settled                       atomic.Int64
+	cancelled, settled, grantsSeen           atomic.Int64
+	abandoned                                atomic.Int64
 
 	problemsMu sync.Mutex
 	problems   []string
@@ -541,6 +542,15 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 	j.mu.Unlock()
 	if cs.Lease.RunnerID != d.runnerID || cs.Site != j.site.keys.KeyID() || cs.Owner != j.owner {
 		r.integrityFailure(j, "claim of %s: stub or lease altered (runner %s site %s owner %s)", cs.ID, cs.Lease.RunnerID, cs.Site, cs.Owner)
+	}
+	n := r.grantsSeen.Add(1)
+	if every := int64(r.cfg.AbandonEvery); every > 0 && n%every == 0 {
+		r.abandoned.Add(1)
+		return
+	}
+	if every := int64(r.cfg.ReleaseEvery); every > 0 && n%every == every/2 {
+		r.release(ctx, d, []protocol.GrantRef{{JobID: cs.ID, LeaseID: cs.Lease.ID}}, "shutdown")
+		return
 	}
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()

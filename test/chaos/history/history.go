@@ -62,6 +62,7 @@ type Summary struct {
 	Expired    int // of Enqueued: deadline passed before the end, neither collected nor cancelled
 	InStore    int // of Enqueued: none of the above, and still in the store at the end
 	Grants     int
+	Regranted  int // jobs granted more than once (after an expiry, a release or a lost answer)
 	Accepted   int // results answered accepted:true
 	Violations []Violation
 }
@@ -146,6 +147,9 @@ func Check(ops []loadgen.Op, opt Options) Summary {
 	for _, id := range order {
 		j := jobs[id]
 		sum.Violations = append(sum.Violations, leaseViolations(id, j, opt.Margin)...)
+		if len(j.grants) > 1 {
+			sum.Regranted++
+		}
 		if len(j.accepted) > 1 {
 			a, b := j.accepted[0], j.accepted[1]
 			sum.Violations = append(sum.Violations, Violation{RuleAcceptedTwice, id,

@@ -79,9 +79,9 @@ func TestCleanHistoryPasses(t *testing.T) {
 	if len(sum.Violations) != 0 {
 		t.Fatalf("violations in a clean history: %v", sum.Violations)
 	}
-	want := Summary{Ops: len(clean()), Enqueued: 6, Done: 3, Cancelled: 1, Expired: 1, InStore: 1, Grants: 5, Accepted: 3}
+	want := Summary{Ops: len(clean()), Enqueued: 6, Done: 3, Cancelled: 1, Expired: 1, InStore: 1, Grants: 5, Regranted: 2, Accepted: 3}
 	if sum.Enqueued != want.Enqueued || sum.Done != want.Done || sum.Cancelled != want.Cancelled || sum.Expired != want.Expired ||
-		sum.InStore != want.InStore || sum.Grants != want.Grants || sum.Accepted != want.Accepted || sum.Ops != want.Ops {
+		sum.InStore != want.InStore || sum.Grants != want.Grants || sum.Regranted != want.Regranted || sum.Accepted != want.Accepted || sum.Ops != want.Ops {
 		t.Fatalf("summary %+v, want %+v", sum, want)
 	}
 }
