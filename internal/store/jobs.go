@@ -41,10 +41,10 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 	st := in.Stub
 	msg, err := s.run(ctx, "enqueue",
 		[]string{s.k.job(in.SiteID, in.ID), s.k.seq(), s.k.all(),
-			s.k.readyQueue(in.SiteID, st.Owner, st.Kind, st.Audience), s.k.due()},
+			s.k.readyQueue(in.SiteID, st.Owner, st.Kind, st.Audience), s.k.due(), s.k.epoch()},
 		member(in.SiteID, in.ID), in.ID, in.SiteID, string(stub),
 		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
-		enc(in.SiteID), enc(in.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience))
+		enc(in.SiteID), enc(in.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience), s.epochCandidate())
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}

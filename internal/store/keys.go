@@ -33,6 +33,7 @@ func (k keys) seq() string                     { return k.p + "seq" }
 func (k keys) all() string                     { return k.p + "all" }
 func (k keys) due() string                     { return k.p + "due" }
 func (k keys) lease() string                   { return k.p + "lease" }
+func (k keys) epoch() string                   { return k.p + "epoch" }
 
 func (k keys) readyQueue(siteID, owner, kind, audience string) string {
 	return k.p + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)

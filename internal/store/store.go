@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,6 +129,16 @@ type Store struct {
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
 	results resultCache
 	limits  pageLimits
+	// epochSeed and epochN make every enqueue's epoch candidate unique, so
+	// the epoch written after a data loss never equals one written before.
+	epochSeed string
+	epochN    atomic.Uint64
+}
+
+// epochCandidate is the epoch the next enqueue writes if the namespace has
+// none (see resultCache).
+func (s *Store) epochCandidate() string {
+	return s.epochSeed + "." + strconv.FormatUint(s.epochN.Add(1), 36)
 }
 
 // readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
@@ -155,6 +167,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	}
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
+	var seed [12]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("store: epoch seed: %w", err)
+	}
+	s.epochSeed = hex.EncodeToString(seed[:])
 	s.limits = defaultPageLimits
 	for name, src := range sources {
 		if readOnlyScripts[name] {
