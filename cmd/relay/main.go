@@ -116,8 +116,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// ready line repeats embedded=true.
 
 	st, err := store.New(bg, client, store.Options{
-		Namespace: cfg.Namespace,
-		Logger:    log,
+		Namespace:         cfg.Namespace,
+		Logger:            log,
+		PairingsPerSource: cfg.PairingsPerAddress,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
@@ -183,6 +184,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Debug:           cfg.Debug,
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
+		TrustedProxies:  cfg.TrustedProxies,
 		Logger:          log,
 	})
 	if err != nil {

@@ -116,8 +116,8 @@ func (o *observedStore) Sweep(ctx context.Context) ([]store.Job, error) {
 	return jobs, err
 }
 
-func (o *observedStore) PutPairing(ctx context.Context, p store.PendingPairing) (bool, error) {
-	return observe(o, ctx, "pairing_put", func(ctx context.Context) (bool, error) { return o.Store.PutPairing(ctx, p) })
+func (o *observedStore) PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error) {
+	return observe(o, ctx, "pairing_put", func(ctx context.Context) (store.PairingOutcome, error) { return o.Store.PutPairing(ctx, p) })
 }
 
 func (o *observedStore) PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error) {

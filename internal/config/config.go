@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -73,6 +74,12 @@ type Config struct {
 	OTLPEndpoint string
 	// AdminMaxBody caps admin request bodies, in bytes.
 	AdminMaxBody int64
+	// TrustedProxies are the networks whose X-Forwarded-For names a
+	// request's source address; empty: the peer address is the source.
+	TrustedProxies []netip.Prefix
+	// PairingsPerAddress bounds the live pairing codes of one source
+	// address.
+	PairingsPerAddress int
 	// LogFormat is "text", "json" or "auto" (text on a terminal).
 	LogFormat string
 	// LogLevel is the minimum level logged.
@@ -319,6 +326,33 @@ var options = []option{
 			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024, e.g. 16777216 (16 MiB)", v)
 		}
 		c.AdminMaxBody = n
+		return nil
+	}},
+	{env: "RELAY_TRUSTED_PROXIES", flag: "trusted-proxies", usage: "comma-separated CIDRs of load balancers whose X-Forwarded-For names the client (per-address pairing limit); unset: the connection's peer address is the client", apply: func(c *Config, v string) error {
+		c.TrustedProxies = nil
+		if v == "" {
+			return nil
+		}
+		for _, part := range strings.Split(v, ",") {
+			part = strings.TrimSpace(part)
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				a, aerr := netip.ParseAddr(part)
+				if aerr != nil {
+					return fmt.Errorf("%q is not a network; write CIDRs separated by commas, e.g. 10.0.0.0/8,fd00::/8 (a bare address means just that host)", part)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
+		return nil
+	}},
+	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: "5", usage: "live device-code pairings one client address may hold (of the 500 the relay holds at most); IPv6 clients count per /64", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return fmt.Errorf("%q is not a count; use a whole number from 1 to 500, e.g. 5", v)
+		}
+		c.PairingsPerAddress = n
 		return nil
 	}},
 	{env: "RELAY_LOG_FORMAT", flag: "log-format", def: "auto", usage: `log format: "text", "json", or "auto" (text on a terminal, JSON otherwise)`, apply: func(c *Config, v string) error {

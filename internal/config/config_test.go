@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,19 +22,20 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load with nothing set: %v", err)
 	}
 	want := Config{
-		Namespace:       "byollm",
-		Listen:          ":8080",
-		AdminListen:     "127.0.0.1:8081",
-		LeaseMs:         60000,
-		BasePath:        "/byollm",
-		SweepInterval:   time.Second,
-		SweepBatch:      24,
-		ShutdownTimeout: 15 * time.Second,
-		AdminMaxBody:    16 << 20,
-		LogFormat:       "auto",
-		LogLevel:        slog.LevelInfo,
+		Namespace:          "byollm",
+		Listen:             ":8080",
+		AdminListen:        "127.0.0.1:8081",
+		LeaseMs:            60000,
+		BasePath:           "/byollm",
+		SweepInterval:      time.Second,
+		SweepBatch:         24,
+		ShutdownTimeout:    15 * time.Second,
+		AdminMaxBody:       16 << 20,
+		PairingsPerAddress: 5,
+		LogFormat:          "auto",
+		LogLevel:           slog.LevelInfo,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
 	}
 	if !c.Embedded() {

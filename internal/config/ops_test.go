@@ -2,6 +2,8 @@ package config
 
 import (
 	"io"
+	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -64,8 +66,24 @@ func TestEnvVars(t *testing.T) {
 			}
 			return ""
 		}, io.Discard)
-		if err == nil && cfg == base {
+		if err == nil && reflect.DeepEqual(cfg, base) {
 			t.Errorf("%s is listed but Load ignores it", v)
+		}
+	}
+}
+
+func TestTrustedProxiesAndPairingsPerAddress(t *testing.T) {
+	cfg, err := Load(nil, envOf(map[string]string{"RELAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7 ,fd00::/8", "RELAY_PAIRINGS_PER_ADDRESS": "3"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/8")}
+	if !reflect.DeepEqual(cfg.TrustedProxies, want) || cfg.PairingsPerAddress != 3 {
+		t.Fatalf("got %v %d", cfg.TrustedProxies, cfg.PairingsPerAddress)
+	}
+	for env, val := range map[string]string{"RELAY_TRUSTED_PROXIES": "10.0.0.0/8,proxy.local", "RELAY_PAIRINGS_PER_ADDRESS": "0"} {
+		if _, err := Load(nil, envOf(map[string]string{env: val}), io.Discard); err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%s: %v", env, val, err)
 		}
 	}
 }

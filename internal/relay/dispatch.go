@@ -24,6 +24,7 @@ type request struct {
 	endpoint string     // text after the last '/'
 	query    url.Values // URLSearchParams of the raw query
 	header   http.Header
+	source   string // client address (see clientAddress)
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
 	body     any    // JSON.parse(rawBody), nil when absent or invalid
 	proj     *projection.Projection
@@ -71,6 +72,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		path:   pathname(hr),
 		query:  protocol.ParseQuery(hr.URL.RawQuery),
 		header: hr.Header,
+		source: clientAddress(hr, r.proxies),
 	}
 
 	// 1. Debug, before the body and the handshake.
@@ -81,7 +83,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	// 2. Body, only for POST (Fetch upper-cases the standard methods, so
 	// "post" counts), bounded before it is read.
 	if strings.EqualFold(hr.Method, http.MethodPost) {
-		raw, tooBig, err := readBody(hr)
+		raw, tooBig, err := readBody(hr, r.bodyLimit(req.path))
 		if tooBig {
 			return bodyTooLarge, nil
 		}
@@ -156,10 +158,20 @@ func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
 	return nil, false
 }
 
-// readBody reads at most MaxBodyBytes; tooBig reports a larger body, which is
+// bodyLimit is the largest body the request's route takes: the pair route
+// (routed by its last segment under basePath, as dispatch does) has its own
+// small bound, everything else MaxBodyBytes.
+func (r *Relay) bodyLimit(path string) int64 {
+	if strings.HasPrefix(path, r.basePath+"/") && path[strings.LastIndexByte(path, '/')+1:] == "pair" {
+		return MaxPairBodyBytes
+	}
+	return MaxBodyBytes
+}
+
+// readBody reads at most limit bytes; tooBig reports a larger body, which is
 // refused without being read further.
-func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
-	if hr.ContentLength > MaxBodyBytes {
+func readBody(hr *http.Request, limit int64) (raw []byte, tooBig bool, err error) {
+	if hr.ContentLength > limit {
 		return nil, true, nil
 	}
 	if hr.Body == nil {
@@ -175,11 +187,11 @@ func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
 		}
 		return raw, false, nil
 	}
-	raw, err = io.ReadAll(io.LimitReader(hr.Body, MaxBodyBytes+1))
+	raw, err = io.ReadAll(io.LimitReader(hr.Body, limit+1))
 	if err != nil {
 		return nil, false, fmt.Errorf("read body: %w", err)
 	}
-	if len(raw) > MaxBodyBytes {
+	if int64(len(raw)) > limit {
 		return nil, true, nil
 	}
 	return raw, false, nil

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,14 @@ const (
 // request. A larger body is refused with the protocol's own bad-request body
 // (see tooLargeBody) without being read.
 const MaxBodyBytes = 13 << 20
+
+// MaxPairBodyBytes bounds a pair request (start, poll or fixture), which is
+// unauthenticated and whose start is kept for the code's ten minutes. A
+// real daemon's start is its keys, its label and a few capabilities of
+// some 300 bytes each: a few KiB. The store's own bound on a stored
+// pairing (store.DefaultMaxPairingBytes) is this plus room for the codes
+// and expiry the relay adds to what the start carried.
+const MaxPairBodyBytes = 64 << 10
 
 // clockResample is how often the default plane clock re-reads Valkey TIME to
 // correct the local clock's offset.
@@ -83,7 +92,7 @@ type Store interface {
 	Everyone(ctx context.Context) ([]store.Presence, error)
 	DropPresence(ctx context.Context, runnerID string) error
 	Sweep(ctx context.Context) ([]store.Job, error)
-	PutPairing(ctx context.Context, p store.PendingPairing) (bool, error)
+	PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error)
 	PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error)
 	DropPairing(ctx context.Context, deviceCode string) error
 }
@@ -112,6 +121,10 @@ type Config struct {
 	// the oldest daemon version served (426 below it). Empty means none.
 	UpdateOffer, DaemonFloor string
 	Logger                   *slog.Logger
+	// TrustedProxies are the networks whose X-Forwarded-For is believed
+	// when the planes name a request's source address (the per-address
+	// pairing limit). Empty: the connection's peer address is the source.
+	TrustedProxies []netip.Prefix
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -134,6 +147,7 @@ type Relay struct {
 	now         func() int64
 	echo        *echo.Echo
 	presence    presenceChecks
+	proxies     []netip.Prefix
 }
 
 // New validates cfg and builds a Relay.
@@ -158,6 +172,7 @@ func New(cfg Config) (*Relay, error) {
 		floor:       cfg.DaemonFloor,
 		log:         cfg.Logger,
 		now:         cfg.Clock,
+		proxies:     cfg.TrustedProxies,
 	}
 	if cfg.BasePath == "" {
 		r.basePath = DefaultBasePath

@@ -49,6 +49,10 @@ var (
 	storeDown     = fail(503, protocol.CodeServerError, "the relay cannot reach its routing store just now — try again shortly")
 	notReady      = fail(503, protocol.CodeNotReady, "the relay has not loaded its routing projection yet — try again shortly")
 	serverFailure = refused(protocol.ServerError("the relay failed to handle this request"))
+	// The per-address pairing limit: the shape and code of the reference's
+	// own pairing-busy refusal (429 rate-limited), which the daemon reports
+	// to the person pairing; the message says it is this address.
+	pairingSourceBusy = fail(429, protocol.CodeRateLimited, "too many pairings are in progress from this address — finish or let one expire (codes last 10 minutes), then try again")
 )
 
 func clockSkew(now int64) reply { return refused(protocol.ClockSkew(now)) }

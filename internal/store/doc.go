@@ -65,6 +65,9 @@
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
+//	pc:ms                  HASH  code -> source address (base64url)
+//	pc:a:⟨addr⟩            ZSET  code -> expiresAt: an address's codes, for
+//	                             the per-source limit; expires with its last
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
 // wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a

@@ -34,8 +34,14 @@ const (
 	DefaultClaimScanBudget   = 10_000
 	DefaultMaxIDBytes        = 4096
 	DefaultMaxBlobBytes      = 32 << 20
-	maxSweepBatchesPerCall   = 10_000
-	maxLeaseMs               = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
+	// DefaultMaxPairingBytes is 65 KiB: the planes' 64 KiB bound on a pair
+	// start plus room for the codes and expiry added to it. A real daemon's
+	// start is its keys, label and a few capabilities of some 300 bytes
+	// each (one per service and kind), a few KiB; 500 codes at this bound
+	// are under 33 MiB.
+	DefaultMaxPairingBytes = 65 << 10
+	maxSweepBatchesPerCall = 10_000
+	maxLeaseMs             = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
 
 // Options configures a Store. Zero values mean the defaults named below.
@@ -55,6 +61,12 @@ type Options struct {
 	Logger *slog.Logger
 	// PairingCapacity bounds outstanding pairings; default 500.
 	PairingCapacity int
+	// PairingsPerSource bounds the live codes of one source address
+	// (PendingPairing.Source); default DefaultPairingsPerSource.
+	PairingsPerSource int
+	// MaxPairingBytes bounds one stored pending pairing (its JSON); default
+	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
+	MaxPairingBytes int
 	// PresenceTTLMs, when positive, expires presence records that long after
 	// their last heartbeat. 0 keeps them, as the reference does.
 	PresenceTTLMs int64
@@ -94,6 +106,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PairingCapacity <= 0 {
 		o.PairingCapacity = MaxOutstandingPairings
+	}
+	if o.PairingsPerSource <= 0 {
+		o.PairingsPerSource = DefaultPairingsPerSource
+	}
+	if o.MaxPairingBytes <= 0 {
+		o.MaxPairingBytes = DefaultMaxPairingBytes
 	}
 	if o.SweepBatch <= 0 {
 		o.SweepBatch = DefaultSweepBatch
