@@ -155,6 +155,7 @@ type SealResult struct {
 	State   string
 	Refused string
 	Was     string
+	Limit   string // with RefusedSiteLimit: the limit (LimitBytes)
 }
 
 // ReleaseInput hands grants back. RetryAfter is an absolute instant (ms) on

@@ -59,6 +59,12 @@
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
 //	st:<state>             SET   m of every job in that state; metrics only
 //	                             (Counts: one SCARD per state), never decisions
+//	sl:⟨S⟩                 SET   ⟨J⟩ of the site's live jobs (not done, not
+//	                             cancelled): the jobs limit is its SCARD
+//	sb:⟨S⟩                 STR   bytes of the site's stored stubs, payloads and
+//	                             results: the one counter (see account() in
+//	                             lib/store.lua; each job's field by holds its part)
+//	sr:⟨S⟩                 HASH  the site's enqueue token bucket: t, at
 //	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
 //	                             withheld (raw JSON), lastSeenAt
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
@@ -75,12 +81,16 @@
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
-// bad (quarantined). Blobs are stored as the exact bytes Go produced; Lua
+// bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs are stored as the exact bytes Go produced; Lua
 // never re-encodes them (cjson is used only to validate stubs).
 //
 // Indexes hold memberships, never counters: the unsealed cap is the size of
 // uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
-// entry a script finds disagreeing with the record is repaired.
+// entry a script finds disagreeing with the record is repaired. The one
+// exception is sb:⟨S⟩, a site's stored bytes, because a sum has no O(1)
+// membership form; it is kept exact by construction (every blob write and
+// every forget goes through the job's own by field) and is checked against
+// the records by TestSiteUseStaysExact.
 //
 // # Scaling properties
 //

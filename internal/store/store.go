@@ -91,6 +91,9 @@ type Options struct {
 	// MaxBlobBytes bounds stored JSON (stubs, envelopes, identities,
 	// capabilities); default 32 MiB. The planes enforce the wire's 6 MiB.
 	MaxBlobBytes int
+	// SiteLimits bounds what each site may hold (see SiteLimit); the zero
+	// value limits nothing, as in the reference.
+	SiteLimits SiteLimits
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -165,7 +168,7 @@ var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true,
 	"pending_page": true, "results_page": true, "results_get": true,
-	"counts": true,
+	"counts": true, "site_use": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
