@@ -81,8 +81,9 @@
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
-// bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs are stored as the exact bytes Go produced; Lua
-// never re-encodes them (cjson is used only to validate stubs).
+// bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs
+// are stored as the exact bytes Go produced; Lua never re-encodes them
+// (cjson is used only to validate stubs).
 //
 // Indexes hold memberships, never counters: the unsealed cap is the size of
 // uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
