@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"github.com/byollm/relay-go/internal/store"
 	"io"
 	"log/slog"
 	"os"
@@ -32,6 +33,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:    15 * time.Second,
 		AdminMaxBody:       16 << 20,
 		PairingsPerAddress: 5,
+		SiteLimits:         store.SiteLimits{Default: DefaultSiteLimit},
 		LogFormat:          "auto",
 		LogLevel:           slog.LevelInfo,
 	}
