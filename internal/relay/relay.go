@@ -13,8 +13,16 @@
 //   - /debug is per-site (§17.29): the named site's jobs and the devices
 //     whose owner holds a consent for that site, nothing else.
 //   - updateTo never offers a version at or below the daemon's (§17.33).
-//   - POST bodies are capped at MaxBodyBytes before reading: 400
+//   - POST bodies are capped at MaxBodyBytes before reading (MaxPairBodyBytes
+//     on the unauthenticated pair route): 400
 //     {"error":"bad-request","message":"this request is too large for the relay to read"}.
+//   - A client address (Config.TrustedProxies decides whether
+//     X-Forwarded-For is believed) holds a bounded number of live pairing
+//     codes; past it a start answers 429 rate-limited, like the reference's
+//     full code store.
+//   - Per-site limits of the store (unfinished jobs, stored bytes, enqueue
+//     rate) refuse enqueue and payload with 429 rate-limited, which the
+//     cloud lane retries.
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
