@@ -33,9 +33,10 @@
 //	j:⟨S⟩:⟨J⟩:ref          ZSET  refusedBy: runner -> position (refusal order)
 //	j:⟨S⟩:⟨J⟩:ra           HASH  retryAfter: runner -> ms (caller's clock)
 //	seq                    STR   INCR counter: first-enqueue order
-//	epoch                  STR   random id SET NX by enqueue: the data
-//	                             generation; seq restarts when Valkey loses its
-//	                             data, so caches keyed by seq check it (results)
+//	epoch                  STR   random id SET NX by enqueue; with the server's
+//	                             replication id (new after a failover) it names
+//	                             the data generation, which caches keyed by seq
+//	                             check (results), since a data loss reuses seqs
 //	all                    ZSET  m -> seq, every job (Jobs)
 //	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
 //	                             not quarantined; per site, job owner, kind,

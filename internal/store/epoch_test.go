@@ -1,11 +1,19 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // Valkey losing its data (a restart without persistence, FLUSHALL, a
@@ -103,4 +111,100 @@ func describe(res []*ResultJob) string {
 		out += fmt.Sprintf("[%s %s] ", r.JobID, r.Result)
 	}
 	return out
+}
+
+// A failover to a replica that missed the latest writes keeps the epoch
+// key but hands out seqs again, possibly to the same job id (a site
+// retrying an enqueue that timed out during the failover). The promoted
+// server has a new replication id, which is part of the generation the
+// cache is filed under. Simulated on a private redis-server (the shared one
+// is never demoted): the job and its index entry removed and seq rolled
+// back, as on the stale replica, then REPLICAOF towards a closed port and
+// REPLICAOF NO ONE, which promotes the server under a new replication id
+// with its data kept.
+func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if bin, err = exec.LookPath("valkey-server"); err != nil {
+			t.Fatal("no redis-server or valkey-server on PATH: this test promotes a server of its own")
+		}
+	}
+	port := freeLoopbackPort(t)
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx := context.Background()
+	var c valkey.Client
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, _, _, err = valkeyconn.Open(ctx, "redis://127.0.0.1:"+port+"/0", quietLogger()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("private server: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(c.Close)
+	h := newH(t, backend{"private", c}, Options{})
+
+	finish := func(result string) {
+		t.Helper()
+		h.enqueue("x", "alice")
+		g := h.claim()
+		if len(g) != 1 {
+			t.Fatalf("claim: %q", ids(g))
+		}
+		h.seal("x")
+		if r, err := h.s.Complete(ctx, CompleteInput{JobID: "x", RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: json.RawMessage(result), Disposition: "ok"}); err != nil || !r.Accepted {
+			t.Fatalf("complete: %+v %v", r, err)
+		}
+	}
+	resultOf := func() string {
+		t.Helper()
+		res, err := h.s.ResultJobs(ctx, site)
+		if err != nil || len(res) != 1 {
+			t.Fatalf("results: %d %v", len(res), err)
+		}
+		return string(res[0].Result)
+	}
+	finish(`{"ciphertext":"lost"}`)
+	resultOf()
+	if got := resultOf(); got != `{"ciphertext":"lost"}` { // from the cache
+		t.Fatal(got)
+	}
+
+	// The stale replica: no job x, seq back to 0, the same epoch.
+	for _, k := range scanKeys(t, c, h.s.KeyPattern()) {
+		if k != h.s.k.epoch() {
+			if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	do := func(args ...string) {
+		t.Helper()
+		if err := c.Do(ctx, c.B().Arbitrary(args...).Build()).Error(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	do("REPLICAOF", "127.0.0.1", freeLoopbackPort(t))
+	do("REPLICAOF", "NO", "ONE")
+
+	finish(`{"ciphertext":"after the failover"}`)
+	if got := resultOf(); got != `{"ciphertext":"after the failover"}` {
+		t.Fatalf("served %s after the failover", got)
+	}
+}
+
+func freeLoopbackPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }

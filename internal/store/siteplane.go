@@ -97,21 +97,22 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 const DefaultResultCacheBytes = 64 << 20
 
 // resultCache holds, per site, the results listed by the site's last
-// results read, keyed by seq. A done job's result, disposition and grant
-// never change while it exists (complete keeps the first result, a done job
-// is never requeued or re-granted), and seq is never reused while Valkey
-// keeps its data, so the entry of a seq the listing names is the stored
-// result. Valkey can lose its data (restart without persistence, FLUSHALL,
-// failover to a stale replica), and then seq starts again from 1; the
-// entries are therefore filed under the namespace's epoch (a random id the
-// first enqueue after such a loss writes) and served only to a read whose
-// own listing named the same epoch.
+// results read, keyed by seq and job. A done job's result, disposition and
+// grant never change while it exists (complete keeps the first result, a
+// done job is never requeued or re-granted), and seq is never reused while
+// Valkey keeps its data, so the entry of a seq the listing names is the
+// stored result. Valkey can lose its data (restart without persistence,
+// FLUSHALL, failover to a replica that missed writes), and then seq is
+// handed out again; the entries are therefore filed under the data
+// generation (the namespace's epoch, a random id the first enqueue after a
+// loss writes, plus the server's replication id, which a failover changes)
+// and served only to a read whose own listing named the same generation.
 type resultCache struct {
 	mu    sync.Mutex
 	limit int
 	bytes int
 	epoch string
-	sites map[string]map[string]*ResultJob // site id -> seq -> result
+	sites map[string]map[string]*ResultJob // site id -> "seq:eJ" -> result
 }
 
 // get returns the site's entries filed under epoch; none when the cache
@@ -178,7 +179,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	found := make([]*ResultJob, len(list))
 	var missing []int
 	for i, l := range list {
-		if r, ok := cached[l.seq]; ok {
+		if r, ok := cached[l.seq+":"+l.eJ]; ok {
 			found[i] = r
 		} else {
 			missing = append(missing, i)
@@ -228,7 +229,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	for i, r := range found {
 		if r != nil {
 			out = append(out, r)
-			keep[list[i].seq] = r
+			keep[list[i].seq+":"+list[i].eJ] = r
 		}
 	}
 	s.results.put(siteID, epoch, keep)
