@@ -117,6 +117,10 @@ func (c Config) LogAttrs() []any {
 		slog.Int("sweepBatch", c.SweepBatch),
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
+		slog.Int("pairingsPerAddress", c.PairingsPerAddress),
+		slog.Int("trustedProxies", len(c.TrustedProxies)),
+		slog.Any("siteLimit", c.SiteLimits.Default),
+		slog.Int("siteLimitOverrides", len(c.SiteLimits.Sites)),
 	}
 }
 
