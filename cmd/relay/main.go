@@ -206,6 +206,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
 		TrustedProxies:  cfg.TrustedProxies,
+		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
 	})
 	if err != nil {
