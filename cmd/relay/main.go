@@ -117,8 +117,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// ready line repeats embedded=true.
 
 	st, err := store.New(bg, client, store.Options{
-		Namespace: cfg.Namespace,
-		Logger:    log,
+		Namespace:         cfg.Namespace,
+		Logger:            log,
+		PairingsPerSource: cfg.PairingsPerAddress,
+		SiteLimits:        cfg.SiteLimits,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
@@ -160,6 +162,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		c, err := st.Counts(ctx)
 		return c.ActiveLeases(), err
 	})
+	// Per-site use: the projection's sites only (bounded labels), O(1) each.
+	metrics.ObserveSiteUse(func(ctx context.Context) (map[string]telemetry.SiteUse, error) {
+		p := proj.Current()
+		if p == nil {
+			return nil, nil
+		}
+		var ids []string
+		for _, s := range p.Fixture().Sites {
+			ids = append(ids, s.SiteID)
+		}
+		use, err := st.SiteUse(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]telemetry.SiteUse, len(use))
+		for id, u := range use {
+			out[id] = telemetry.SiteUse{LiveJobs: u.LiveJobs, StoredBytes: u.StoredBytes}
+		}
+		return out, nil
+	})
 	checker := health.New(health.Options{Logger: log})
 	checker.Add("valkey", health.ValkeyPing(client))
 	checker.Add("scripts", func(ctx context.Context) error {
@@ -188,6 +210,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
 		Bodies:          bodies,
+		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
 	})

@@ -8,11 +8,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"github.com/byollm/relay-go/internal/store"
 	"io"
 	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -65,24 +67,26 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load with nothing set: %v", err)
 	}
 	want := Config{
-		Namespace:       "byollm",
-		Listen:          ":8080",
-		AdminListen:     "127.0.0.1:8081",
-		LeaseMs:         60000,
-		BasePath:        "/byollm",
-		SweepInterval:   time.Second,
-		SweepBatch:      24,
-		StoreTimeout:    500 * time.Millisecond,
-		ShutdownTimeout: 15 * time.Second,
-		AdminMaxBody:    16 << 20,
-		LogFormat:       "auto",
-		LogLevel:        slog.LevelInfo,
+		Namespace:          "byollm",
+		Listen:             ":8080",
+		AdminListen:        "127.0.0.1:8081",
+		LeaseMs:            60000,
+		BasePath:           "/byollm",
+		SweepInterval:      time.Second,
+		SweepBatch:         24,
+		StoreTimeout:       500 * time.Millisecond,
+		ShutdownTimeout:    15 * time.Second,
+		AdminMaxBody:       16 << 20,
+		PairingsPerAddress: 5,
+		SiteLimits:         store.SiteLimits{Default: DefaultSiteLimit},
+		LogFormat:          "auto",
+		LogLevel:           slog.LevelInfo,
 
 		MaxConns:          2048,
 		BodyBytesInFlight: 128 << 20,
 		BodyTimeout:       10 * time.Second,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
 	}
 	if !c.Embedded() {

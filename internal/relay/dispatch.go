@@ -24,6 +24,7 @@ type request struct {
 	endpoint string     // text after the last '/'
 	query    url.Values // URLSearchParams of the raw query
 	header   http.Header
+	source   string // client address (see clientAddress)
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
 	body     any    // JSON.parse(rawBody), nil when absent or invalid
 	proj     *projection.Projection
@@ -71,6 +72,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		path:   pathname(hr),
 		query:  protocol.ParseQuery(hr.URL.RawQuery),
 		header: hr.Header,
+		source: clientAddress(hr, r.proxies),
 	}
 
 	// 1. Debug, before the body and the handshake.
@@ -82,7 +84,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	// "post" counts), bounded before it is read and charged to the shared
 	// body budget while the request is handled.
 	if strings.EqualFold(hr.Method, http.MethodPost) {
-		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, MaxBodyBytes)
+		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, r.bodyLimit(req.path))
 		defer release()
 		if err == nil && len(raw) > 0 {
 			// Parsing may take many times the body's size; charge that
@@ -200,6 +202,16 @@ func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
 		return (*Relay).results, true
 	}
 	return nil, false
+}
+
+// bodyLimit is the largest body the request's route takes: the pair route
+// (routed by its last segment under basePath, as dispatch does) has its own
+// small bound, everything else MaxBodyBytes.
+func (r *Relay) bodyLimit(path string) int64 {
+	if strings.HasPrefix(path, r.basePath+"/") && path[strings.LastIndexByte(path, '/')+1:] == "pair" {
+		return MaxPairBodyBytes
+	}
+	return MaxBodyBytes
 }
 
 // pathname approximates the WHATWG URL pathname of the request target:

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,8 +34,14 @@ const (
 	DefaultClaimScanBudget   = 10_000
 	DefaultMaxIDBytes        = 4096
 	DefaultMaxBlobBytes      = 32 << 20
-	maxSweepBatchesPerCall   = 10_000
-	maxLeaseMs               = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
+	// DefaultMaxPairingBytes is 65 KiB: the planes' 64 KiB bound on a pair
+	// start plus room for the codes and expiry added to it. A real daemon's
+	// start is its keys, label and a few capabilities of some 300 bytes
+	// each (one per service and kind), a few KiB; 500 codes at this bound
+	// are under 33 MiB.
+	DefaultMaxPairingBytes = 65 << 10
+	maxSweepBatchesPerCall = 10_000
+	maxLeaseMs             = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
 
 // Options configures a Store. Zero values mean the defaults named below.
@@ -53,6 +61,12 @@ type Options struct {
 	Logger *slog.Logger
 	// PairingCapacity bounds outstanding pairings; default 500.
 	PairingCapacity int
+	// PairingsPerSource bounds the live codes of one source address
+	// (PendingPairing.Source); default DefaultPairingsPerSource.
+	PairingsPerSource int
+	// MaxPairingBytes bounds one stored pending pairing (its JSON); default
+	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
+	MaxPairingBytes int
 	// PresenceTTLMs, when positive, expires presence records that long after
 	// their last heartbeat. 0 keeps them, as the reference does.
 	PresenceTTLMs int64
@@ -77,6 +91,9 @@ type Options struct {
 	// MaxBlobBytes bounds stored JSON (stubs, envelopes, identities,
 	// capabilities); default 32 MiB. The planes enforce the wire's 6 MiB.
 	MaxBlobBytes int
+	// SiteLimits bounds what each site may hold (see SiteLimit); the zero
+	// value limits nothing, as in the reference.
+	SiteLimits SiteLimits
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -92,6 +109,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PairingCapacity <= 0 {
 		o.PairingCapacity = MaxOutstandingPairings
+	}
+	if o.PairingsPerSource <= 0 {
+		o.PairingsPerSource = DefaultPairingsPerSource
+	}
+	if o.MaxPairingBytes <= 0 {
+		o.MaxPairingBytes = DefaultMaxPairingBytes
 	}
 	if o.SweepBatch <= 0 {
 		o.SweepBatch = DefaultSweepBatch
@@ -127,6 +150,16 @@ type Store struct {
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
 	results resultCache
 	limits  pageLimits
+	// epochSeed and epochN make every enqueue's epoch candidate unique, so
+	// the epoch written after a data loss never equals one written before.
+	epochSeed string
+	epochN    atomic.Uint64
+}
+
+// epochCandidate is the epoch the next enqueue writes if the namespace has
+// none (see resultCache).
+func (s *Store) epochCandidate() string {
+	return s.epochSeed + "." + strconv.FormatUint(s.epochN.Add(1), 36)
 }
 
 // readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
@@ -135,7 +168,7 @@ var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true,
 	"pending_page": true, "results_page": true, "results_get": true,
-	"counts": true,
+	"counts": true, "site_use": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
@@ -155,6 +188,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	}
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
+	var seed [12]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("store: epoch seed: %w", err)
+	}
+	s.epochSeed = hex.EncodeToString(seed[:])
 	s.limits = defaultPageLimits
 	for name, src := range sources {
 		if readOnlyScripts[name] {
