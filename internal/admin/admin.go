@@ -15,6 +15,13 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//
+// The pairing routes (pairing.go) approve a device by the user code its
+// person reads off the daemon:
+//
+//	GET  /pairings/{userCode}          the live pending pairing (404 otherwise)
+//	POST /pairings/{userCode}/approve  {"owner", "runnerId"?}: approve it
+//	POST /pairings/{userCode}/deny     drop it
 package admin
 
 import (
@@ -51,6 +58,8 @@ type Options struct {
 	Token string
 	// Projections backs the /projection routes; nil leaves them out.
 	Projections Projections
+	// Pairings backs the /pairings routes; nil leaves them out.
+	Pairings Pairings
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -92,6 +101,9 @@ func New(opts Options) *Server {
 		s.authed.HandleFunc("PUT /projection", s.putProjection)
 		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
 		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
+	}
+	if opts.Pairings != nil {
+		s.registerPairings(opts.Pairings)
 	}
 	return s
 }

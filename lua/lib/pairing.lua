@@ -8,6 +8,7 @@
 --   pc:mu  HASH deviceCode -> userCode
 --   pc:i   HASH identity   -> deviceCode        (one code per keypair)
 --   pc:u   HASH userCode   -> deviceCode        (first live insert wins)
+--   pc:a   HASH deviceCode -> runnerId          (approved through the admin API)
 
 local PC = P .. 'pc:'
 
@@ -18,6 +19,7 @@ local function remove_code(dc)
   redis.call('ZREM', PC .. 'x', dc)
   redis.call('HDEL', PC .. 'mi', dc)
   redis.call('HDEL', PC .. 'mu', dc)
+  redis.call('HDEL', PC .. 'a', dc)
   if identity and redis.call('HGET', PC .. 'i', identity) == dc then
     redis.call('HDEL', PC .. 'i', identity)
   end
