@@ -1,11 +1,12 @@
--- pairing_show: a live pending pairing by user code (normalised by Go), with
--- the runner id it was approved as, if it was, for the admin approval page.
+-- pairing_show: a pending pairing by user code (normalised by Go), with the
+-- runner id it was approved as, if it was, for the admin approval page.
 -- lib: pairing
 --
 -- KEYS[1]  pc:u   KEYS[2]  pc:d   KEYS[3]  pc:x   KEYS[4]  pc:a
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  userCode
--- Reply: {pending (raw JSON), runnerId or ''} or nil (unknown or expired)
+-- Reply: {'live', pending (raw JSON), runnerId or ''} | {'expired'} (not
+--   purged yet) | nil (unknown)
 
 local dc = redis.call('HGET', KEYS[1], ARGV[4])
 if not dc then
@@ -13,6 +14,6 @@ if not dc then
 end
 local pending = live_code(dc, clock())
 if not pending then
-  return false
+  return {'expired'}
 end
-return {pending, redis.call('HGET', KEYS[4], dc) or ''}
+return {'live', pending, redis.call('HGET', KEYS[4], dc) or ''}

@@ -154,7 +154,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found"})
 		return
 	}
-	h.ServeHTTP(w, r)
+	// Through the mux, not h: only ServeMux.ServeHTTP sets the request's
+	// path values ({userCode}).
+	s.authed.ServeHTTP(w, r)
 }
 
 type errorBody struct {

@@ -84,6 +84,11 @@ func (s *Service) Show(ctx context.Context, userCode string) (Pairing, error) {
 		return Pairing{}, err
 	}
 	v, err := s.store.ShowPairing(ctx, code)
+	if errors.Is(err, store.ErrPairingExpired) {
+		// An approval page has nothing to show; unknown and expired look
+		// alike here, as they do to the daemon's poll.
+		return Pairing{}, ErrNotFound
+	}
 	if err != nil {
 		return Pairing{}, err
 	}
@@ -133,6 +138,9 @@ func (s *Service) Approve(ctx context.Context, userCode string, a Approval) (App
 	}
 	for attempt := 0; attempt < attempts; attempt++ {
 		v, err := s.store.ShowPairing(ctx, code)
+		if errors.Is(err, store.ErrPairingExpired) {
+			return Approved{}, expired(code)
+		}
 		if err != nil {
 			return Approved{}, err
 		}
@@ -167,7 +175,7 @@ func (s *Service) Approve(ctx context.Context, userCode string, a Approval) (App
 		case errors.Is(err, store.ErrPairingUnknown):
 			return Approved{}, ErrNotFound
 		case errors.Is(err, store.ErrPairingExpired):
-			return Approved{}, &ConflictError{Msg: fmt.Sprintf("code %s has expired; the daemon must start pairing again for a new code", code)}
+			return Approved{}, expired(code)
 		case errors.Is(err, store.ErrPairingApproved):
 			return Approved{}, &ConflictError{Msg: fmt.Sprintf("code %s: %v", code, err)}
 		case errors.Is(err, store.ErrInvalidInput):
@@ -182,6 +190,10 @@ func (s *Service) Approve(ctx context.Context, userCode string, a Approval) (App
 			KeyID: protocol.KeyID(v.Device.Identity), Version: version, UpdatedAt: at}, nil
 	}
 	return Approved{}, fmt.Errorf("approve: the projection changed concurrently %d times in a row; nothing was written, try again", attempts)
+}
+
+func expired(code string) error {
+	return &ConflictError{Msg: fmt.Sprintf("code %s has expired; the daemon must start pairing again for a new code", code)}
 }
 
 // chooseRunner applies the projection's existing records to an approval:

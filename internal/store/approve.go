@@ -24,7 +24,8 @@ type PairingView struct {
 }
 
 // ShowPairing returns the live pairing of a user code (normalised here),
-// with its approval if any, else nil.
+// with its approval if any; nil when no pairing holds the code, and
+// ErrPairingExpired when it expired but is not purged yet.
 func (s *Store) ShowPairing(ctx context.Context, userCode string) (*PairingView, error) {
 	code := NormalizeUserCode(userCode)
 	if err := s.checkID("user code", code); err != nil {
@@ -38,14 +39,17 @@ func (s *Store) ShowPairing(ctx context.Context, userCode string) (*PairingView,
 		return nil, nil
 	}
 	parts, err := msg.AsStrSlice()
-	if err != nil || len(parts) != 2 {
+	if err == nil && len(parts) == 1 && parts[0] == "expired" {
+		return nil, ErrPairingExpired
+	}
+	if err != nil || len(parts) != 3 || parts[0] != "live" {
 		return nil, fmt.Errorf("show pairing: unexpected reply (%v)", err)
 	}
-	p, err := parsePairing(false, func() (string, error) { return parts[0], nil })
+	p, err := parsePairing(false, func() (string, error) { return parts[1], nil })
 	if err != nil {
 		return nil, fmt.Errorf("show pairing: %w", err)
 	}
-	return &PairingView{PendingPairing: *p, ApprovedAs: parts[1]}, nil
+	return &PairingView{PendingPairing: *p, ApprovedAs: parts[2]}, nil
 }
 
 // Approval outcomes other than success.
