@@ -163,8 +163,8 @@ func New(client valkey.Client, opts Options) *Sync {
 		get:     valkey.NewLuaScript(getSource),
 
 		approvedKey: ApprovedKey(opts.Namespace),
-		loaded:  make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		loaded:      make(chan struct{}),
+		kick:        make(chan struct{}, 1),
 	}
 }
 
