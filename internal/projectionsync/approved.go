@@ -63,6 +63,11 @@ func (s *Sync) Get(ctx context.Context) (Document, error) {
 	for i := 4; i < len(vals); i += 2 {
 		records[vals[i]] = []byte(vals[i+1])
 	}
+	if _, err := projection.Parse(doc.JSON); err != nil {
+		// An invalid stored document (written by hand) is handed on as it
+		// is: Refresh refuses it, logs once and keeps what it has.
+		return doc, nil
+	}
 	doc.JSON, doc.Approved, err = withApproved(doc.JSON, records)
 	if err != nil {
 		return Document{}, fmt.Errorf("projection: version %d: %w", version, err)

@@ -161,10 +161,10 @@ func New(client valkey.Client, opts Options) *Sync {
 		log:     opts.Logger.With(slog.String("component", "projection")),
 		put:     valkey.NewLuaScript(putSource),
 		get:     valkey.NewLuaScript(getSource),
+		loaded:  make(chan struct{}),
+		kick:    make(chan struct{}, 1),
 
 		approvedKey: ApprovedKey(opts.Namespace),
-		loaded:      make(chan struct{}),
-		kick:        make(chan struct{}, 1),
 	}
 }
 
