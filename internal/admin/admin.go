@@ -15,6 +15,7 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//	DELETE /projection/approved/{runnerId}  forget a device approved by code
 //
 // The pairing routes (pairing.go) approve a device by the user code its
 // person reads off the daemon:
@@ -50,6 +51,7 @@ type Projections interface {
 	Replace(ctx context.Context, raw []byte) (projectionsync.Result, error)
 	Merge(ctx context.Context, patch []byte) (projectionsync.Result, error)
 	State() projectionsync.State
+	Unapprove(ctx context.Context, runnerID string) (bool, int64, error)
 }
 
 // Options configures the admin server.
@@ -101,6 +103,7 @@ func New(opts Options) *Server {
 		s.authed.HandleFunc("PUT /projection", s.putProjection)
 		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
 		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
+		s.authed.HandleFunc("DELETE /projection/approved/{runnerId}", s.unapprove)
 	}
 	if opts.Pairings != nil {
 		s.registerPairings(opts.Pairings)

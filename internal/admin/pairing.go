@@ -111,3 +111,21 @@ func (s *Server) pairingError(w http.ResponseWriter, r *http.Request, err error)
 		s.unavailable(w, r, err)
 	}
 }
+
+// unapprove forgets a device approved through /pairings (the way to unpair
+// one the control plane's document does not name). 404 when there is none.
+func (s *Server) unapprove(w http.ResponseWriter, r *http.Request) {
+	runner := r.PathValue("runnerId")
+	removed, version, err := s.proj.Unapprove(r.Context(), runner)
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	if !removed {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found",
+			Message: fmt.Sprintf("no device approved by code has runner id %q (records of the projection document are changed with PUT or merge)", runner)})
+		return
+	}
+	s.log.Info("approved device forgotten", slog.String("remote", r.RemoteAddr), slog.String("runnerId", runner), slog.Int64("version", version))
+	writeJSON(w, http.StatusOK, map[string]any{"runnerId": runner, "removed": true, "version": version})
+}

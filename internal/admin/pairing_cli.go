@@ -18,6 +18,7 @@ const pairingUsage = `Usage:
   relay pairing show    [--admin URL] [--token TOKEN] CODE
   relay pairing approve [--admin URL] [--token TOKEN] --owner OWNER [--runner-id ID] CODE
   relay pairing deny    [--admin URL] [--token TOKEN] CODE
+  relay pairing unpair  [--admin URL] [--token TOKEN] RUNNER_ID
 
 CODE is the user code the daemon shows its person (e.g. 6HTG-Z65X; case and
 surrounding spaces do not matter).
@@ -28,6 +29,9 @@ show     prints the pending pairing: the device's key id and identity, label,
 approve  approves it for OWNER; the daemon's next poll is approved. The
          runner id defaults to one derived from the device's key.
 deny     drops it; the daemon's next poll answers "expired".
+unpair   forgets a device approved by code (by its runner id): it is no
+         longer recognised. Devices of the projection document are changed
+         there instead.
 
 Exit status: 0 done, 1 refused by the relay (unknown or expired code,
 conflict), 2 usage or the admin listener unreachable. The token and URL
@@ -73,7 +77,7 @@ func RunPairingCLI(ctx context.Context, args []string, getenv func(string) strin
 		return ExitUsage
 	}
 	if len(pos) != 2 {
-		if pos[0] != "show" && pos[0] != "approve" && pos[0] != "deny" {
+		if pos[0] != "show" && pos[0] != "approve" && pos[0] != "deny" && pos[0] != "unpair" {
 			fmt.Fprintf(stderr, "relay pairing: unknown command %q\n", pos[0])
 			fs.Usage()
 			return ExitUsage
@@ -112,6 +116,11 @@ func RunPairingCLI(ctx context.Context, args []string, getenv func(string) strin
 			return fail("--owner and --runner-id are for approve")
 		}
 		method, path = http.MethodPost, path+"/deny"
+	case "unpair":
+		if *owner != "" || *runnerID != "" {
+			return fail("--owner and --runner-id are for approve")
+		}
+		method, path = http.MethodDelete, "/projection/approved/"+url.PathEscape(pos[1])
 	default:
 		fmt.Fprintf(stderr, "relay pairing: unknown command %q\n", pos[0])
 		fs.Usage()

@@ -627,6 +627,46 @@ func TestPairingCommand(t *testing.T) {
 	if polled := cl.poll(0, d); polled["status"] != "approved" || polled["runnerId"] != "cli-1" {
 		t.Fatalf("poll: %v", polled)
 	}
+	if code, out, errs := run("unpair", "cli-1"); code != ExitOK || !strings.Contains(out, `"removed": true`) {
+		t.Fatalf("unpair: %d %q %q", code, out, errs)
+	}
+	if code, _, errs := run("unpair", "cli-1"); code != ExitRefused || !strings.Contains(errs, "refused (404)") {
+		t.Fatalf("unpair twice: %d %q", code, errs)
+	}
+}
+
+// TestUnapprove: DELETE /projection/approved/{runnerId} unpairs a device
+// approved by code on every replica; an unknown runner id is 404 and
+// changes nothing.
+func TestUnapprove(t *testing.T) {
+	cl := newCluster(t, 2)
+	cl.withConsent("alice")
+	d := cl.startPairing(0, "laptop")
+	if got := cl.admin(0, "POST", "/pairings/"+d.code+"/approve", `{"owner":"alice","runnerId":"r/1"}`); got.status != 200 {
+		t.Fatal(got.body)
+	}
+	cl.follow()
+	if cl.replicas[1].proj.Current().DeviceFor("r/1") == nil {
+		t.Fatal("not approved")
+	}
+	before := cl.dump()
+	wantError(t, cl.admin(1, "DELETE", "/projection/approved/other", ""), 404, "not-found", "no device approved by code")
+	if after := cl.dump(); !equalMaps(before, after) {
+		t.Fatal("a refused unapproval changed the store")
+	}
+	got := cl.admin(1, "DELETE", "/projection/approved/"+url.PathEscape("r/1"), "")
+	if got.status != 200 || decode(t, got)["removed"] != true {
+		t.Fatalf("DELETE: %d %s", got.status, got.body)
+	}
+	cl.follow()
+	for i, r := range cl.replicas {
+		if r.proj.Current().DeviceByFingerprint(d.id.Public().Identity) != nil {
+			t.Fatalf("replica %d still has the device", i)
+		}
+	}
+	if f, _ := projection.Parse([]byte(cl.admin(0, "GET", "/projection", "").body)); len(f.Devices) != 0 {
+		t.Fatalf("GET /projection devices: %+v", f.Devices)
+	}
 }
 
 func equalMaps(a, b map[string]string) bool {

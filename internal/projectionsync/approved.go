@@ -3,11 +3,15 @@ package projectionsync
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/projection"
 )
@@ -152,4 +156,35 @@ func (s *Sync) installWritten(ctx context.Context, d decoded, version int64, sum
 		// The poll loop installs it within one interval.
 		s.log.Warn("projection: written, but reading it back failed", slog.Int64("version", version), slog.Any("err", err))
 	}
+}
+
+//go:embed projection_unapprove.lua
+var unapproveSource string
+
+var unapproveScript = valkey.NewLuaScript(unapproveSource)
+
+// Unapprove forgets the approved device with that runner id, so it leaves
+// the projection (unless the document names that runner id itself). It
+// reports whether there was one, and the version after the call; this
+// replica has that version in force when it returns.
+func (s *Sync) Unapprove(ctx context.Context, runnerID string) (bool, int64, error) {
+	reply, err := unapproveScript.Exec(ctx, s.client, []string{s.key, s.approvedKey}, []string{runnerID, s.channel}).ToArray()
+	if err != nil {
+		return false, 0, fmt.Errorf("projection: unapprove: %w", err)
+	}
+	if len(reply) != 2 {
+		return false, 0, fmt.Errorf("projection: unapprove: unexpected reply of %d elements", len(reply))
+	}
+	removed, err1 := reply[0].AsInt64()
+	vs, err2 := reply[1].ToString()
+	version, err3 := strconv.ParseInt(vs, 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return false, 0, fmt.Errorf("projection: unapprove: %w", err)
+	}
+	if removed == 1 {
+		if err := s.Refresh(ctx); err != nil {
+			s.log.Warn("projection: unapproved, but reading it back failed", slog.Int64("version", version), slog.Any("err", err))
+		}
+	}
+	return removed == 1, version, nil
 }
