@@ -152,14 +152,16 @@ export function recordingFetch(log, inner = globalThis.fetch) {
 export const projectionWaits = [];
 export async function mergeProjection(patch) {
   const headers = { authorization: `Bearer ${env.adminToken}`, "content-type": "application/json" };
-  const admin = env.admins[Math.floor(Math.random() * env.admins.length)];
+  // Only replicas still running (a scenario may have killed one).
+  const admins = (await liveReplicas()).map((i) => env.admins[i]);
+  const admin = admins[Math.floor(Math.random() * admins.length)];
   const response = await fetch(`${admin}/projection/merge`, { method: "POST", headers, body: JSON.stringify(patch) });
   const text = await response.text();
   if (response.status !== 200) throw new Error(`projection merge on ${admin} answered ${response.status}: ${text}`);
   const { version } = JSON.parse(text);
   if (typeof version !== "number") return;
   const started = Date.now();
-  for (const other of env.admins) {
+  for (const other of admins) {
     await waitFor(
       async () => {
         const status = await fetch(`${other}/projection/status`, { headers });
