@@ -62,6 +62,10 @@
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
+//	pc:a                   HASH  code -> runnerId it was approved as (admin API)
+//	projection, projection:approved    internal/projectionsync's document and
+//	                             the devices approved by code; pairing_approve
+//	                             writes the second and bumps the first's version
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
 // wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a
