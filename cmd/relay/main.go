@@ -224,7 +224,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		adm.HandleOpen("GET /metrics", tel.MetricsHandler())
 		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/pairings/"),
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/"),
 			})(checker.CloseWhileDraining(adm)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       time.Minute,
