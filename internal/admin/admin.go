@@ -175,6 +175,8 @@ func (s *Server) getProjection(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Projection-Version", strconv.FormatInt(doc.Version, 10))
 	w.Header().Set("X-Projection-Updated-At", strconv.FormatInt(doc.UpdatedAt, 10))
+	// How many of the devices are approved by code rather than the document's.
+	w.Header().Set("X-Projection-Approved", strconv.Itoa(doc.Approved))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(doc.JSON) //nolint:errcheck // the client went away; nothing to do

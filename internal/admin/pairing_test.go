@@ -517,6 +517,9 @@ func TestApprovalSurvivesWholesalePut(t *testing.T) {
 		}
 	}
 	got := cl.admin(1, "GET", "/projection", "")
+	if got.header.Get("X-Projection-Approved") != "1" {
+		t.Fatalf("X-Projection-Approved %q", got.header.Get("X-Projection-Approved"))
+	}
 	f, err := projection.Parse([]byte(got.body))
 	if err != nil || len(f.Devices) != 2 || f.Devices[0].RunnerID != "c-1" || f.Devices[1].RunnerID != "r-9" || len(f.Consents) != 2 {
 		t.Fatalf("GET /projection: %v %s", err, got.body)
