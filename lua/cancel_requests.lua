@@ -1,17 +1,26 @@
--- cancel_requests: the cancelled jobs a runner currently holds, done jobs
--- included, in insertion order (§2.13). Pure read.
+-- cancel_requests: one page of the cancelled jobs a runner currently holds,
+-- done jobs included, in insertion order (§2.13). Pure read. Go pages by
+-- the index score (the job's seq), so one call never walks more than a page
+-- of a runner's index however much it holds.
 --
 -- KEYS[1]  cxl:<eR>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  runnerId
--- Reply: flat {jobId, leaseId, ...}
-
-local out = {}
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local v = redis.call('HMGET', P .. 'j:' .. m, 'cx', 'cr', 'id', 'cl')
+-- ARGV[5]  exclusive lower bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[6]  most index entries examined
+-- Reply: {cursor: seq of the last entry examined, "" when the index is
+--         exhausted; then one flat {jobId, leaseId} per grant listed}
+local limit = tonumber(ARGV[6])
+local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {''}
+for i = 1, #page, 2 do
+  out[1] = page[i + 1]
+  local v = redis.call('HMGET', P .. 'j:' .. page[i], 'cx', 'cr', 'id', 'cl')
   if v[1] == '1' and v[2] == ARGV[4] and v[4] then
-    out[#out + 1] = v[3]
-    out[#out + 1] = v[4]
+    out[#out + 1] = {v[3], v[4]}
   end
+end
+if #page < 2 * limit then
+  out[1] = ''
 end
 return out

@@ -6,7 +6,7 @@
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)
 -- ARGV[6]  retryAfter (absolute ms on the caller's clock, "" for none)
--- ARGV[7]  n, then n pairs: jobId, leaseId
+-- ARGV[7]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
 -- Reply: {released bare job ids in input order, reports}
 
 local runner, reason, retry_after = ARGV[4], ARGV[5], ARGV[6]

@@ -6,7 +6,7 @@
 -- KEYS[1]  lease      KEYS[2]  due
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  leaseMs
--- ARGV[6]  n, then n pairs: jobId, leaseId
+-- ARGV[6]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
 -- Reply: {renewed = {jobId, expiresAt, ...} flat, lost = {jobId, leaseId, ...} flat, reports}
 
 local runner, lease_ms = ARGV[4], tonumber(ARGV[5])

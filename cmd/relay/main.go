@@ -188,6 +188,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Debug:           cfg.Debug,
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
+		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
 	})
 	if err != nil {

@@ -62,6 +62,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// SweepBatch is how many due jobs one sweep call settles at most.
 	SweepBatch int
+	// StoreTimeout bounds each store call the planes make; a slower call
+	// is answered with the retryable 503.
+	StoreTimeout time.Duration
 	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration
 	// DrainPeriod is how long after SIGTERM readiness fails while both
@@ -105,6 +108,7 @@ func (c Config) LogAttrs() []any {
 		slog.String("sweepInterval", c.SweepInterval.String()),
 		slog.Int("sweepBatch", c.SweepBatch),
 		slog.Duration("drainPeriod", c.DrainPeriod),
+		slog.Duration("storeTimeout", c.StoreTimeout),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 	}
 }
@@ -285,6 +289,14 @@ var options = []option{
 		c.SweepBatch = n
 		return nil
 	}},
+	{env: "RELAY_STORE_TIMEOUT", flag: "store-timeout", def: "500ms", usage: "longest a plane waits on one store call before answering the retryable 503 server-error (a frozen or failing-over Valkey)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minStoreTimeout || d > maxStoreTimeout {
+			return fmt.Errorf("%q is not a usable store timeout; write a Go duration from %v to %v, e.g. 500ms (a healthy store answers in about a millisecond)", v, minStoreTimeout, maxStoreTimeout)
+		}
+		c.StoreTimeout = d
+		return nil
+	}},
 	{env: "RELAY_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long SIGINT/SIGTERM waits for in-flight requests before closing them", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -349,6 +361,11 @@ const (
 	minTokenLen      = 16
 	maxSafeInteger   = 1<<53 - 1
 	minSweepInterval = 50 * time.Millisecond
+	// A store call takes about a millisecond; below 10 ms a busy but
+	// healthy Valkey would be refused. Above a minute a frozen one holds
+	// requests longer than any client waits.
+	minStoreTimeout = 10 * time.Millisecond
+	maxStoreTimeout = time.Minute
 )
 
 var (

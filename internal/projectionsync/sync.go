@@ -179,6 +179,19 @@ func (s *Sync) Current() *projection.Projection {
 	return s.cur.proj
 }
 
+// Fresh reads the stored {version, sha} and, when it differs from what is
+// in force, loads it (Refresh), then returns the projection in force. It
+// costs one HMGET when this replica is already current. The planes call it
+// before a refusal a newer projection could reverse, so that a change made
+// through another replica is never refused here in the moments before
+// pub/sub or the poll brings it.
+func (s *Sync) Fresh(ctx context.Context) (*projection.Projection, error) {
+	if err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return s.Current(), nil
+}
+
 // Version returns the version in force (0: none stored, or not loaded).
 func (s *Sync) Version() int64 {
 	s.mu.Lock()

@@ -25,6 +25,13 @@ const (
 	MaxLabel           = 120
 	MinDeviceCode      = 20
 	MaxSuccessionChain = 64
+	// MaxGrantRefs bounds heartbeat activeLeases and release leases, which
+	// the reference leaves unbounded (a departure). A real daemon lists
+	// only the grants it holds, at most its concurrency (32 at most), and
+	// one claim grants at most MaxClaim (64); 1024 is sixteen full claims,
+	// far beyond any honest client, and keeps the store's work for one
+	// request at 32 bounded script calls (store.GrantChunk each).
+	MaxGrantRefs = 1024
 )
 
 // SignedGrant is a control-plane grant, carried verbatim on a claimed stub.
@@ -279,7 +286,7 @@ func DecodeGrantRef(v any, path string) (GrantRef, error) {
 }
 
 func decodeGrantRefs(f *Fields, key string) ([]GrantRef, error) {
-	items, p, err := f.Array(key, 0, -1)
+	items, p, err := f.Array(key, 0, MaxGrantRefs)
 	if err != nil {
 		return nil, err
 	}

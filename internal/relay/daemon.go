@@ -30,6 +30,11 @@ func sitesJSON(sites []projection.SiteRecord) []byte {
 
 // recordPresence is seen(), except that a record left over from other keys
 // or another owner is replaced rather than kept (seen never rewrites them).
+// The unsigned pairing paths call it with the projection's key set, never
+// the presented one: a pair request proves only that its sender has seen a
+// validly signed key set of the device, which may be an old one, and the
+// record's key set is what sites seal to. Only the projection (here, and in
+// reconcilePresence) or a signed request may change it.
 func (r *Relay) recordPresence(ctx context.Context, p store.Presence) error {
 	known, err := r.store.Presence(ctx, p.RunnerID)
 	if err != nil {
@@ -74,8 +79,11 @@ func (r *Relay) pair(req *request) (reply, error) {
 	if approved.Owner != owner {
 		return otherOwner, nil
 	}
+	// The presented key set is vouched for (VerifyPublicIdentity) but may
+	// be an older one of this identity; what sites seal to is the
+	// projection's (a departure: the reference stores the presented one).
 	if err := r.recordPresence(req.ctx, store.Presence{
-		RunnerID: approved.RunnerID, Owner: owner, Device: presented,
+		RunnerID: approved.RunnerID, Owner: owner, Device: approved.Device,
 		Capabilities: emptyArray, Withheld: emptyArray,
 	}); err != nil {
 		return reply{}, fmt.Errorf("pair: %w", err)
@@ -121,13 +129,19 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 
 var (
 	statusExpired = reply{status: 200, body: []byte(`{"status":"expired"}`)}
-	statusPending = reply{status: 200, body: []byte(`{"status":"pending"}`)}
+	// Pending until the projection approves the device: a newer one may.
+	statusPending = onProjection(reply{status: 200, body: []byte(`{"status":"pending"}`)})
 )
 
 // pairPoll answers from the shared code store, so a code minted through one
 // replica is polled through any other; approval is the projection's.
 func (r *Relay) pairPoll(req *request, poll *protocol.PairPollRequest) (reply, error) {
 	p, err := r.store.PairingByDeviceCode(req.ctx, poll.DeviceCode)
+	if errors.Is(err, store.ErrInvalidInput) {
+		// A code the store cannot hold (over its id limit, U+0000, a lone
+		// surrogate) was never minted: unknown, which is expired (§8.1).
+		return statusExpired, nil
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("pair poll: %w", err)
 	}
@@ -144,7 +158,10 @@ func (r *Relay) pairPoll(req *request, poll *protocol.PairPollRequest) (reply, e
 		caps = emptyArray
 	}
 	if err := r.recordPresence(req.ctx, store.Presence{
-		RunnerID: approved.RunnerID, Owner: approved.Owner, Device: p.Device,
+		// The projection's key set, not the one presented at start (see
+		// recordPresence); they are the same unless start presented an
+		// older key set of the approved identity.
+		RunnerID: approved.RunnerID, Owner: approved.Owner, Device: approved.Device,
 		Capabilities: caps, Withheld: emptyArray,
 	}); err != nil {
 		return reply{}, fmt.Errorf("pair poll: %w", err)

@@ -110,7 +110,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		if req.proj = r.projections.Current(); req.proj == nil {
 			return notReady, nil
 		}
-		return site(r, req)
+		return r.decide(req, site)
 	}
 
 	// 6-7. Daemon plane, by last segment under basePath.
@@ -137,6 +137,39 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	if req.proj = r.projections.Current(); req.proj == nil {
 		return notReady, nil
 	}
+	return r.decide(req, h)
+}
+
+// decide runs h on the projection in force and, when h answers with
+// something only the projection decided (reply.recheck), makes sure that
+// was the latest projection: one read of the stored version, and a reload
+// when it is newer, after which h runs again on it. Replicas follow the
+// projection within milliseconds over pub/sub and within the poll interval
+// without it, so without this a daemon approved through one replica could
+// be told "not recognised" by another in between. Only refusals pay the
+// read; a refusal that cannot be checked (the store is unreachable) is the
+// retryable 503, never a refusal the client would believe. Every recheck
+// refusal comes before the handler writes anything, except "revoked",
+// which follows the presence reconciliation that running again repeats.
+func (r *Relay) decide(req *request, h func(*Relay, *request) (reply, error)) (reply, error) {
+	rep, err := h(r, req)
+	if err != nil || !rep.recheck {
+		return rep, err
+	}
+	ctx := req.ctx
+	if r.storeTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.storeTimeout)
+		defer cancel()
+	}
+	latest, err := r.projections.Fresh(ctx)
+	if err != nil {
+		return reply{}, fmt.Errorf("check the projection is the latest: %w", err)
+	}
+	if latest == nil || latest == req.proj {
+		return rep, nil
+	}
+	req.proj = latest
 	return h(r, req)
 }
 

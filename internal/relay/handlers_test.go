@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -130,6 +131,24 @@ func TestSitePlaneRefusals(t *testing.T) {
 	})
 	t.Run("store refuses the stub", func(t *testing.T) {
 		expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("nul\u0000id", "alice", w.siteA))), 400, stubNotAcceptedBody)
+	})
+	t.Run("a job id holding a lone surrogate is refused", func(t *testing.T) {
+		// Documented in README "Beyond the reference": Valkey's Lua cjson
+		// cannot decode a lone surrogate escape, so such a stub could never
+		// be checked at claim; it is refused whole instead.
+		body := bytes.Replace(enqueueJSON(t, "site_a", e.stub("lsx", "alice", w.siteA)), []byte(`"id":"lsx"`), []byte(`"id":"ls\ud800"`), 1)
+		expect(t, e.sitePost(w.siteA, "site_a", "enqueue", body), 400, stubNotAcceptedBody)
+		cancel := bytes.Replace(cancelJSON(t, "site_a", "lsx"), []byte(`"jobId":"lsx"`), []byte(`"jobId":"ls\udc00"`), 1)
+		expect(t, e.sitePost(w.siteA, "site_a", "cancel", cancel), 400, schemaBody)
+		jobs, err := e.st.Jobs(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if strings.HasPrefix(j.ID, "ls") {
+				t.Fatalf("a refused stub was stored: %q", j.ID)
+			}
+		}
 	})
 	t.Run("strict stub schema", func(t *testing.T) {
 		body := []byte(`{"protocolVersion":"2","siteId":"site_a","stub":{"id":"x","kind":"llm.chat","owner":"alice","site":"` + w.siteA.keyID() +

@@ -45,6 +45,9 @@ type projSource struct {
 func (s *projSource) Current() *projection.Projection { return s.p.Load() }
 func (s *projSource) set(p *projection.Projection)    { s.p.Store(p) }
 
+// Fresh is Current: a test's projection is always the latest.
+func (s *projSource) Fresh(context.Context) (*projection.Projection, error) { return s.Current(), nil }
+
 // newValkey connects to the test Valkey and registers cleanup.
 func newValkey(t testing.TB) valkey.Client {
 	t.Helper()

@@ -93,6 +93,17 @@ func TestPairingAcrossReplicas(t *testing.T) {
 	t.Run("unknown code is expired", func(t *testing.T) {
 		expect(t, a.do("POST", "/byollm/pair", nil, pollJSON(strings.Repeat("x", 43))), 200, `{"status":"expired"}`)
 	})
+	// Codes the store cannot hold were never minted either: unknown, so
+	// expired, as the reference answers any code it does not know.
+	for name, code := range map[string]string{
+		"a code over the store's id limit": strings.Repeat("x", 4097),
+		"a code holding NUL":               strings.Repeat("x", 30) + `\u0000`,
+		"a code holding a lone surrogate":  strings.Repeat("x", 30) + `\ud800`,
+	} {
+		t.Run(name+" is expired", func(t *testing.T) {
+			expect(t, a.do("POST", "/byollm/pair", nil, pollJSON(code)), 200, `{"status":"expired"}`)
+		})
+	}
 	t.Run("a code past its ttl is expired", func(t *testing.T) {
 		eve := newKeys(t)
 		s := a.start(t, eve.id)

@@ -18,9 +18,18 @@
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
-//   - A store input refusal (store.ErrInvalidInput: U+0000 in an id, an id
-//     or blob over the store's limits) is the schema refusal, and on enqueue
-//     row 32 "that stub was not accepted".
+//   - A store input refusal (store.ErrInvalidInput: U+0000 or a lone
+//     surrogate in an id, an id or blob over the store's limits) is the
+//     schema refusal, on enqueue row 32 "that stub was not accepted", and on
+//     a pair poll {"status":"expired"} (such a code was never minted).
+//   - Heartbeat activeLeases and release leases hold at most
+//     protocol.MaxGrantRefs entries (schema refusal beyond).
+//   - Unsigned pairing (fixture, device-code poll) records the projection's
+//     key set in presence, never the presented one, so an older key set of
+//     an approved identity cannot roll back what sites seal to.
+//   - A store call slower than Config.StoreTimeout is the retryable 503
+//     server-error, and a refusal a newer projection could reverse is only
+//     given after checking the stored version (Relay.decide).
 //   - No grant author and no satisfiable callback are configured, so claims
 //     carry no grant, pairs carry no controlPlanePublic, and enqueue refuses
 //     nothing for satisfiability (rows 28-31 never occur).
@@ -90,8 +99,12 @@ type Store interface {
 
 // ProjectionSource hands out the projection in force. Current returns nil
 // until one has been loaded; the planes answer 503 not-ready until then.
+// Fresh makes sure the latest stored version is in force (a read of its
+// version, a load when newer) and returns it; the planes call it only
+// before a refusal a newer projection could reverse.
 type ProjectionSource interface {
 	Current() *projection.Projection
+	Fresh(ctx context.Context) (*projection.Projection, error)
 }
 
 // Config configures a Relay. Zero values take the reference defaults.
@@ -112,6 +125,10 @@ type Config struct {
 	// the oldest daemon version served (426 below it). Empty means none.
 	UpdateOffer, DaemonFloor string
 	Logger                   *slog.Logger
+	// StoreTimeout bounds each store call; a call that takes longer is
+	// answered with the retryable 503 server-error. Default
+	// DefaultStoreTimeout; negative disables the bound (tests).
+	StoreTimeout time.Duration
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -134,6 +151,9 @@ type Relay struct {
 	now         func() int64
 	echo        *echo.Echo
 	presence    presenceChecks
+	// storeTimeout bounds the projection recheck's read (the store calls
+	// are bounded by timedStore); 0 leaves it to the request.
+	storeTimeout time.Duration
 }
 
 // New validates cfg and builds a Relay.
@@ -143,6 +163,14 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if cfg.Projection == nil {
 		return nil, errors.New("relay: Config.Projection is required")
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	storeTimeout := time.Duration(0)
+	if cfg.StoreTimeout > 0 {
+		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout}
+		storeTimeout = cfg.StoreTimeout
 	}
 	if cfg.LeaseMs < 0 {
 		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
@@ -158,6 +186,8 @@ func New(cfg Config) (*Relay, error) {
 		floor:       cfg.DaemonFloor,
 		log:         cfg.Logger,
 		now:         cfg.Clock,
+
+		storeTimeout: storeTimeout,
 	}
 	if cfg.BasePath == "" {
 		r.basePath = DefaultBasePath

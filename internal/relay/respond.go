@@ -9,6 +9,18 @@ type reply struct {
 	status int
 	body   []byte
 	html   bool
+	// recheck marks an answer decided by the projection that a newer one
+	// could reverse (an unknown runner or site, a key that does not
+	// verify, no consent, not approved, revoked): before it goes out the
+	// planes make sure it was decided on the latest version (see
+	// Relay.decide).
+	recheck bool
+}
+
+// onProjection marks r as decided by the projection.
+func onProjection(r reply) reply {
+	r.recheck = true
+	return r
 }
 
 func refused(r *protocol.Refusal) reply { return reply{status: r.Status, body: r.JSON()} }
@@ -22,21 +34,21 @@ var (
 	notFoundBare     = refused(protocol.NotFound())
 	debugBadRequest  = refused(protocol.DebugBadRequest())
 	notSigned        = refused(protocol.NotSigned())
-	runnerUnknown    = refused(protocol.RunnerNotRecognised())
-	siteUnknown      = refused(protocol.SiteNotRegistered())
-	badSignature     = refused(protocol.BadSignature())
-	revokedRunner    = refused(protocol.Revoked())
+	runnerUnknown    = onProjection(refused(protocol.RunnerNotRecognised()))
+	siteUnknown      = onProjection(refused(protocol.SiteNotRegistered()))
+	badSignature     = onProjection(refused(protocol.BadSignature()))
+	revokedRunner    = onProjection(refused(protocol.Revoked()))
 	schemaFailed     = refused(protocol.SchemaFailed())
 	pairSchemaFailed = refused(protocol.PairSchemaFailed())
 	identityBroken   = refused(protocol.IdentityInconsistent())
-	noConsent        = refused(protocol.NoConsent())
-	notApproved      = refused(protocol.DeviceNotApproved())
-	otherOwner       = refused(protocol.DeviceOfAnotherOwner())
+	noConsent        = onProjection(refused(protocol.NoConsent()))
+	notApproved      = onProjection(refused(protocol.DeviceNotApproved()))
+	otherOwner       = onProjection(refused(protocol.DeviceOfAnotherOwner()))
 	noDeviceCodes    = refused(protocol.PairingNotOffered())
 	pairingBusy      = refused(protocol.PairingBusy())
 	runnerMismatch   = refused(protocol.RunnerMismatch())
 	notYourSite      = refused(protocol.NotYourSite())
-	stubNotYours     = refused(protocol.StubSiteMismatch())
+	stubNotYours     = onProjection(refused(protocol.StubSiteMismatch()))
 	unknownSiteJob   = refused(protocol.UnknownJob())
 	stubNotAccepted  = refused(protocol.StubNotAccepted())
 

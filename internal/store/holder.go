@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -11,6 +14,14 @@ import (
 // Holder operations name a grant, never a site (§5): the lease index
 // resolves the exact job, and the runner's bare-id index answers the
 // fallback question of §2.0. Each settles the grant it touches first (§9.8).
+
+// GrantChunk is the most grants one renew or release script call walks. A
+// longer list is split into several calls, so a call's cost is bounded
+// whatever a client sends. 32 is the most a real daemon holds (its
+// concurrency is at most 32 slots), so a real daemon's heartbeat or release
+// is always one call; 32 renewals measured about 0.5 ms of Valkey time on
+// a loaded 2-core machine (64 took about 0.85-1 ms).
+const GrantChunk = 32
 
 func (s *Store) checkHolder(jobID, runnerID, leaseID string) error {
 	if err := s.checkID("job id", jobID); err != nil {
@@ -109,33 +120,40 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 	if in.RetryAfter != nil {
 		retry = strconv.FormatInt(*in.RetryAfter, 10)
 	}
-	args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(in.Leases))}
 	for _, g := range in.Leases {
 		if err := s.checkHolder(g.JobID, in.RunnerID, g.LeaseID); err != nil {
 			return nil, fmt.Errorf("release: %w", err)
 		}
-		args = append(args, g.JobID, g.LeaseID)
 	}
-	if len(in.Leases) == 0 {
-		return []string{}, nil
+	released := []string{}
+	// In chunks, so no one script call walks more than GrantChunk grants.
+	// Each grant is released at most once whatever the chunking: a
+	// released grant no longer resolves, so a repeat in a later chunk is a
+	// silent skip, as it is within one call.
+	for chunk := range slices.Chunk(in.Leases, GrantChunk) {
+		args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(chunk))}
+		for _, g := range chunk {
+			args = append(args, g.JobID, g.LeaseID)
+		}
+		msg, err := s.run(ctx, "release", []string{s.k.lease(), s.k.held(in.RunnerID)}, args...)
+		if err != nil {
+			return nil, fmt.Errorf("release: %w", err)
+		}
+		parts, err := elems(msg, 2)
+		if err != nil {
+			return nil, fmt.Errorf("release: %w", err)
+		}
+		got, err := parts[0].AsStrSlice()
+		if err != nil {
+			return nil, fmt.Errorf("release: %w", err)
+		}
+		reports, err := parseReports(parts[1])
+		if err != nil {
+			return nil, fmt.Errorf("release: %w", err)
+		}
+		s.fireChurn(reports)
+		released = append(released, got...)
 	}
-	msg, err := s.run(ctx, "release", []string{s.k.lease(), s.k.held(in.RunnerID)}, args...)
-	if err != nil {
-		return nil, fmt.Errorf("release: %w", err)
-	}
-	parts, err := elems(msg, 2)
-	if err != nil {
-		return nil, fmt.Errorf("release: %w", err)
-	}
-	released, err := parts[0].AsStrSlice()
-	if err != nil {
-		return nil, fmt.Errorf("release: %w", err)
-	}
-	reports, err := parseReports(parts[1])
-	if err != nil {
-		return nil, fmt.Errorf("release: %w", err)
-	}
-	s.fireChurn(reports)
 	return released, nil
 }
 
@@ -149,55 +167,71 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 	if in.LeaseMs < 0 || in.LeaseMs > maxLeaseMs {
 		return res, fmt.Errorf("renew: %w: leaseMs %d out of range", ErrInvalidInput, in.LeaseMs)
 	}
-	args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(in.Leases))}
 	for _, g := range in.Leases {
 		if err := s.checkHolder(g.JobID, in.RunnerID, g.LeaseID); err != nil {
 			return res, fmt.Errorf("renew: %w", err)
 		}
-		args = append(args, g.JobID, g.LeaseID)
 	}
-	if len(in.Leases) == 0 {
-		return res, nil
-	}
-	msg, err := s.run(ctx, "renew", []string{s.k.lease(), s.k.due()}, args...)
-	if err != nil {
-		return res, fmt.Errorf("renew: %w", err)
-	}
-	parts, err := elems(msg, 3)
-	if err != nil {
-		return res, fmt.Errorf("renew: %w", err)
-	}
-	renewed, err1 := parts[0].AsStrSlice()
-	lost, err2 := parts[1].AsStrSlice()
-	reports, err3 := parseReports(parts[2])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return res, fmt.Errorf("renew: reply: %v %v %v", err1, err2, err3)
-	}
-	s.fireChurn(reports)
-	for i := 0; i+1 < len(renewed); i += 2 {
-		exp, err := strconv.ParseInt(renewed[i+1], 10, 64)
-		if err != nil {
-			return res, fmt.Errorf("renew: expiry: %w", err)
+	// In chunks of GrantChunk, each its own script call, so a long list
+	// costs several short calls rather than one that stalls Valkey. Every
+	// grant is judged on its own, so the answer is the one a single call
+	// would give (renewed and lost keep input order).
+	for chunk := range slices.Chunk(in.Leases, GrantChunk) {
+		args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(chunk))}
+		for _, g := range chunk {
+			args = append(args, g.JobID, g.LeaseID)
 		}
-		res.Renewed = append(res.Renewed, Renewed{JobID: renewed[i], ExpiresAt: exp})
+		msg, err := s.run(ctx, "renew", []string{s.k.lease(), s.k.due()}, args...)
+		if err != nil {
+			return res, fmt.Errorf("renew: %w", err)
+		}
+		parts, err := elems(msg, 3)
+		if err != nil {
+			return res, fmt.Errorf("renew: %w", err)
+		}
+		renewed, err1 := parts[0].AsStrSlice()
+		lost, err2 := parts[1].AsStrSlice()
+		reports, err3 := parseReports(parts[2])
+		if err1 != nil || err2 != nil || err3 != nil {
+			return res, fmt.Errorf("renew: reply: %v %v %v", err1, err2, err3)
+		}
+		s.fireChurn(reports)
+		for i := 0; i+1 < len(renewed); i += 2 {
+			exp, err := strconv.ParseInt(renewed[i+1], 10, 64)
+			if err != nil {
+				return res, fmt.Errorf("renew: expiry: %w", err)
+			}
+			res.Renewed = append(res.Renewed, Renewed{JobID: renewed[i], ExpiresAt: exp})
+		}
+		res.Lost = append(res.Lost, grantRefs(lost)...)
 	}
-	res.Lost = grantRefs(lost)
 	return res, nil
 }
 
 // CancelRequests lists the cancelled jobs the runner holds, done ones
-// included, as exact grants in insertion order (§2.13). A pure read.
+// included, as exact grants in insertion order (§2.13). A pure read, in
+// pages of cancelEntries index entries (the index grows with what the
+// runner holds), so it is not one atomic snapshot: a grant cancelled or
+// released while the pages are read may be listed or not, as it would be
+// had the heartbeat come a moment earlier or later.
 func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error) {
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("cancel requests: %w", err)
 	}
-	msg, err := s.run(ctx, "cancel_requests", []string{s.k.cancelled(runnerID)}, runnerID)
+	out := []protocol.GrantRef{}
+	err := s.pages(ctx, "cancel_requests", s.k.cancelled(runnerID), []string{runnerID},
+		[]string{strconv.Itoa(s.limits.cancelEntries)}, func(items []valkey.ValkeyMessage) error {
+			for _, e := range items {
+				flat, err := e.AsStrSlice()
+				if err != nil {
+					return err
+				}
+				out = append(out, grantRefs(flat)...)
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("cancel requests: %w", err)
 	}
-	flat, err := msg.AsStrSlice()
-	if err != nil {
-		return nil, fmt.Errorf("cancel requests: %w", err)
-	}
-	return grantRefs(flat), nil
+	return out, nil
 }

@@ -97,6 +97,7 @@ type pageLimits struct {
 	getBytes        int // ... ending early once this many bytes are read
 	claimScan       int // claim: queue entries examined per call
 	presenceEntries int // presence_all: records per call
+	cancelEntries   int // cancel_requests: index entries per call
 }
 
 // defaultPageLimits keep each call near or under 1 ms on a 2-core machine
@@ -110,6 +111,7 @@ var defaultPageLimits = pageLimits{
 	getBytes:        128 << 10,
 	claimScan:       16,
 	presenceEntries: 128,
+	cancelEntries:   64,
 }
 
 // pages runs a paged script from the start of its index to its end. args

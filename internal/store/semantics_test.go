@@ -565,6 +565,42 @@ var semanticCases = []struct {
 			equalStrings(h.t, "everyone", got, want)
 		}
 	}},
+	{name: "cancel requests read in pages, in insertion order", run: func(h *h, _ *churnLog) {
+		h.s.limits.cancelEntries = 2
+		var held []protocol.GrantRef
+		for i := range 5 {
+			h.enqueue(fmt.Sprint("c", i), "alice")
+		}
+		for len(held) < 5 {
+			got := h.claim(maxJobs(2))
+			if len(got) == 0 {
+				h.t.Fatalf("claimed only %d", len(held))
+			}
+			for _, g := range got {
+				held = append(held, grant(g))
+				h.seal(stubID(g))
+			}
+		}
+		// Cancelled out of order; c2 never, c3 released after its cancel.
+		for _, id := range []string{"c4", "c0", "c3", "c1"} {
+			if ok, err := h.s.Cancel(h.ctx, site, id); !ok || err != nil {
+				h.t.Fatalf("cancel %s: %v %v", id, ok, err)
+			}
+		}
+		for _, g := range held {
+			if g.JobID == "c3" {
+				h.release("runner_1", []protocol.GrantRef{g}, ReasonShutdown, nil)
+			}
+		}
+		reqs, err := h.s.CancelRequests(h.ctx, "runner_1")
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		want := []protocol.GrantRef{held[0], held[1], held[4]}
+		if held[0].JobID != "c0" || held[1].JobID != "c1" || held[4].JobID != "c4" || !reflect.DeepEqual(reqs, want) {
+			h.t.Fatalf("cancel requests %+v, want %+v", reqs, want)
+		}
+	}},
 }
 
 func withChurn(c *churnLog) Options { return Options{OnChurn: c.add} }
