@@ -685,3 +685,26 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 var _ = slog.Default
+
+// TestNoOpMergeKeepsApprovals: a merge that changes nothing, sent to a
+// replica that has not yet followed an approval made elsewhere, must not
+// put the bare document in force under the approval's version (which the
+// version poll would then take for current, hiding the device there).
+func TestNoOpMergeKeepsApprovals(t *testing.T) {
+	cl := newCluster(t, 2)
+	cl.withConsent("alice")
+	d := cl.startPairing(0, "laptop")
+	if got := cl.admin(1, "POST", "/pairings/"+d.code+"/approve", `{"owner":"alice","runnerId":"r-1"}`); got.status != 200 {
+		t.Fatal(got.body)
+	}
+	// Replica 0 has not followed the approval yet; a no-op merge reaches it.
+	if got := cl.admin(0, "POST", "/projection/merge", `{"devices":[]}`); got.status != 200 || decode(t, got)["changed"] != false {
+		t.Fatalf("merge: %d %s", got.status, got.body)
+	}
+	cl.follow()
+	for i, r := range cl.replicas {
+		if dev := r.proj.Current().DeviceFor("r-1"); dev == nil {
+			t.Fatalf("replica %d (version %d): the approved device is not in force", i, r.proj.Version())
+		}
+	}
+}

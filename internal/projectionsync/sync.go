@@ -454,7 +454,9 @@ func (s *Sync) Merge(ctx context.Context, patch []byte) (Result, error) {
 			if base.Version > 0 {
 				sha = shaHex(base.JSON)
 			}
-			s.installIfNewer(d, base.Version, sha)
+			// Not installIfNewer: with approved devices the document alone
+			// is not the projection of base.Version (approved.go).
+			s.installWritten(ctx, d, base.Version, sha)
 			return Result{Counts: d.counts, Version: base.Version, UpdatedAt: base.UpdatedAt}, nil
 		}
 		res, err := s.write(ctx, d, strconv.FormatInt(base.Version, 10))
