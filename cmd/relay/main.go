@@ -4,7 +4,7 @@
 //
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
-//	relay pairing show|approve|deny   approve a device by its user code, ditto
+//	relay pairing show|approve|deny|unpair  approve a device by its user code, ditto
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
