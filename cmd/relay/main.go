@@ -4,6 +4,7 @@
 //
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
+//	relay pairing show|approve|deny|unpair  approve a device by its user code, ditto
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
@@ -29,6 +30,7 @@ import (
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/pairings"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -52,6 +54,9 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	if len(os.Args) > 1 && os.Args[1] == "projection" {
 		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "pairing" {
+		os.Exit(admin.RunPairingCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
@@ -241,7 +246,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	servers := []*namedServer{{name: "planes", srv: planesSrv}}
 	adminAddr := ""
 	if cfg.AdminListen != "" {
-		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log})
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj),
+			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
 		adm.HandleOpen("GET /healthz", checker.Healthz())
 		adm.HandleOpen("GET /readyz", checker.Readyz())
@@ -249,7 +255,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
 			Name: "admin",
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status"),
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/"),
 			})(checker.CloseWhileDraining(adm)),
 			MaxConns:    cfg.MaxConns,
 			BodyTimeout: cfg.BodyTimeout,

@@ -15,6 +15,14 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//	DELETE /projection/approved/{runnerId}  forget a device approved by code
+//
+// The pairing routes (pairing.go) approve a device by the user code its
+// person reads off the daemon:
+//
+//	GET  /pairings/{userCode}          the live pending pairing (404 otherwise)
+//	POST /pairings/{userCode}/approve  {"owner", "runnerId"?}: approve it
+//	POST /pairings/{userCode}/deny     drop it
 package admin
 
 import (
@@ -44,6 +52,7 @@ type Projections interface {
 	Replace(ctx context.Context, raw []byte) (projectionsync.Result, error)
 	Merge(ctx context.Context, patch []byte) (projectionsync.Result, error)
 	State() projectionsync.State
+	Unapprove(ctx context.Context, runnerID string) (bool, int64, error)
 }
 
 // Options configures the admin server.
@@ -52,6 +61,8 @@ type Options struct {
 	Token string
 	// Projections backs the /projection routes; nil leaves them out.
 	Projections Projections
+	// Pairings backs the /pairings routes; nil leaves them out.
+	Pairings Pairings
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
 	// Bodies is the request-body budget shared with the planes; nil gives
@@ -101,6 +112,10 @@ func New(opts Options) *Server {
 		s.authed.HandleFunc("PUT /projection", s.putProjection)
 		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
 		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
+		s.authed.HandleFunc("DELETE /projection/approved/{runnerId}", s.unapprove)
+	}
+	if opts.Pairings != nil {
+		s.registerPairings(opts.Pairings)
 	}
 	return s
 }
@@ -150,7 +165,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found"})
 		return
 	}
-	h.ServeHTTP(w, r)
+	// Through the mux, not h: only ServeMux.ServeHTTP sets the request's
+	// path values ({userCode}).
+	s.authed.ServeHTTP(w, r)
 }
 
 // authorized checks the request's one Authorization header: the scheme
@@ -187,6 +204,8 @@ func (s *Server) getProjection(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Projection-Version", strconv.FormatInt(doc.Version, 10))
 	w.Header().Set("X-Projection-Updated-At", strconv.FormatInt(doc.UpdatedAt, 10))
+	// How many of the devices are approved by code rather than the document's.
+	w.Header().Set("X-Projection-Approved", strconv.Itoa(doc.Approved))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(doc.JSON) //nolint:errcheck // the client went away; nothing to do

@@ -74,7 +74,11 @@
 //	                             identity -> code, user code -> code
 //	pc:ms                  HASH  code -> source address (base64url)
 //	pc:a:⟨addr⟩            ZSET  code -> expiresAt: an address's codes, for
-//	                             the per-source limit; expires with its last
+//	                             the per-source limit; expires with its last code
+//	pc:ok                  HASH  code -> runnerId it was approved as (admin API)
+//	projection, projection:approved    internal/projectionsync's document and
+//	                             the devices approved by code; pairing_approve
+//	                             writes the second and bumps the first's version
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
 // wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a

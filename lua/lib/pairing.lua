@@ -11,6 +11,7 @@
 --   pc:ms  HASH deviceCode -> source address (base64url), when one was given
 --   pc:a:<source>  ZSET deviceCode -> expiresAt: the source's codes (its
 --          live ones are counted against the per-source limit)
+--   pc:ok  HASH deviceCode -> runnerId          (approved through the admin API)
 
 local PC = P .. 'pc:'
 
@@ -26,6 +27,7 @@ local function remove_code(dc)
     redis.call('HDEL', PC .. 'ms', dc)
     redis.call('ZREM', PC .. 'a:' .. source, dc)
   end
+  redis.call('HDEL', PC .. 'ok', dc)
   if identity and redis.call('HGET', PC .. 'i', identity) == dc then
     redis.call('HDEL', PC .. 'i', identity)
   end
