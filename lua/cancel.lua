@@ -13,6 +13,7 @@ if not h then
   return 0
 end
 redis.call('HSET', KEYS[1], 'cx', '1')
+redis.call('SREM', live_set(h.eS), h.eJ) -- a cancelled job no longer counts against the site
 if h.state == QUEUED then
   local qk, qm = queue_of(h) -- a cancelled queued job belongs to no queue
   redis.call('ZREM', qk, qm)

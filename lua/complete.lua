@@ -33,6 +33,8 @@ end
 local was = h.state
 redis.call('HSET', jkey(m), 'rs', ARGV[9], 'dp', ARGV[10], 'state', DONE)
 move_state(m, was, DONE)
+redis.call('SREM', live_set(h.eS), h.eJ)
+account(m, h.eS)
 if was == AWAITING then
   leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
 end

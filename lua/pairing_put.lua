@@ -4,16 +4,23 @@
 -- call adds, so expired codes drain) and the capacity counts live codes
 -- only, which is what the reference's full purge leaves; every read checks
 -- expiry itself, so a lingering expired code is never seen.
+-- Beyond the reference, live codes are also counted per source address
+-- (KEYS[8], pruned of expired entries here), so one client cannot take the
+-- whole capacity; re-pairing the same keypair replaces its code first and
+-- so never needs a free slot of either kind.
 -- lib: pairing
 --
 -- KEYS[1]  pc:d   KEYS[2]  pc:x   KEYS[3]  pc:mi   KEYS[4]  pc:mu
--- KEYS[5]  pc:i   KEYS[6]  pc:u
+-- KEYS[5]  pc:i   KEYS[6]  pc:u   KEYS[7]  pc:ms   KEYS[8]  pc:a:<source>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  capacity   ARGV[5]  deviceCode   ARGV[6]  userCode
 -- ARGV[7]  device identity   ARGV[8]  expiresAt   ARGV[9]  pending (raw JSON)
--- Reply: 'stored' | 'at-capacity'
+-- ARGV[10] source (base64url; "" for none: no per-source count)
+-- ARGV[11] live codes allowed per source
+-- Reply: 'stored' | 'at-capacity' | 'source-busy'
 
 local cap, dc, uc, identity = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local source, per_source = ARGV[10], tonumber(ARGV[11])
 local now = clock()
 
 local PURGE_PER_CALL = 16
@@ -30,7 +37,14 @@ end
 if redis.call('HEXISTS', KEYS[1], dc) == 1 then
   remove_code(dc)
 end
--- 3. Capacity of live codes, after this keypair's old code is gone.
+-- 3. Live codes of this source, then of everyone, after this keypair's old
+-- code is gone.
+if source ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', fmt(now))
+  if redis.call('ZCARD', KEYS[8]) >= per_source then
+    return 'source-busy'
+  end
+end
 if redis.call('ZCOUNT', KEYS[2], '(' .. fmt(now), '+inf') >= cap then
   return 'at-capacity'
 end
@@ -43,5 +57,15 @@ redis.call('HSET', KEYS[5], identity, dc)
 local holder = redis.call('HGET', KEYS[6], uc)
 if not holder or not live_code(holder, now) then
   redis.call('HSET', KEYS[6], uc, dc)
+end
+if source ~= '' then
+  redis.call('HSET', KEYS[7], dc, source)
+  redis.call('ZADD', KEYS[8], ARGV[8], dc)
+  -- The source's index lives as long as its latest code, so an address
+  -- that stops pairing leaves nothing behind.
+  local ttl = tonumber(ARGV[8]) - now
+  if ttl > 0 and redis.call('PTTL', KEYS[8]) < ttl then
+    redis.call('PEXPIRE', KEYS[8], fmt(ttl))
+  end
 end
 return 'stored'

@@ -7,10 +7,30 @@
 -- change, and seq is never reused, so Go fetches with results_get only the
 -- results of seqs it has not read before. Pure read.
 --
--- KEYS[1]  fin:<eS>
+-- The reply opens with the data generation: the namespace's epoch (written
+-- by the first enqueue; "" when there is none) and the server's replication
+-- id. seq restarts when Valkey loses its data: a restart without
+-- persistence or FLUSHALL removes the epoch key, and a failover to a replica
+-- that missed the latest writes (which keeps the epoch but rolls seq back)
+-- gives the promoted server a new replication id. Go trusts results it
+-- cached under a seq only for the generation this page names.
+--
+-- KEYS[1]  fin:<eS>   KEYS[2]  epoch
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
 -- ARGV[5]  most entries
--- Reply: flat {eJ, seq, ...}; fewer than ARGV[5] pairs: the index is exhausted
+-- Reply: flat {epoch, eJ, seq, ...}; fewer than ARGV[5] pairs: the index is
+--        exhausted
 
-return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
+local out = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
+local epoch = redis.call('GET', KEYS[2])
+if epoch then
+  -- The embedded store answers no INFO section "replication" (and cannot
+  -- fail over): its generation is the epoch alone.
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) == 'string' then
+    epoch = epoch .. '/' .. (string.match(info, 'master_replid:(%w+)') or '')
+  end
+end
+table.insert(out, 1, epoch or '')
+return out

@@ -4,10 +4,16 @@
 -- Clears awaitingUntil and sealAttempts, never reofferTo.
 -- lib: store
 --
--- KEYS[1]  j:<eS>:<eJ>
+-- Beyond the reference, a payload that would take the site past its stored
+-- bytes limit is refused (after the reference's own answers), and the job
+-- stays awaiting its payload.
+--
+-- KEYS[1]  j:<eS>:<eJ>   KEYS[2]  sb:<eS>
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  member <eS>:<eJ>   ARGV[5]  envelope (raw JSON)
+-- ARGV[6]  most stored bytes of the site ("0": no limit)
 -- Reply: {'ready', reports} | {'not-found', reports} | {'too-late', was, reports}
+--        | {'site-limit', 'bytes', reports}
 
 local m = ARGV[4]
 local now = clock()
@@ -22,7 +28,12 @@ end
 if h.state ~= AWAITING then
   return {'too-late', h.state, REPORTS}
 end
+local max_bytes = tonumber(ARGV[6])
+if max_bytes > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') + #ARGV[5] > max_bytes then
+  return {'site-limit', 'bytes', REPORTS}
+end
 redis.call('HSET', KEYS[1], 'pl', ARGV[5], 'state', READY)
+account(m, h.eS)
 move_state(m, AWAITING, READY)
 redis.call('HDEL', KEYS[1], 'au', 'sa')
 leave_awaiting(h)

@@ -15,6 +15,7 @@ if not h then
   return 0
 end
 redis.call('HSET', KEYS[1], 'stub', ARGV[5])
+account(m, h.eS)
 if h.bad == '1' then
   redis.call('HDEL', KEYS[1], 'bad')
   redis.call('ZREM', P .. 'bad', m)

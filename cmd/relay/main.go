@@ -4,6 +4,7 @@
 //
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
+//	relay pairing show|approve|deny|unpair  approve a device by its user code, ditto
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
@@ -28,6 +29,8 @@ import (
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
+	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/pairings"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -51,6 +54,9 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	if len(os.Args) > 1 && os.Args[1] == "projection" {
 		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "pairing" {
+		os.Exit(admin.RunPairingCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
@@ -116,8 +122,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// ready line repeats embedded=true.
 
 	st, err := store.New(bg, client, store.Options{
-		Namespace: cfg.Namespace,
-		Logger:    log,
+		Namespace:         cfg.Namespace,
+		Logger:            log,
+		PairingsPerSource: cfg.PairingsPerAddress,
+		SiteLimits:        cfg.SiteLimits,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
@@ -159,6 +167,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		c, err := st.Counts(ctx)
 		return c.ActiveLeases(), err
 	})
+	// Per-site use: the projection's sites only (bounded labels), O(1) each.
+	metrics.ObserveSiteUse(func(ctx context.Context) (map[string]telemetry.SiteUse, error) {
+		p := proj.Current()
+		if p == nil {
+			return nil, nil
+		}
+		var ids []string
+		for _, s := range p.Fixture().Sites {
+			ids = append(ids, s.SiteID)
+		}
+		use, err := st.SiteUse(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]telemetry.SiteUse, len(use))
+		for id, u := range use {
+			out[id] = telemetry.SiteUse{LiveJobs: u.LiveJobs, StoredBytes: u.StoredBytes}
+		}
+		return out, nil
+	})
 	checker := health.New(health.Options{Logger: log})
 	checker.Add("valkey", health.ValkeyPing(client))
 	checker.Add("scripts", func(ctx context.Context) error {
@@ -174,6 +202,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil
 	})
 
+	// One body budget for both listeners: the bytes of request bodies held
+	// at once, whatever any number of clients send.
+	bodies := httpserve.NewBudget(cfg.BodyBytesInFlight)
 	planes, err := relay.New(relay.Config{
 		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
 		Projection:      proj,
@@ -183,6 +214,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Debug:           cfg.Debug,
 		UpdateOffer:     cfg.UpdateOffer,
 		DaemonFloor:     cfg.DaemonFloor,
+		Bodies:          bodies,
+		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
 	})
@@ -190,42 +223,50 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return fmt.Errorf("relay: %w", err)
 	}
 
-	planeLn, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on RELAY_LISTEN %s: %w", cfg.Listen, err)
+	var certs *httpserve.CertReloader
+	if cfg.TLSCertFile != "" {
+		if certs, err = httpserve.LoadCert(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
+			return fmt.Errorf("RELAY_TLS_CERT_FILE/RELAY_TLS_KEY_FILE: %w", err)
+		}
 	}
-	servers := []*namedServer{{name: "planes", ln: planeLn, srv: &http.Server{
+	planesSrv, err := httpserve.Listen(cfg.Listen, httpserve.Options{
+		Name: "planes",
 		Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
 			Classify: telemetry.ProtocolRoutes(cfg.BasePath),
 			Logger:   log, // one debug line per refusal
 		})(checker.CloseWhileDraining(planes.Handler())),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute, // a 13 MiB envelope over a slow link
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}}
+		MaxConns:    cfg.MaxConns,
+		BodyTimeout: cfg.BodyTimeout,
+		TLS:         certs,
+		Logger:      log,
+	})
+	if err != nil {
+		return fmt.Errorf("RELAY_LISTEN: %w", err)
+	}
+	servers := []*namedServer{{name: "planes", srv: planesSrv}}
 	adminAddr := ""
 	if cfg.AdminListen != "" {
-		adminLn, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			planeLn.Close()
-			return fmt.Errorf("listen on RELAY_ADMIN_LISTEN %s: %w", cfg.AdminListen, err)
-		}
-		adminAddr = adminLn.Addr().String()
-		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, MaxBody: cfg.AdminMaxBody, Logger: log})
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj),
+			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
 		adm.HandleOpen("GET /healthz", checker.Healthz())
 		adm.HandleOpen("GET /readyz", checker.Readyz())
 		adm.HandleOpen("GET /metrics", tel.MetricsHandler())
-		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
+		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
+			Name: "admin",
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status"),
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/"),
 			})(checker.CloseWhileDraining(adm)),
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       time.Minute,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}})
+			MaxConns:    cfg.MaxConns,
+			BodyTimeout: cfg.BodyTimeout,
+			Logger:      log,
+		})
+		if err != nil {
+			planesSrv.HTTP.Close()
+			return fmt.Errorf("RELAY_ADMIN_LISTEN: %w", err)
+		}
+		adminAddr = adminSrv.Addr().String()
+		servers = append(servers, &namedServer{name: "admin", srv: adminSrv})
 	}
 
 	var wg sync.WaitGroup
@@ -247,16 +288,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	failed := make(chan error, len(servers))
 	for _, s := range servers {
 		go func() {
-			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := s.srv.Serve(); !errors.Is(err, http.ErrServerClosed) {
 				failed <- fmt.Errorf("%s listener: %w", s.name, err)
 			}
 		}()
 	}
-	log.Info("relay ready", slog.String("listen", planeLn.Addr().String()), slog.String("admin", orOff(adminAddr)),
-		slog.Bool("embedded", embedded), slog.Bool("durable", !embedded))
+	planesAddr := planesSrv.Addr().String()
+	log.Info("relay ready", slog.String("listen", planesAddr), slog.String("admin", orOff(adminAddr)),
+		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", !embedded))
 	// One machine-readable line on stdout, the same shape as the reference
 	// host's (test/reference/server.mjs), for harnesses that bind port 0.
-	ready, _ := json.Marshal(map[string]any{"ready": true, "listen": planeLn.Addr().String(), "admin": adminAddr, "pid": os.Getpid()})
+	ready, _ := json.Marshal(map[string]any{"ready": true, "listen": planesAddr, "admin": adminAddr, "pid": os.Getpid()})
 	fmt.Fprintf(stdout, "%s\n", ready)
 
 	var serveErr error
@@ -271,7 +313,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// period, then shut down within the timeout.
 	httpServers := make([]*http.Server, len(servers))
 	for i, s := range servers {
-		httpServers[i] = s.srv
+		httpServers[i] = s.srv.HTTP
 	}
 	if err := checker.Drain(context.Background(), drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
 		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
@@ -281,8 +323,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 type namedServer struct {
 	name string
-	ln   net.Listener
-	srv  *http.Server
+	srv  *httpserve.Server
 }
 
 func orOff(s string) string {

@@ -7,11 +7,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -321,6 +329,7 @@ func TestStartRefusals(t *testing.T) {
 		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "e2e-badfile-unused", "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},
 		{"valkey unreachable", map[string]string{"RELAY_VALKEY_URL": "redis://127.0.0.1:1/0", "RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "open the store"},
+		{"TLS certificate without its key", map[string]string{"RELAY_TLS_CERT_FILE": bad}, 2, "must be set together"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,4 +362,91 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Fatalf("push to the embedded relay: exit %d, %q %q", code, out, errs)
 	}
 	waitVersion(t, p, 1, time.Second)
+}
+
+// rawAnswer sends req on a new connection to addr and reads one answer.
+func rawAnswer(t *testing.T, addr, req string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, req)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to %q: %v", req, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestBoundedListeners: both listeners of the binary go through
+// internal/httpserve: Go-level errors answer in JSON and the connection cap
+// holds.
+func TestBoundedListeners(t *testing.T) {
+	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_MAX_CONNS": "2"})
+	for _, addr := range []string{p.listen, p.admin} {
+		if code, body := rawAnswer(t, addr, "GET / HTTP/3.0\r\nHost: x\r\n\r\n"); code != 505 ||
+			body != `{"error":"bad-request","message":"this HTTP version is not supported — send HTTP/1.1"}` {
+			t.Fatalf("%s: HTTP/3.0 answered %d %s", addr, code, body)
+		}
+	}
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", p.listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	if code, body := rawAnswer(t, p.listen, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); code != 503 || !strings.Contains(body, `"error":"server-error"`) {
+		t.Fatalf("a third connection with RELAY_MAX_CONNS=2: %d %s", code, body)
+	}
+}
+
+// TestTLSListener: with RELAY_TLS_CERT_FILE/KEY_FILE the public listener
+// serves only TLS; plaintext is redirected to https.
+func TestTLSListener(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	cert := writeCert(t, certFile, keyFile)
+	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_TLS_CERT_FILE": certFile, "RELAY_TLS_KEY_FILE": keyFile})
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://" + p.listen + "/nowhere")
+	if err != nil {
+		t.Fatalf("https: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || string(b) != `{"error":"not-found"}` {
+		t.Fatalf("https answer %d %s", resp.StatusCode, b)
+	}
+	if code, body := rawAnswer(t, p.listen, "GET /healthz HTTP/1.1\r\nHost: relay.test\r\n\r\n"); code != 308 || strings.Contains(body, "not-found") {
+		t.Fatalf("plaintext to the TLS listener: %d %s", code, body)
+	}
+}
+
+func writeCert(t *testing.T, certFile, keyFile string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	return cert
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/relay"
@@ -32,7 +34,21 @@ func (o *observedStore) Now(ctx context.Context) (int64, error) {
 }
 
 func (o *observedStore) Enqueue(ctx context.Context, in store.EnqueueInput) (store.Job, error) {
-	return observe(o, ctx, "enqueue", func(ctx context.Context) (store.Job, error) { return o.Store.Enqueue(ctx, in) })
+	// A site-limit refusal is a reply of the script, not a failure of it:
+	// it is counted as a refusal and kept out of the script errors.
+	var limited *store.SiteLimitError
+	job, err := observe(o, ctx, "enqueue", func(ctx context.Context) (store.Job, error) {
+		job, err := o.Store.Enqueue(ctx, in)
+		if errors.As(err, &limited) {
+			return job, nil
+		}
+		return job, err
+	})
+	if limited != nil {
+		o.m.RecordSiteLimit(ctx, in.SiteID, limited.Limit)
+		return job, fmt.Errorf("enqueue: %w", limited)
+	}
+	return job, err
 }
 
 func (o *observedStore) Jobs(ctx context.Context) ([]store.Job, error) {
@@ -68,9 +84,13 @@ func (o *observedStore) ReleaseLeases(ctx context.Context, in store.ReleaseInput
 }
 
 func (o *observedStore) Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (store.SealResult, error) {
-	return observe(o, ctx, "seal", func(ctx context.Context) (store.SealResult, error) {
+	r, err := observe(o, ctx, "seal", func(ctx context.Context) (store.SealResult, error) {
 		return o.Store.Seal(ctx, siteID, jobID, envelope)
 	})
+	if err == nil && r.Refused == store.RefusedSiteLimit {
+		o.m.RecordSiteLimit(ctx, siteID, r.Limit)
+	}
+	return r, err
 }
 
 func (o *observedStore) Cancel(ctx context.Context, siteID, jobID string) (bool, error) {
@@ -116,8 +136,8 @@ func (o *observedStore) Sweep(ctx context.Context) ([]store.Job, error) {
 	return jobs, err
 }
 
-func (o *observedStore) PutPairing(ctx context.Context, p store.PendingPairing) (bool, error) {
-	return observe(o, ctx, "pairing_put", func(ctx context.Context) (bool, error) { return o.Store.PutPairing(ctx, p) })
+func (o *observedStore) PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error) {
+	return observe(o, ctx, "pairing_put", func(ctx context.Context) (store.PairingOutcome, error) { return o.Store.PutPairing(ctx, p) })
 }
 
 func (o *observedStore) PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error) {

@@ -15,6 +15,14 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//	DELETE /projection/approved/{runnerId}  forget a device approved by code
+//
+// The pairing routes (pairing.go) approve a device by the user code its
+// person reads off the daemon:
+//
+//	GET  /pairings/{userCode}          the live pending pairing (404 otherwise)
+//	POST /pairings/{userCode}/approve  {"owner", "runnerId"?}: approve it
+//	POST /pairings/{userCode}/deny     drop it
 package admin
 
 import (
@@ -24,12 +32,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 )
 
@@ -43,6 +52,7 @@ type Projections interface {
 	Replace(ctx context.Context, raw []byte) (projectionsync.Result, error)
 	Merge(ctx context.Context, patch []byte) (projectionsync.Result, error)
 	State() projectionsync.State
+	Unapprove(ctx context.Context, runnerID string) (bool, int64, error)
 }
 
 // Options configures the admin server.
@@ -51,9 +61,14 @@ type Options struct {
 	Token string
 	// Projections backs the /projection routes; nil leaves them out.
 	Projections Projections
+	// Pairings backs the /pairings routes; nil leaves them out.
+	Pairings Pairings
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
-	Logger  *slog.Logger
+	// Bodies is the request-body budget shared with the planes; nil gives
+	// the admin listener one of its own.
+	Bodies *httpserve.Budget
+	Logger *slog.Logger
 }
 
 // Server is the admin handler. Add routes with Handle or HandleOpen before
@@ -62,6 +77,7 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	hasToken bool
 	maxBody  int64
+	bodies   *httpserve.Budget
 	proj     Projections
 	log      *slog.Logger
 	open     *http.ServeMux
@@ -76,12 +92,16 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Bodies == nil {
+		opts.Bodies = httpserve.NewBudget(0)
+	}
 	s := &Server{
 		hasToken: opts.Token != "",
 		// Comparing digests keeps the comparison constant-time even in
 		// length, which subtle.ConstantTimeCompare alone is not.
-		tokenSum: sha256.Sum256([]byte("Bearer " + opts.Token)),
+		tokenSum: sha256.Sum256([]byte(opts.Token)),
 		maxBody:  opts.MaxBody,
+		bodies:   opts.Bodies,
 		proj:     opts.Projections,
 		log:      opts.Logger.With(slog.String("component", "admin")),
 		open:     http.NewServeMux(),
@@ -92,6 +112,10 @@ func New(opts Options) *Server {
 		s.authed.HandleFunc("PUT /projection", s.putProjection)
 		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
 		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
+		s.authed.HandleFunc("DELETE /projection/approved/{runnerId}", s.unapprove)
+	}
+	if opts.Pairings != nil {
+		s.registerPairings(opts.Pairings)
 	}
 	return s
 }
@@ -120,8 +144,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "admin is disabled: RELAY_ADMIN_TOKEN is not set on this relay"})
 		return
 	}
-	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
+	if !s.authorized(r.Header.Values("Authorization")) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
 		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized", Message: "admin token required"})
 		return
@@ -142,7 +165,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found"})
 		return
 	}
-	h.ServeHTTP(w, r)
+	// Through the mux, not h: only ServeMux.ServeHTTP sets the request's
+	// path values ({userCode}).
+	s.authed.ServeHTTP(w, r)
+}
+
+// authorized checks the request's one Authorization header: the scheme
+// "Bearer" in any case (RFC 9110 §11.1: schemes are case-insensitive), one
+// or more spaces (RFC 6750 §2.1: "Bearer" 1*SP b64token), then exactly the
+// token, compared by digest in constant time. Several Authorization headers,
+// another scheme, a tab, an empty token or any other token are refused.
+func (s *Server) authorized(values []string) bool {
+	if len(values) != 1 {
+		return false
+	}
+	scheme, token, found := strings.Cut(values[0], " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
 }
 
 type errorBody struct {
@@ -158,6 +204,8 @@ func (s *Server) getProjection(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Projection-Version", strconv.FormatInt(doc.Version, 10))
 	w.Header().Set("X-Projection-Updated-At", strconv.FormatInt(doc.UpdatedAt, 10))
+	// How many of the devices are approved by code rather than the document's.
+	w.Header().Set("X-Projection-Approved", strconv.Itoa(doc.Approved))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(doc.JSON) //nolint:errcheck // the client went away; nothing to do
@@ -200,14 +248,18 @@ func (s *Server) mergeProjection(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) write(w http.ResponseWriter, r *http.Request, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
-				Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
-			return
-		}
+	body, release, err := s.bodies.ReadAll(r.Body, r.ContentLength, s.maxBody)
+	defer release()
+	switch {
+	case errors.Is(err, httpserve.ErrTooLarge):
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
+			Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
+		return
+	case errors.Is(err, httpserve.ErrBusy):
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable",
+			Message: "the relay is reading as many request bodies as RELAY_BODY_BYTES_IN_FLIGHT allows; try again shortly"})
+		return
+	case err != nil:
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "cannot read body: " + err.Error()})
 		return
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 )
 
@@ -106,6 +107,23 @@ func TestAuth(t *testing.T) {
 		{"prefix of the token", "Bearer " + token[:len(token)-1], 401},
 		{"token plus junk", "Bearer " + token + "x", 401},
 		{"right", "Bearer " + token, 200},
+		// The scheme is case-insensitive (RFC 9110 §11.1).
+		{"lower-case scheme", "bearer " + token, 200},
+		{"upper-case scheme", "BEARER " + token, 200},
+		{"mixed-case scheme", "bEaReR " + token, 200},
+		// RFC 6750 §2.1: "Bearer" 1*SP b64token.
+		{"two spaces", "Bearer  " + token, 200},
+		{"no space", "Bearer" + token, 401},
+		{"lower-case, no space", "bearer" + token, 401},
+		{"tab instead of space", "Bearer\t" + token, 401},
+		{"empty token", "Bearer ", 401},
+		{"lower-case scheme, empty token", "bearer  ", 401},
+		{"token without scheme", token, 401},
+		{"scheme twice", "Bearer Bearer " + token, 401},
+		{"token then more", "Bearer " + token + " " + token, 401},
+		{"truncated scheme", "Bear " + token, 401},
+		{"longer scheme", "Bearerx " + token, 401},
+		{"lower-case scheme, prefix of the token", "bearer " + token[:len(token)-1], 401},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +146,28 @@ func TestAuth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Two Authorization headers are refused even when one of them is right:
+// which one a proxy in front would have checked is anyone's guess.
+func TestAuthTwoHeaders(t *testing.T) {
+	srv, _ := setup(t, Options{Token: token})
+	for _, pair := range [][2]string{{"Bearer " + token, "Bearer wrong-token-wrong-token"}, {"Bearer " + token, "Bearer " + token}} {
+		req, err := http.NewRequest("GET", srv.URL+"/projection", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Add("Authorization", pair[0])
+		req.Header.Add("Authorization", pair[1])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Fatalf("two Authorization headers %q: %d, want 401", pair, resp.StatusCode)
+		}
 	}
 }
 
@@ -372,5 +412,25 @@ func TestDefaultAdminURL(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// Admin bodies are charged to the body budget shared with the planes: when
+// it is spent, a write is refused (retryable) and nothing is applied.
+func TestBodyBudgetSpent(t *testing.T) {
+	bodies := httpserve.NewBudget(2048)
+	srv, sync := setup(t, Options{Token: token, Bodies: bodies})
+	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 4096))
+	if a.status != 503 || !strings.Contains(a.body, `"error":"unavailable"`) || !strings.Contains(a.body, "RELAY_BODY_BYTES_IN_FLIGHT") {
+		t.Fatalf("over the budget: %d %s", a.status, a.body)
+	}
+	if d, _ := sync.Get(context.Background()); d.Version != 0 {
+		t.Fatal("a write got through past the body budget")
+	}
+	if bodies.Held() != 0 {
+		t.Fatalf("the budget still holds %d bytes", bodies.Held())
+	}
+	if a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")); a.status != 200 {
+		t.Fatalf("a small body within the budget: %d %s", a.status, a.body)
 	}
 }

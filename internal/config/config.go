@@ -9,6 +9,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -24,6 +26,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // Config is the validated configuration. Zero values never reach the rest of
@@ -76,6 +80,25 @@ type Config struct {
 	OTLPEndpoint string
 	// AdminMaxBody caps admin request bodies, in bytes.
 	AdminMaxBody int64
+	// MaxConns caps open connections on each listener.
+	MaxConns int
+	// BodyBytesInFlight caps the request-body bytes held in memory at once,
+	// across every connection of both listeners.
+	BodyBytesInFlight int64
+	// BodyTimeout is the longest pause in a request body, and how long one
+	// may take beyond one second per 64 KiB received.
+	BodyTimeout time.Duration
+	// TLSCertFile and TLSKeyFile, both set or both empty, make the public
+	// listener serve only TLS with that certificate (reloaded on change).
+	TLSCertFile, TLSKeyFile string
+	// TrustedProxies are the networks whose X-Forwarded-For names a
+	// request's source address; empty: the peer address is the source.
+	TrustedProxies []netip.Prefix
+	// PairingsPerAddress bounds the live pairing codes of one source
+	// address.
+	PairingsPerAddress int
+	// SiteLimits bounds each site's jobs, stored bytes and enqueue rate.
+	SiteLimits store.SiteLimits
 	// LogFormat is "text", "json" or "auto" (text on a terminal).
 	LogFormat string
 	// LogLevel is the minimum level logged.
@@ -110,6 +133,14 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.Duration("storeTimeout", c.StoreTimeout),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
+		slog.Int("maxConns", c.MaxConns),
+		slog.Int64("bodyBytesInFlight", c.BodyBytesInFlight),
+		slog.Duration("bodyTimeout", c.BodyTimeout),
+		slog.String("tlsCertFile", orDash(c.TLSCertFile)),
+		slog.Int("pairingsPerAddress", c.PairingsPerAddress),
+		slog.Int("trustedProxies", len(c.TrustedProxies)),
+		slog.Any("siteLimit", c.SiteLimits.Default),
+		slog.Int("siteLimitOverrides", len(c.SiteLimits.Sites)),
 	}
 }
 
@@ -333,6 +364,79 @@ var options = []option{
 		c.AdminMaxBody = n
 		return nil
 	}},
+	{env: "RELAY_MAX_CONNS", flag: "max-conns", def: "2048", usage: "open connections allowed on each listener; one more is answered 503 (retryable) and closed, or just closed on a TLS listener", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to 1000000, e.g. 2048", v)
+		}
+		c.MaxConns = n
+		return nil
+	}},
+	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: "134217728", usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a byte count; use a whole number, e.g. 134217728 (128 MiB)", v)
+		}
+		c.BodyBytesInFlight = n
+		return nil
+	}},
+	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: "10s", usage: "longest pause in a request body, and how long one may take beyond one second per 64 KiB received (a stalled or trickling body is cut off with 400)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 10*time.Minute {
+			return fmt.Errorf("%q is not a body timeout; write a Go duration from 1s to 10m, e.g. 10s", v)
+		}
+		c.BodyTimeout = d
+		return nil
+	}},
+	{env: "RELAY_TLS_CERT_FILE", flag: "tls-cert-file", usage: "PEM certificate (chain) for the public listener; with RELAY_TLS_KEY_FILE it serves only TLS 1.2+, reloading both files when they change. Unset: plaintext (behind a balancer that terminates TLS)", apply: func(c *Config, v string) error {
+		if err := checkReadable(v); err != nil {
+			return err
+		}
+		c.TLSCertFile = v
+		return nil
+	}},
+	{env: "RELAY_TLS_KEY_FILE", flag: "tls-key-file", usage: "PEM private key matching RELAY_TLS_CERT_FILE", apply: func(c *Config, v string) error {
+		if err := checkReadable(v); err != nil {
+			return err
+		}
+		c.TLSKeyFile = v
+		return nil
+	}},
+	{env: "RELAY_TRUSTED_PROXIES", flag: "trusted-proxies", usage: "comma-separated CIDRs of load balancers whose X-Forwarded-For names the client (per-address pairing limit); unset: the connection's peer address is the client", apply: func(c *Config, v string) error {
+		c.TrustedProxies = nil
+		if v == "" {
+			return nil
+		}
+		for _, part := range strings.Split(v, ",") {
+			part = strings.TrimSpace(part)
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				a, aerr := netip.ParseAddr(part)
+				if aerr != nil {
+					return fmt.Errorf("%q is not a network; write CIDRs separated by commas, e.g. 10.0.0.0/8,fd00::/8 (a bare address means just that host)", part)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
+		return nil
+	}},
+	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: "5", usage: "live device-code pairings one client address may hold (of the 500 the relay holds at most); IPv6 clients count per /64", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return fmt.Errorf("%q is not a count; use a whole number from 1 to 500, e.g. 5", v)
+		}
+		c.PairingsPerAddress = n
+		return nil
+	}},
+	{env: "RELAY_SITE_LIMITS", flag: "site-limits", def: "", usage: "per-site limits: entries site=jobs:N,bytes:SIZE,rate:R,burst:B separated by ';', the site * changing the default for every site (default *=jobs:10000,bytes:1GiB,rate:200,burst:400); a field left out keeps the default, off lifts it", apply: func(c *Config, v string) error {
+		l, err := ParseSiteLimits(v)
+		if err != nil {
+			return err
+		}
+		c.SiteLimits = l
+		return nil
+	}},
 	{env: "RELAY_LOG_FORMAT", flag: "log-format", def: "auto", usage: `log format: "text", "json", or "auto" (text on a terminal, JSON otherwise)`, apply: func(c *Config, v string) error {
 		switch strings.ToLower(v) {
 		case "auto", "text", "json":
@@ -430,10 +534,49 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		problems = append(problems, fmt.Sprintf("RELAY_LISTEN and RELAY_ADMIN_LISTEN are both %q; give the admin listener its own address (default 127.0.0.1:8081) or turn it off", c.Listen))
 	}
+	if len(problems) == 0 {
+		problems = append(problems, c.crossChecks()...)
+	}
 	if len(problems) > 0 {
 		return Config{}, problems
 	}
 	return c, nil
+}
+
+// PlanesMaxBody is the planes' largest body (relay.MaxBodyBytes; a test
+// checks they agree), which the body budget must be able to hold.
+const PlanesMaxBody = 13 << 20
+
+// crossChecks validates options against each other.
+func (c Config) crossChecks() Problems {
+	var problems Problems
+	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesInFlight < need {
+		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_IN_FLIGHT is %d, smaller than one largest request body (%d bytes: the planes' 13 MiB or RELAY_ADMIN_MAX_BODY, whichever is larger); raise it to at least that, e.g. 134217728 (128 MiB)", c.BodyBytesInFlight, need))
+	}
+	switch {
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		problems = append(problems, "RELAY_TLS_CERT_FILE and RELAY_TLS_KEY_FILE must be set together (the certificate and its private key) or both left unset for plaintext")
+	case c.TLSCertFile != "":
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			problems = append(problems, fmt.Sprintf("RELAY_TLS_CERT_FILE %q and RELAY_TLS_KEY_FILE %q do not load as a certificate and its key (%v); point them at PEM files of one pair", c.TLSCertFile, c.TLSKeyFile, err))
+		}
+	}
+	return problems
+}
+
+// checkReadable accepts "" (unset) or a regular file that exists.
+func checkReadable(v string) error {
+	if v == "" {
+		return nil
+	}
+	fi, err := os.Stat(v)
+	if err != nil {
+		return fmt.Errorf("cannot read %q (%v); point it at an existing PEM file or unset it", v, unwrapPathError(err))
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%q is not a regular file; point it at a PEM file", v)
+	}
+	return nil
 }
 
 // EnvVars lists every environment variable Load reads (aliases included),
@@ -514,4 +657,142 @@ func redactURL(s string) string {
 		return s
 	}
 	return u.Redacted()
+}
+
+// DefaultSiteLimit is every site's limit unless RELAY_SITE_LIMITS says
+// otherwise. Generous on purpose: it is there to keep one site from filling
+// Valkey for everyone, not to shape ordinary traffic.
+//   - 10,000 unfinished jobs: about 21 MB of Valkey at the measured 2.1 KB
+//     per queued job, and far more than devices drain in a lease period.
+//   - 1 GiB of stubs, payloads and results: enough for thousands of
+//     ordinary jobs or 80 jobs carrying two 6 MiB envelopes each; a hub
+//     sizes Valkey at (sites that may fill it) x this.
+//   - 200 enqueues a second with bursts of 400: close to what one 2-core
+//     hub completes in all (about 250 jobs/s in the benchmarks), so only a
+//     runaway loop meets it.
+var DefaultSiteLimit = store.SiteLimit{Jobs: 10_000, Bytes: 1 << 30, Rate: 200, Burst: 400}
+
+// ParseSiteLimits reads RELAY_SITE_LIMITS: entries "site=field:value,..."
+// separated by ';'. The site "*" changes the default; a named site starts
+// from the default (after "*") and changes the fields it names. Fields:
+// jobs, bytes (a count with an optional KiB/MiB/GiB suffix), rate (per
+// second, may be fractional), burst; "off" (or 0) lifts that limit. A site
+// id is everything before the entry's last '=', trimmed, so it cannot hold
+// ';' or start or end with spaces.
+func ParseSiteLimits(v string) (store.SiteLimits, error) {
+	out := store.SiteLimits{Default: DefaultSiteLimit}
+	type entry struct {
+		site   string
+		fields string
+	}
+	var entries []entry
+	for _, part := range strings.Split(v, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		i := strings.LastIndexByte(part, '=')
+		if i < 0 {
+			return out, fmt.Errorf("entry %q has no '='; write site=jobs:N,bytes:SIZE,rate:R,burst:B (use * for every site)", strings.TrimSpace(part))
+		}
+		site := strings.TrimSpace(part[:i])
+		if site == "" {
+			return out, fmt.Errorf("entry %q names no site; write the site id before '=' (or * for every site)", strings.TrimSpace(part))
+		}
+		entries = append(entries, entry{site, part[i+1:]})
+	}
+	apply := func(l *store.SiteLimit, fields string) error {
+		for _, f := range strings.Split(fields, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			name, val, ok := strings.Cut(f, ":")
+			name, val = strings.TrimSpace(name), strings.TrimSpace(val)
+			if !ok {
+				return fmt.Errorf("%q is not field:value; use jobs:N, bytes:SIZE, rate:R or burst:B", f)
+			}
+			off := strings.EqualFold(val, "off")
+			switch name {
+			case "jobs", "burst":
+				n := int64(0)
+				if !off {
+					var err error
+					if n, err = strconv.ParseInt(val, 10, 64); err != nil || n < 0 {
+						return fmt.Errorf("%s:%s is not a whole number; use e.g. %s:100, or %s:off", name, val, name, name)
+					}
+				}
+				if name == "jobs" {
+					l.Jobs = n
+				} else {
+					l.Burst = n
+				}
+			case "bytes":
+				n := int64(0)
+				if !off {
+					var err error
+					if n, err = parseSize(val); err != nil {
+						return fmt.Errorf("bytes:%s is not a size; use e.g. bytes:512MiB or bytes:1GiB (KiB, MiB, GiB, or a plain byte count), or bytes:off", val)
+					}
+				}
+				l.Bytes = n
+			case "rate":
+				r := 0.0
+				if !off {
+					var err error
+					if r, err = strconv.ParseFloat(val, 64); err != nil || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+						return fmt.Errorf("rate:%s is not a rate; use enqueues per second, e.g. rate:50 or rate:0.5, or rate:off", val)
+					}
+				}
+				l.Rate = r
+			default:
+				return fmt.Errorf("unknown field %q; use jobs, bytes, rate or burst", name)
+			}
+		}
+		if l.Rate > 0 && l.Burst < 1 {
+			return errors.New("a rate needs a burst of at least 1 (how many enqueues may come at once); add burst:N")
+		}
+		return nil
+	}
+	for _, e := range entries {
+		if e.site == "*" {
+			if err := apply(&out.Default, e.fields); err != nil {
+				return out, fmt.Errorf("*: %w", err)
+			}
+		}
+	}
+	for _, e := range entries {
+		if e.site == "*" {
+			continue
+		}
+		if out.Sites == nil {
+			out.Sites = map[string]store.SiteLimit{}
+		}
+		l, seen := out.Sites[e.site]
+		if !seen {
+			l = out.Default
+		}
+		if err := apply(&l, e.fields); err != nil {
+			return out, fmt.Errorf("site %q: %w", e.site, err)
+		}
+		out.Sites[e.site] = l
+	}
+	return out, nil
+}
+
+func parseSize(v string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSpace(strings.TrimSuffix(v, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
 }

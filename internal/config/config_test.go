@@ -1,15 +1,61 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"github.com/byollm/relay-go/internal/store"
 	"io"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/internal/relay"
 )
+
+// writeCert writes a fresh self-signed certificate and its key as PEM files.
+func writeCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// The budget floor must be the planes' real limit.
+func TestPlanesMaxBodyMatchesRelay(t *testing.T) {
+	if PlanesMaxBody != relay.MaxBodyBytes {
+		t.Fatalf("config.PlanesMaxBody = %d, relay.MaxBodyBytes = %d", PlanesMaxBody, relay.MaxBodyBytes)
+	}
+}
 
 func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -21,20 +67,26 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load with nothing set: %v", err)
 	}
 	want := Config{
-		Namespace:       "byollm",
-		Listen:          ":8080",
-		AdminListen:     "127.0.0.1:8081",
-		LeaseMs:         60000,
-		BasePath:        "/byollm",
-		SweepInterval:   time.Second,
-		SweepBatch:      24,
-		StoreTimeout:    500 * time.Millisecond,
-		ShutdownTimeout: 15 * time.Second,
-		AdminMaxBody:    16 << 20,
-		LogFormat:       "auto",
-		LogLevel:        slog.LevelInfo,
+		Namespace:          "byollm",
+		Listen:             ":8080",
+		AdminListen:        "127.0.0.1:8081",
+		LeaseMs:            60000,
+		BasePath:           "/byollm",
+		SweepInterval:      time.Second,
+		SweepBatch:         24,
+		StoreTimeout:       500 * time.Millisecond,
+		ShutdownTimeout:    15 * time.Second,
+		AdminMaxBody:       16 << 20,
+		PairingsPerAddress: 5,
+		SiteLimits:         store.SiteLimits{Default: DefaultSiteLimit},
+		LogFormat:          "auto",
+		LogLevel:           slog.LevelInfo,
+
+		MaxConns:          2048,
+		BodyBytesInFlight: 128 << 20,
+		BodyTimeout:       10 * time.Second,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
 	}
 	if !c.Embedded() {
@@ -47,6 +99,7 @@ func TestValues(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"consents":[]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	certFile, keyFile := writeCert(t)
 	tests := []struct {
 		name  string
 		args  []string
@@ -92,6 +145,12 @@ func TestValues(t *testing.T) {
 			func(c Config) bool { return c.StoreTimeout == 2*time.Second }},
 		{"log level", nil, map[string]string{"RELAY_LOG_LEVEL": "DEBUG", "RELAY_LOG_FORMAT": "JSON"},
 			func(c Config) bool { return c.LogLevel == slog.LevelDebug && c.LogFormat == "json" }},
+		{"connection and body bounds", []string{"-max-conns", "10"}, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "33554432", "RELAY_BODY_TIMEOUT": "3s"},
+			func(c Config) bool {
+				return c.MaxConns == 10 && c.BodyBytesInFlight == 32<<20 && c.BodyTimeout == 3*time.Second
+			}},
+		{"TLS pair", nil, map[string]string{"RELAY_TLS_CERT_FILE": certFile, "RELAY_TLS_KEY_FILE": keyFile},
+			func(c Config) bool { return c.TLSCertFile == certFile && c.TLSKeyFile == keyFile }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +168,8 @@ func TestValues(t *testing.T) {
 // TestProblems pins the messages: each names the option as the operator set
 // it and says what to write instead.
 func TestProblems(t *testing.T) {
+	certFile, keyFile := writeCert(t)
+	otherCert, _ := writeCert(t)
 	tests := []struct {
 		name string
 		args []string
@@ -153,6 +214,21 @@ func TestProblems(t *testing.T) {
 		{"shutdown timeout", nil, map[string]string{"RELAY_SHUTDOWN_TIMEOUT": "soon"}, []string{"RELAY_SHUTDOWN_TIMEOUT"}},
 		{"admin max body", nil, map[string]string{"RELAY_ADMIN_MAX_BODY": "10"}, []string{"RELAY_ADMIN_MAX_BODY", "at least 1024"}},
 		{"log format", nil, map[string]string{"RELAY_LOG_FORMAT": "xml"}, []string{"RELAY_LOG_FORMAT", `"json"`}},
+		{"max conns zero", nil, map[string]string{"RELAY_MAX_CONNS": "0"}, []string{`RELAY_MAX_CONNS: "0" is not a connection count`, "e.g. 2048"}},
+		{"max conns words", []string{"-max-conns", "lots"}, nil, []string{"-max-conns", "1 to 1000000"}},
+		{"body bytes not a number", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "128MiB"}, []string{"RELAY_BODY_BYTES_IN_FLIGHT", "134217728"}},
+		{"body bytes below one planes body", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "1048576", "RELAY_ADMIN_MAX_BODY": "1024"},
+			[]string{"RELAY_BODY_BYTES_IN_FLIGHT is 1048576", "13631489", "raise it"}},
+		{"body bytes below one admin body", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "33554432", "RELAY_ADMIN_MAX_BODY": "67108864"},
+			[]string{"RELAY_BODY_BYTES_IN_FLIGHT is 33554432", "67108865", "RELAY_ADMIN_MAX_BODY"}},
+		{"body timeout too short", nil, map[string]string{"RELAY_BODY_TIMEOUT": "100ms"}, []string{"RELAY_BODY_TIMEOUT", "from 1s to 10m"}},
+		{"body timeout not a duration", nil, map[string]string{"RELAY_BODY_TIMEOUT": "10"}, []string{`RELAY_BODY_TIMEOUT: "10"`}},
+		{"TLS cert without key", nil, map[string]string{"RELAY_TLS_CERT_FILE": certFile}, []string{"RELAY_TLS_CERT_FILE and RELAY_TLS_KEY_FILE must be set together"}},
+		{"TLS key without cert", nil, map[string]string{"RELAY_TLS_KEY_FILE": keyFile}, []string{"must be set together"}},
+		{"TLS cert missing", nil, map[string]string{"RELAY_TLS_CERT_FILE": "/nonexistent/c.pem", "RELAY_TLS_KEY_FILE": keyFile},
+			[]string{`RELAY_TLS_CERT_FILE: cannot read "/nonexistent/c.pem"`}},
+		{"TLS key of another certificate", nil, map[string]string{"RELAY_TLS_CERT_FILE": otherCert, "RELAY_TLS_KEY_FILE": keyFile},
+			[]string{"do not load as a certificate and its key", "PEM files of one pair"}},
 		{"log level", nil, map[string]string{"RELAY_LOG_LEVEL": "loud"}, []string{"RELAY_LOG_LEVEL"}},
 	}
 	for _, tt := range tests {

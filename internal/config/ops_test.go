@@ -1,7 +1,10 @@
 package config
 
 import (
+	"github.com/byollm/relay-go/internal/store"
 	"io"
+	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -64,8 +67,49 @@ func TestEnvVars(t *testing.T) {
 			}
 			return ""
 		}, io.Discard)
-		if err == nil && cfg == base {
+		if err == nil && reflect.DeepEqual(cfg, base) {
 			t.Errorf("%s is listed but Load ignores it", v)
+		}
+	}
+}
+
+func TestTrustedProxiesAndPairingsPerAddress(t *testing.T) {
+	cfg, err := Load(nil, envOf(map[string]string{"RELAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7 ,fd00::/8", "RELAY_PAIRINGS_PER_ADDRESS": "3"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/8")}
+	if !reflect.DeepEqual(cfg.TrustedProxies, want) || cfg.PairingsPerAddress != 3 {
+		t.Fatalf("got %v %d", cfg.TrustedProxies, cfg.PairingsPerAddress)
+	}
+	for env, val := range map[string]string{"RELAY_TRUSTED_PROXIES": "10.0.0.0/8,proxy.local", "RELAY_PAIRINGS_PER_ADDRESS": "0"} {
+		if _, err := Load(nil, envOf(map[string]string{env: val}), io.Discard); err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%s: %v", env, val, err)
+		}
+	}
+}
+
+func TestSiteLimits(t *testing.T) {
+	l, err := ParseSiteLimits(" *=jobs:500,rate:off ; siteA=bytes:64MiB,jobs:10;tricky=id=rate:0.5,burst:2; siteB=jobs:off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := store.SiteLimit{Jobs: 500, Bytes: 1 << 30, Burst: 400}
+	want := store.SiteLimits{Default: def, Sites: map[string]store.SiteLimit{
+		"siteA":     {Jobs: 10, Bytes: 64 << 20, Burst: 400},
+		"tricky=id": {Jobs: 500, Bytes: 1 << 30, Rate: 0.5, Burst: 2},
+		"siteB":     {Bytes: 1 << 30, Burst: 400},
+	}}
+	if !reflect.DeepEqual(l, want) {
+		t.Fatalf("got  %+v\nwant %+v", l, want)
+	}
+	if l.For("other") != def {
+		t.Fatalf("unnamed site: %+v", l.For("other"))
+	}
+	for _, bad := range []string{"siteA", "=jobs:1", "a=jobs:-1", "a=bytes:1TB", "a=rate:fast", "a=color:red", "a=jobs", "a=rate:5,burst:0"} {
+		_, err := Load(nil, envOf(map[string]string{"RELAY_SITE_LIMITS": bad}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "RELAY_SITE_LIMITS") {
+			t.Errorf("%q: %v", bad, err)
 		}
 	}
 }

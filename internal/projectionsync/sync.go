@@ -38,6 +38,9 @@ import (
 //go:embed projection_put.lua
 var putSource string
 
+//go:embed projection_get.lua
+var getSource string
+
 // Defaults.
 const (
 	DefaultPollInterval = 500 * time.Millisecond
@@ -92,6 +95,11 @@ type Document struct {
 	Version   int64  // 0: no document stored (JSON is then the empty projection)
 	UpdatedAt int64  // Valkey TIME ms of the write; 0 when none
 	JSON      []byte // canonical RelayFixture JSON
+	// Approved is how many devices approved through the admin API the
+	// JSON includes beyond the stored document (see approved.go).
+	Approved int
+
+	sha string // the stored document's digest ("" when none)
 }
 
 // State is what a replica has in force, for metrics and readiness.
@@ -118,6 +126,10 @@ type Sync struct {
 	poll    time.Duration
 	log     *slog.Logger
 	put     *valkey.Lua
+	get     *valkey.Lua
+	// approvedKey holds the devices approved through the admin API
+	// (approved.go); the projection in force is the document plus them.
+	approvedKey string
 
 	mu      sync.Mutex
 	cur     *installed // nil until the first load
@@ -149,8 +161,11 @@ func New(client valkey.Client, opts Options) *Sync {
 		poll:    opts.PollInterval,
 		log:     opts.Logger.With(slog.String("component", "projection")),
 		put:     valkey.NewLuaScript(putSource),
+		get:     valkey.NewLuaScript(getSource),
 		loaded:  make(chan struct{}),
 		kick:    make(chan struct{}, 1),
+
+		approvedKey: ApprovedKey(opts.Namespace),
 	}
 }
 
@@ -315,7 +330,7 @@ func (s *Sync) Refresh(ctx context.Context) error {
 		s.install(emptyDoc(), 0, "")
 		return nil
 	}
-	if sha == bad {
+	if bad != "" && sha == bad {
 		return nil // already refused and logged; wait for the next write
 	}
 
@@ -327,7 +342,9 @@ func (s *Sync) Refresh(ctx context.Context) error {
 		return nil // deleted between the two reads; the next tick sees it
 	}
 	d, err := decodeDoc(doc.JSON)
-	sum := shaHex(doc.JSON)
+	// The stored document's digest, not the effective one's: it is what
+	// the poll above compares, and approvals change the version instead.
+	sum := doc.sha
 	if err != nil {
 		s.mu.Lock()
 		s.badSha = sum
@@ -370,9 +387,10 @@ func (s *Sync) installIfNewer(d decoded, version int64, sha string) {
 	}
 }
 
-// Get reads the stored document. With none stored it returns version 0 and
-// the empty projection's JSON.
-func (s *Sync) Get(ctx context.Context) (Document, error) {
+// stored reads the stored document alone, without the approved devices:
+// the base a merge rewrites. With none stored it returns version 0 and the
+// empty projection's JSON.
+func (s *Sync) stored(ctx context.Context) (Document, error) {
 	vals, err := s.client.Do(ctx, s.client.B().Hmget().Key(s.key).Field("version", "json", "updatedAt").Build()).ToArray()
 	if err != nil {
 		return Document{}, fmt.Errorf("projection: read document: %w", err)
@@ -386,8 +404,13 @@ func (s *Sync) Get(ctx context.Context) (Document, error) {
 		return Document{}, fmt.Errorf("projection: updatedAt field: %w", err)
 	}
 	body, err := vals[1].ToString()
-	if version == 0 || err != nil {
+	if version == 0 {
 		return Document{Version: 0, JSON: emptyDoc().canon}, nil
+	}
+	if err != nil {
+		// Devices were approved before any document was written: the
+		// version counts those approvals over the empty projection.
+		return Document{Version: version, UpdatedAt: updated, JSON: emptyDoc().canon}, nil
 	}
 	return Document{Version: version, UpdatedAt: updated, JSON: []byte(body)}, nil
 }
@@ -418,7 +441,7 @@ func (s *Sync) Replace(ctx context.Context, raw []byte) (Result, error) {
 // sending "nothing new" on a timer does not wake every replica.
 func (s *Sync) Merge(ctx context.Context, patch []byte) (Result, error) {
 	for attempt := 0; attempt < mergeAttempts; attempt++ {
-		base, err := s.Get(ctx)
+		base, err := s.stored(ctx)
 		if err != nil {
 			return Result{}, err
 		}
@@ -431,7 +454,9 @@ func (s *Sync) Merge(ctx context.Context, patch []byte) (Result, error) {
 			if base.Version > 0 {
 				sha = shaHex(base.JSON)
 			}
-			s.installIfNewer(d, base.Version, sha)
+			// Not installIfNewer: with approved devices the document alone
+			// is not the projection of base.Version (approved.go).
+			s.installWritten(ctx, d, base.Version, sha)
 			return Result{Counts: d.counts, Version: base.Version, UpdatedAt: base.UpdatedAt}, nil
 		}
 		res, err := s.write(ctx, d, strconv.FormatInt(base.Version, 10))
@@ -477,10 +502,10 @@ func (s *Sync) write(ctx context.Context, d decoded, expected string) (Result, e
 	switch status {
 	case "ok":
 		res.Changed = true
-		s.installIfNewer(d, version, sum)
+		s.installWritten(ctx, d, version, sum)
 		s.log.Info("projection: written", slog.Int64("version", version))
 	case "same":
-		s.installIfNewer(d, version, sum)
+		s.installWritten(ctx, d, version, sum)
 	case "conflict":
 		return Result{}, errConflict
 	default:

@@ -111,13 +111,17 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 		Platform:     start.Daemon.Platform,
 		Capabilities: capabilitiesJSON(start.Capabilities),
 		ExpiresAt:    r.now() + pairingTTLMs,
+		Source:       req.source,
 	}
-	stored, err := r.store.PutPairing(req.ctx, p)
+	outcome, err := r.store.PutPairing(req.ctx, p)
 	if err != nil {
 		return reply{}, fmt.Errorf("pair start: %w", err)
 	}
-	if !stored {
+	switch outcome {
+	case store.PairingAtCapacity:
 		return pairingBusy, nil
+	case store.PairingSourceBusy:
+		return pairingSourceBusy, nil
 	}
 	return ok200(newObj().
 		val("deviceCode", p.DeviceCode).

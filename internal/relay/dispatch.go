@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -24,6 +24,7 @@ type request struct {
 	endpoint string     // text after the last '/'
 	query    url.Values // URLSearchParams of the raw query
 	header   http.Header
+	source   string // client address (see clientAddress)
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
 	body     any    // JSON.parse(rawBody), nil when absent or invalid
 	proj     *projection.Projection
@@ -71,6 +72,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		path:   pathname(hr),
 		query:  protocol.ParseQuery(hr.URL.RawQuery),
 		header: hr.Header,
+		source: clientAddress(hr, r.proxies),
 	}
 
 	// 1. Debug, before the body and the handshake.
@@ -79,13 +81,26 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	}
 
 	// 2. Body, only for POST (Fetch upper-cases the standard methods, so
-	// "post" counts), bounded before it is read.
+	// "post" counts), bounded before it is read and charged to the shared
+	// body budget while the request is handled.
 	if strings.EqualFold(hr.Method, http.MethodPost) {
-		raw, tooBig, err := readBody(hr)
-		if tooBig {
-			return bodyTooLarge, nil
+		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, r.bodyLimit(req.path))
+		defer release()
+		if err == nil && len(raw) > 0 {
+			// Parsing may take many times the body's size; charge that
+			// too before parsing.
+			var releaseParse func()
+			releaseParse, err = r.bodies.Reserve(protocol.BodyCost(raw))
+			defer releaseParse()
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, httpserve.ErrTooLarge):
+			return bodyTooLarge, nil
+		case errors.Is(err, httpserve.ErrBusy):
+			return bodiesBusy, nil
+		case errors.Is(err, httpserve.ErrBodyTimeout):
+			return bodyTooSlow, nil
+		case err != nil:
 			// The client went away mid-body; nobody is left to read a
 			// meaningful answer.
 			return bodyUnread, nil
@@ -189,33 +204,14 @@ func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
 	return nil, false
 }
 
-// readBody reads at most MaxBodyBytes; tooBig reports a larger body, which is
-// refused without being read further.
-func readBody(hr *http.Request) (raw []byte, tooBig bool, err error) {
-	if hr.ContentLength > MaxBodyBytes {
-		return nil, true, nil
+// bodyLimit is the largest body the request's route takes: the pair route
+// (routed by its last segment under basePath, as dispatch does) has its own
+// small bound, everything else MaxBodyBytes.
+func (r *Relay) bodyLimit(path string) int64 {
+	if strings.HasPrefix(path, r.basePath+"/") && path[strings.LastIndexByte(path, '/')+1:] == "pair" {
+		return MaxPairBodyBytes
 	}
-	if hr.Body == nil {
-		return nil, false, nil
-	}
-	if hr.ContentLength > 0 {
-		// The server's body reader yields exactly ContentLength bytes (or
-		// an error when the client sends fewer), so read them at once
-		// rather than in growing buffers.
-		raw = make([]byte, hr.ContentLength)
-		if _, err := io.ReadFull(hr.Body, raw); err != nil {
-			return nil, false, fmt.Errorf("read body: %w", err)
-		}
-		return raw, false, nil
-	}
-	raw, err = io.ReadAll(io.LimitReader(hr.Body, MaxBodyBytes+1))
-	if err != nil {
-		return nil, false, fmt.Errorf("read body: %w", err)
-	}
-	if len(raw) > MaxBodyBytes {
-		return nil, true, nil
-	}
-	return raw, false, nil
+	return MaxBodyBytes
 }
 
 // pathname approximates the WHATWG URL pathname of the request target:

@@ -13,8 +13,21 @@
 //   - /debug is per-site (§17.29): the named site's jobs and the devices
 //     whose owner holds a consent for that site, nothing else.
 //   - updateTo never offers a version at or below the daemon's (§17.33).
-//   - POST bodies are capped at MaxBodyBytes before reading: 400
+//   - POST bodies are capped at MaxBodyBytes before reading (MaxPairBodyBytes
+//     on the unauthenticated pair route): 400
 //     {"error":"bad-request","message":"this request is too large for the relay to read"}.
+//     They are read as they arrive and charged to a byte budget shared by
+//     every connection (internal/httpserve), together with an estimate of
+//     what parsing them costs (protocol.BodyCost); a body the budget cannot
+//     hold now is a retryable 503 server-error, one it could never hold the
+//     same 400 as an oversized body, one that stops arriving a 400.
+//   - A client address (Config.TrustedProxies decides whether
+//     X-Forwarded-For is believed) holds a bounded number of live pairing
+//     codes; past it a start answers 429 rate-limited, like the reference's
+//     full code store.
+//   - Per-site limits of the store (unfinished jobs, stored bytes, enqueue
+//     rate) refuse enqueue and payload with 429 rate-limited, which the
+//     cloud lane retries.
 //   - Until a projection is loaded the planes answer 503
 //     {"error":"not-ready",...}; when the store fails, 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
@@ -42,6 +55,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +63,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -64,8 +79,16 @@ const (
 // request carries one 6 MiB envelope (measured in UTF-16 units of its JSON);
 // 13 MiB leaves room for JSON escaping of that envelope plus the rest of the
 // request. A larger body is refused with the protocol's own bad-request body
-// (see tooLargeBody) without being read.
+// (see bodyTooLarge) without being read.
 const MaxBodyBytes = 13 << 20
+
+// MaxPairBodyBytes bounds a pair request (start, poll or fixture), which is
+// unauthenticated and whose start is kept for the code's ten minutes. A
+// real daemon's start is its keys, its label and a few capabilities of
+// some 300 bytes each: a few KiB. The store's own bound on a stored
+// pairing (store.DefaultMaxPairingBytes) is this plus room for the codes
+// and expiry the relay adds to what the start carried.
+const MaxPairBodyBytes = 64 << 10
 
 // clockResample is how often the default plane clock re-reads Valkey TIME to
 // correct the local clock's offset.
@@ -94,7 +117,7 @@ type Store interface {
 	Everyone(ctx context.Context) ([]store.Presence, error)
 	DropPresence(ctx context.Context, runnerID string) error
 	Sweep(ctx context.Context) ([]store.Job, error)
-	PutPairing(ctx context.Context, p store.PendingPairing) (bool, error)
+	PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error)
 	PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error)
 	DropPairing(ctx context.Context, deviceCode string) error
 }
@@ -127,6 +150,13 @@ type Config struct {
 	// the oldest daemon version served (426 below it). Empty means none.
 	UpdateOffer, DaemonFloor string
 	Logger                   *slog.Logger
+	// Bodies is the request-body budget shared with the other listeners;
+	// nil gives the planes one of their own (httpserve.DefaultBodyBytesInFlight).
+	Bodies *httpserve.Budget
+	// TrustedProxies are the networks whose X-Forwarded-For is believed
+	// when the planes name a request's source address (the per-address
+	// pairing limit). Empty: the connection's peer address is the source.
+	TrustedProxies []netip.Prefix
 	// StoreTimeout bounds each store call; a call that takes longer is
 	// answered with the retryable 503 server-error. Default
 	// DefaultStoreTimeout; negative disables the bound (tests).
@@ -153,6 +183,8 @@ type Relay struct {
 	now         func() int64
 	echo        *echo.Echo
 	presence    presenceChecks
+	bodies      *httpserve.Budget
+	proxies     []netip.Prefix
 	// storeTimeout bounds the projection recheck's read (the store calls
 	// are bounded by timedStore); 0 leaves it to the request.
 	storeTimeout time.Duration
@@ -188,8 +220,13 @@ func New(cfg Config) (*Relay, error) {
 		floor:       cfg.DaemonFloor,
 		log:         cfg.Logger,
 		now:         cfg.Clock,
+		bodies:      cfg.Bodies,
+		proxies:     cfg.TrustedProxies,
 
 		storeTimeout: storeTimeout,
+	}
+	if r.bodies == nil {
+		r.bodies = httpserve.NewBudget(0)
 	}
 	if cfg.BasePath == "" {
 		r.basePath = DefaultBasePath

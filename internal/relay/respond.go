@@ -2,6 +2,7 @@ package relay
 
 import (
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // reply is one HTTP answer: JSON unless html is set.
@@ -58,10 +59,35 @@ var (
 	// not-ready is retryable on both planes (wire.md §7.1, §17.40).
 	bodyTooLarge  = fail(400, protocol.CodeBadRequest, "this request is too large for the relay to read")
 	bodyUnread    = fail(400, protocol.CodeBadRequest, "the request body could not be read")
+	bodyTooSlow   = fail(400, protocol.CodeBadRequest, "the request body did not arrive in time")
+	bodiesBusy    = fail(503, protocol.CodeServerError, "the relay is reading as many request bodies as it can hold — try again shortly")
 	storeDown     = fail(503, protocol.CodeServerError, "the relay cannot reach its routing store just now — try again shortly")
 	notReady      = fail(503, protocol.CodeNotReady, "the relay has not loaded its routing projection yet — try again shortly")
 	serverFailure = refused(protocol.ServerError("the relay failed to handle this request"))
+	// The per-address pairing limit: the shape and code of the reference's
+	// own pairing-busy refusal (429 rate-limited), which the daemon reports
+	// to the person pairing; the message says it is this address.
+	pairingSourceBusy = fail(429, protocol.CodeRateLimited, "too many pairings are in progress from this address — finish or let one expire (codes last 10 minutes), then try again")
 )
+
+// Per-site limits (not in 0.1.1): 429 rate-limited, the protocol's own
+// retryable refusal. The cloud lane of @byollm/server treats any 429 as
+// retryable (RelayUnavailable, retryable): a refused payload ends the pump
+// cycle quietly and is sealed again on a later one while the job still
+// awaits it; a refused enqueue reaches the caller of app.enqueue as a
+// retryable error with the job kept at the site.
+var siteLimitReplies = map[string]reply{
+	store.LimitJobs:  fail(429, protocol.CodeRateLimited, "this site has too many unfinished jobs at the relay — try again once some have finished"),
+	store.LimitBytes: fail(429, protocol.CodeRateLimited, "this site has too much stored at the relay — try again once some jobs have finished or passed their deadline"),
+	store.LimitRate:  fail(429, protocol.CodeRateLimited, "this site is enqueueing faster than the relay allows — slow down and try again"),
+}
+
+func siteLimited(limit string) reply {
+	if r, ok := siteLimitReplies[limit]; ok {
+		return r
+	}
+	return siteLimitReplies[store.LimitRate]
+}
 
 func clockSkew(now int64) reply { return refused(protocol.ClockSkew(now)) }
 

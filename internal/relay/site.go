@@ -62,6 +62,10 @@ func (r *Relay) enqueue(req *request) (reply, error) {
 	if errors.Is(err, store.ErrInvalidInput) {
 		return stubNotAccepted, nil
 	}
+	var limited *store.SiteLimitError
+	if errors.As(err, &limited) {
+		return siteLimited(limited.Limit), nil
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("enqueue: %w", err)
 	}
@@ -89,6 +93,8 @@ func (r *Relay) payload(req *request) (reply, error) {
 		return ok200(newObj().val("jobId", jobID).val("state", sealed.State)), nil
 	case store.RefusedNotFound:
 		return unknownSiteJob, nil
+	case store.RefusedSiteLimit:
+		return siteLimited(sealed.Limit), nil
 	default:
 		return refused(protocol.NotAwaitingPayload(sealed.Was)), nil
 	}

@@ -138,7 +138,7 @@ func (t timedStore) Sweep(ctx context.Context) ([]store.Job, error) {
 	return t.s.Sweep(ctx)
 }
 
-func (t timedStore) PutPairing(ctx context.Context, p store.PendingPairing) (bool, error) {
+func (t timedStore) PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	return t.s.PutPairing(ctx, p)

@@ -30,6 +30,10 @@ const (
 	ChurnQuietMs               = 3_600_000
 	PairingCodeTTLMs           = 600_000
 	MaxOutstandingPairings     = 500
+	// DefaultPairingsPerSource is how many live codes one source address
+	// may hold: a person pairs one machine at a time, and a handful covers
+	// several machines behind one NAT being set up together.
+	DefaultPairingsPerSource = 5
 )
 
 // Holder refusals (takePayload, complete) and seal refusals.
@@ -151,6 +155,7 @@ type SealResult struct {
 	State   string
 	Refused string
 	Was     string
+	Limit   string // with RefusedSiteLimit: the limit (LimitBytes)
 }
 
 // ReleaseInput hands grants back. RetryAfter is an absolute instant (ms) on
@@ -209,4 +214,18 @@ type PendingPairing struct {
 	Platform     string                  `json:"platform"`
 	Capabilities json.RawMessage         `json:"capabilities"`
 	ExpiresAt    int64                   `json:"expiresAt"`
+	// Source is the client address the start came from, as the planes
+	// determine it, used only to count its live codes (never stored in the
+	// pairing, never returned by a lookup). "" is counted nowhere.
+	Source string `json:"-"`
 }
+
+// PairingOutcome is what PutPairing did.
+type PairingOutcome string
+
+// PutPairing outcomes.
+const (
+	PairingStored     PairingOutcome = "stored"
+	PairingAtCapacity PairingOutcome = "at-capacity" // PairingCapacity live codes
+	PairingSourceBusy PairingOutcome = "source-busy" // PairingsPerSource live codes of p.Source
+)

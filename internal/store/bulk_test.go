@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
 	"github.com/valkey-io/valkey-go"
@@ -28,13 +27,8 @@ func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs [
 			if err != nil {
 				t.Fatal(err)
 			}
-			execs = append(execs, valkey.LuaExec{
-				Keys: []string{s.k.job(siteID, st.ID), s.k.seq(), s.k.all(),
-					s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due()},
-				Args: []string{s.k.p, "0", churn, member(siteID, st.ID), st.ID, siteID, string(raw),
-					st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
-					enc(siteID), enc(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience)},
-			})
+			keys, args := s.enqueueCall(siteID, st, raw)
+			execs = append(execs, valkey.LuaExec{Keys: keys, Args: append([]string{s.k.p, "0", churn}, args...)})
 		}
 		for _, r := range s.scripts["enqueue"].ExecMulti(ctx, c, execs...) {
 			if err := r.Error(); err != nil {

@@ -98,7 +98,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 		}},
 		{"a pairing is live while expiresAt is later than now", func(h *h) {
 			p := pending("dc1", "ABCD-EFGH", "id1", T+PairingCodeTTLMs)
-			if ok, err := h.s.PutPairing(h.ctx, p); !ok || err != nil {
+			if ok, err := h.s.PutPairing(h.ctx, p); ok != PairingStored || err != nil {
 				h.t.Fatalf("put %v %v", ok, err)
 			}
 			h.s.SetClockOffsetForTests(PairingCodeTTLMs - 1)

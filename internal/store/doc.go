@@ -33,6 +33,10 @@
 //	j:⟨S⟩:⟨J⟩:ref          ZSET  refusedBy: runner -> position (refusal order)
 //	j:⟨S⟩:⟨J⟩:ra           HASH  retryAfter: runner -> ms (caller's clock)
 //	seq                    STR   INCR counter: first-enqueue order
+//	epoch                  STR   random id SET NX by enqueue; with the server's
+//	                             replication id (new after a failover) it names
+//	                             the data generation, which caches keyed by seq
+//	                             check (results), since a data loss reuses seqs
 //	all                    ZSET  m -> seq, every job (Jobs)
 //	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
 //	                             not quarantined; per site, job owner, kind,
@@ -56,12 +60,25 @@
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
 //	st:<state>             SET   m of every job in that state; metrics only
 //	                             (Counts: one SCARD per state), never decisions
+//	sl:⟨S⟩                 SET   ⟨J⟩ of the site's live jobs (not done, not
+//	                             cancelled): the jobs limit is its SCARD
+//	sb:⟨S⟩                 STR   bytes of the site's stored stubs, payloads and
+//	                             results: the one counter (see account() in
+//	                             lib/store.lua; each job's field by holds its part)
+//	sr:⟨S⟩                 HASH  the site's enqueue token bucket: t, at
 //	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
 //	                             withheld (raw JSON), lastSeenAt
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
+//	pc:ms                  HASH  code -> source address (base64url)
+//	pc:a:⟨addr⟩            ZSET  code -> expiresAt: an address's codes, for
+//	                             the per-source limit; expires with its last code
+//	pc:ok                  HASH  code -> runnerId it was approved as (admin API)
+//	projection, projection:approved    internal/projectionsync's document and
+//	                             the devices approved by code; pairing_approve
+//	                             writes the second and bumps the first's version
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
 // wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a
@@ -69,12 +86,17 @@
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
-// bad (quarantined). Blobs are stored as the exact bytes Go produced; Lua
-// never re-encodes them (cjson is used only to validate stubs).
+// bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs
+// are stored as the exact bytes Go produced; Lua never re-encodes them
+// (cjson is used only to validate stubs).
 //
 // Indexes hold memberships, never counters: the unsealed cap is the size of
 // uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
-// entry a script finds disagreeing with the record is repaired.
+// entry a script finds disagreeing with the record is repaired. The one
+// exception is sb:⟨S⟩, a site's stored bytes, because a sum has no O(1)
+// membership form; it is kept exact by construction (every blob write and
+// every forget goes through the job's own by field) and is checked against
+// the records by TestSiteUseStaysExact.
 //
 // # Scaling properties
 //

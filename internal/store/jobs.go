@@ -45,13 +45,8 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 	if err := s.checkBlob("stub", stub); err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
-	st := in.Stub
-	msg, err := s.run(ctx, "enqueue",
-		[]string{s.k.job(in.SiteID, in.ID), s.k.seq(), s.k.all(),
-			s.k.readyQueue(in.SiteID, st.Owner, st.Kind, st.Audience), s.k.due()},
-		member(in.SiteID, in.ID), in.ID, in.SiteID, string(stub),
-		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
-		enc(in.SiteID), enc(in.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience))
+	keys, args := s.enqueueCall(in.SiteID, in.Stub, stub)
+	msg, err := s.run(ctx, "enqueue", keys, args...)
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
@@ -59,11 +54,29 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
+	if created, _ := parts[0].AsInt64(); created == -1 {
+		limit, err := str(parts[1])
+		if err != nil {
+			return Job{}, fmt.Errorf("enqueue: %w", err)
+		}
+		return Job{}, fmt.Errorf("enqueue: %w", &SiteLimitError{SiteID: in.SiteID, Limit: limit})
+	}
 	snap, err := parseSnapshot(parts[1])
 	if err != nil || snap == nil {
 		return Job{}, fmt.Errorf("enqueue: snapshot: %v", err)
 	}
 	return snap.Job, nil
+}
+
+// enqueueCall is the keys and op-specific arguments of the enqueue script.
+func (s *Store) enqueueCall(siteID string, st protocol.JobStub, stub []byte) (keys, args []string) {
+	keys = []string{s.k.job(siteID, st.ID), s.k.seq(), s.k.all(),
+		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(), s.k.epoch(),
+		s.k.siteLive(siteID), s.k.siteBytes(siteID), s.k.siteRate(siteID)}
+	args = []string{member(siteID, st.ID), st.ID, siteID, string(stub),
+		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
+		enc(siteID), enc(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience), s.epochCandidate()}
+	return keys, append(args, limitArgs(s.opts.SiteLimits.For(siteID))...)
 }
 
 // Job reads one job by (siteID, jobID); nil, nil when absent. A pure read:
@@ -219,7 +232,8 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	if err := s.checkBlob("envelope", envelope); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
-	msg, err := s.run(ctx, "seal", []string{s.k.job(siteID, jobID)}, member(siteID, jobID), string(envelope))
+	msg, err := s.run(ctx, "seal", []string{s.k.job(siteID, jobID), s.k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
+		strconv.FormatInt(max(s.opts.SiteLimits.For(siteID).Bytes, 0), 10))
 	if err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
@@ -247,6 +261,12 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 			return SealResult{}, fmt.Errorf("seal: %w", err)
 		}
 		return SealResult{Refused: RefusedTooLate, Was: was}, nil
+	case RefusedSiteLimit:
+		limit, err := str(parts[1])
+		if err != nil {
+			return SealResult{}, fmt.Errorf("seal: %w", err)
+		}
+		return SealResult{Refused: RefusedSiteLimit, Limit: limit}, nil
 	}
 	return SealResult{}, fmt.Errorf("seal: unexpected status %q", status)
 }

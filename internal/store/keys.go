@@ -33,6 +33,7 @@ func (k keys) seq() string                     { return k.p + "seq" }
 func (k keys) all() string                     { return k.p + "all" }
 func (k keys) due() string                     { return k.p + "due" }
 func (k keys) lease() string                   { return k.p + "lease" }
+func (k keys) epoch() string                   { return k.p + "epoch" }
 
 func (k keys) readyQueue(siteID, owner, kind, audience string) string {
 	return k.p + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)
@@ -43,9 +44,12 @@ func (k keys) stickyQueue(siteID, owner, runnerID string) string {
 func (k keys) unsealed(siteID, owner string) string {
 	return k.p + "uns:" + enc(siteID) + ":" + enc(owner)
 }
-func (k keys) awaiting(siteID string) string { return k.p + "aw:" + enc(siteID) }
-func (k keys) finished(siteID string) string { return k.p + "fin:" + enc(siteID) }
-func (k keys) held(runnerID string) string   { return k.p + "held:" + enc(runnerID) }
+func (k keys) awaiting(siteID string) string  { return k.p + "aw:" + enc(siteID) }
+func (k keys) siteLive(siteID string) string  { return k.p + "sl:" + enc(siteID) }
+func (k keys) siteBytes(siteID string) string { return k.p + "sb:" + enc(siteID) }
+func (k keys) siteRate(siteID string) string  { return k.p + "sr:" + enc(siteID) }
+func (k keys) finished(siteID string) string  { return k.p + "fin:" + enc(siteID) }
+func (k keys) held(runnerID string) string    { return k.p + "held:" + enc(runnerID) }
 func (k keys) heldIDs(runnerID string) string {
 	return k.p + "hid:" + enc(runnerID)
 }

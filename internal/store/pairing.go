@@ -13,37 +13,51 @@ import (
 // Pending pairings (§6). Liveness (expiresAt > now) is judged on the store
 // clock, the same clock the planes use to compute expiresAt.
 
-// PutPairing stores p unless the store is at capacity (false). Expired
-// entries are purged first and the same keypair's previous code is replaced,
-// so re-pairing never needs a free slot.
-func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (bool, error) {
+// PutPairing stores p unless the store is at capacity or p.Source already
+// holds PairingsPerSource live codes. Expired entries are purged first and
+// the same keypair's previous code is replaced, so re-pairing never needs a
+// free slot. The stored record is at most MaxPairingBytes.
+func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (PairingOutcome, error) {
 	for _, f := range []struct{ name, v string }{
 		{"device code", p.DeviceCode}, {"user code", p.UserCode}, {"identity", p.Device.Identity},
+		{"source", p.Source},
 	} {
 		if err := s.checkID(f.name, f.v); err != nil {
-			return false, fmt.Errorf("put pairing: %w", err)
+			return "", fmt.Errorf("put pairing: %w", err)
 		}
 	}
 	p.Capabilities = orEmptyArray(p.Capabilities)
 	raw, err := protocol.Marshal(p)
 	if err != nil {
-		return false, fmt.Errorf("put pairing: %w", err)
+		return "", fmt.Errorf("put pairing: %w", err)
+	}
+	if len(raw) > s.opts.MaxPairingBytes {
+		return "", fmt.Errorf("put pairing: %w: the pairing is %d bytes, the limit is %d", ErrInvalidInput, len(raw), s.opts.MaxPairingBytes)
 	}
 	if err := s.checkBlob("pairing", raw); err != nil {
-		return false, fmt.Errorf("put pairing: %w", err)
+		return "", fmt.Errorf("put pairing: %w", err)
+	}
+	source := ""
+	if p.Source != "" {
+		source = enc(p.Source)
 	}
 	msg, err := s.run(ctx, "pairing_put",
-		[]string{s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("mi"), s.k.pairing("mu"), s.k.pairing("i"), s.k.pairing("u")},
+		[]string{s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("mi"), s.k.pairing("mu"), s.k.pairing("i"), s.k.pairing("u"),
+			s.k.pairing("ms"), s.k.pairing("a:" + source)},
 		strconv.Itoa(s.opts.PairingCapacity), p.DeviceCode, p.UserCode, p.Device.Identity,
-		strconv.FormatInt(p.ExpiresAt, 10), string(raw))
+		strconv.FormatInt(p.ExpiresAt, 10), string(raw), source, strconv.Itoa(s.opts.PairingsPerSource))
 	if err != nil {
-		return false, fmt.Errorf("put pairing: %w", err)
+		return "", fmt.Errorf("put pairing: %w", err)
 	}
 	status, err := str(msg)
 	if err != nil {
-		return false, fmt.Errorf("put pairing: %w", err)
+		return "", fmt.Errorf("put pairing: %w", err)
 	}
-	return status == "stored", nil
+	switch out := PairingOutcome(status); out {
+	case PairingStored, PairingAtCapacity, PairingSourceBusy:
+		return out, nil
+	}
+	return "", fmt.Errorf("put pairing: unexpected reply %q", status)
 }
 
 // PairingByDeviceCode returns the live pairing of deviceCode, else nil.

@@ -73,6 +73,34 @@ func TestPairing(t *testing.T) {
 			}
 			h.put(pending("dc-d", "DDDD-DDDD", "id-d", exp), false)
 		}},
+		{"one source holds at most PairingsPerSource live codes; drops and expiry free it", func(h *h, exp int64) {
+			h.s.opts.PairingCapacity = 10
+			from := func(dc, id, src string) PendingPairing {
+				p := pending(dc, "CODE-"+dc, id, exp)
+				p.Source = src
+				return p
+			}
+			h.put(from("a1", "id-a1", "10.0.0.1"), true)
+			h.put(from("a2", "id-a2", "10.0.0.1"), true)
+			out, err := h.s.PutPairing(h.ctx, from("a3", "id-a3", "10.0.0.1"))
+			if out != PairingSourceBusy || err != nil {
+				h.t.Fatalf("third code of one source: %v %v", out, err)
+			}
+			h.put(from("b1", "id-b1", "10.0.0.2"), true)         // another source
+			h.put(pending("n1", "CODE-n1", "id-n1", exp), true)  // no source: not counted
+			h.put(from("a1bis", "id-a1", "10.0.0.1"), true)      // same keypair: replaces a1
+			if err := h.s.DropPairing(h.ctx, "a2"); err != nil { // an approved code is dropped
+				h.t.Fatal(err)
+			}
+			h.put(from("a3", "id-a3", "10.0.0.1"), true)
+			h.s.AdvanceClockForTests(PairingCodeTTLMs + 1)
+			exp += PairingCodeTTLMs + 1
+			h.put(from("a4", "id-a4", "10.0.0.1"), true)
+			h.put(from("a5", "id-a5", "10.0.0.1"), true)
+			if out, _ := h.s.PutPairing(h.ctx, from("a6", "id-a6", "10.0.0.1")); out != PairingSourceBusy {
+				h.t.Fatalf("after expiry, the limit still holds: %v", out)
+			}
+		}},
 		{"a colliding user code keeps the first live holder", func(h *h, exp int64) {
 			h.put(pending("dc-1", "SAME-CODE", "id-1", exp), true)
 			h.put(pending("dc-2", "SAME-CODE", "id-2", exp), true)
@@ -92,7 +120,7 @@ func TestPairing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				h := newH(t, b, Options{PairingCapacity: 3})
+				h := newH(t, b, Options{PairingCapacity: 3, PairingsPerSource: 2})
 				c.run(h, h.now()+PairingCodeTTLMs)
 			})
 		}
@@ -101,9 +129,9 @@ func TestPairing(t *testing.T) {
 
 func (h *h) put(p PendingPairing, want bool) {
 	h.t.Helper()
-	ok, err := h.s.PutPairing(h.ctx, p)
-	if err != nil || ok != want {
-		h.t.Fatalf("put %s = %v %v, want %v", p.DeviceCode, ok, err, want)
+	out, err := h.s.PutPairing(h.ctx, p)
+	if ok := out == PairingStored; err != nil || ok != want {
+		h.t.Fatalf("put %s = %v %v, want stored=%v", p.DeviceCode, out, err, want)
 	}
 }
 

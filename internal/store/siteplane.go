@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -96,40 +97,56 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 const DefaultResultCacheBytes = 64 << 20
 
 // resultCache holds, per site, the results listed by the site's last
-// results read, keyed by seq. A done job's result, disposition and grant
-// never change while it exists (complete keeps the first result, a done job
-// is never requeued or re-granted), and seq is never reused, so the entry
-// of a seq the listing names is the stored result.
+// results read, keyed by seq and job. A done job's result, disposition and
+// grant never change while it exists (complete keeps the first result, a
+// done job is never requeued or re-granted), and seq is never reused while
+// Valkey keeps its data, so the entry of a seq the listing names is the
+// stored result. Valkey can lose its data (restart without persistence,
+// FLUSHALL, failover to a replica that missed writes), and then seq is
+// handed out again; the entries are therefore filed under the data
+// generation (the namespace's epoch, a random id the first enqueue after a
+// loss writes, plus the server's replication id, which a failover changes)
+// and served only to a read whose own listing named the same generation.
 type resultCache struct {
 	mu    sync.Mutex
 	limit int
 	bytes int
-	sites map[string]map[string]*ResultJob // site id -> seq -> result
+	epoch string
+	sites map[string]map[string]*ResultJob // site id -> "seq:eJ" -> result
 }
 
-func (c *resultCache) get(siteID string) map[string]*ResultJob {
+// get returns the site's entries filed under epoch; none when the cache
+// holds another epoch or epoch is "" (no epoch stored: trust nothing).
+func (c *resultCache) get(siteID, epoch string) map[string]*ResultJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if epoch == "" || epoch != c.epoch {
+		return nil
+	}
 	return c.sites[siteID]
 }
 
 // put replaces the site's entries with the ones its latest listing named,
-// or forgets every site when the cache would grow past its bound.
-func (c *resultCache) put(siteID string, entries map[string]*ResultJob) {
+// or forgets every site when the cache would grow past its bound. Entries
+// of another epoch are all dropped first: they name seqs of a store that
+// no longer exists.
+func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 	size := 0
 	for _, r := range entries {
 		size += resultSize(r)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sites == nil {
+	if c.sites == nil || epoch != c.epoch {
 		c.sites = map[string]map[string]*ResultJob{}
+		c.bytes = 0
+		c.epoch = epoch
 	}
 	for _, r := range c.sites[siteID] {
 		c.bytes -= resultSize(r)
 	}
 	delete(c.sites, siteID)
-	if size > c.limit {
+	if epoch == "" || size > c.limit {
 		return
 	}
 	if c.bytes+size > c.limit {
@@ -153,33 +170,16 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 		return nil, fmt.Errorf("result jobs: %w", err)
 	}
 	eS := enc(siteID)
-	type listed struct{ eJ, seq string }
-	var list []listed
-	limit := s.limits.resultsEntries
-	after := "-inf"
-	for {
-		msg, err := s.run(ctx, "results_page", []string{s.k.finished(siteID)}, after, strconv.Itoa(limit))
-		if err != nil {
-			return nil, fmt.Errorf("result jobs: %w", err)
-		}
-		flat, err := msg.AsStrSlice()
-		if err != nil || len(flat)%2 != 0 {
-			return nil, fmt.Errorf("result jobs: page of %d items (%v)", len(flat), err)
-		}
-		for i := 0; i < len(flat); i += 2 {
-			list = append(list, listed{flat[i], flat[i+1]})
-		}
-		if len(flat) < 2*limit {
-			break
-		}
-		after = "(" + flat[len(flat)-1]
+	list, epoch, err := s.finishedIndex(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("result jobs: %w", err)
 	}
 
-	cached := s.results.get(siteID)
+	cached := s.results.get(siteID, epoch)
 	found := make([]*ResultJob, len(list))
 	var missing []int
 	for i, l := range list {
-		if r, ok := cached[l.seq]; ok {
+		if r, ok := cached[l.seq+":"+l.eJ]; ok {
 			found[i] = r
 		} else {
 			missing = append(missing, i)
@@ -229,9 +229,52 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	for i, r := range found {
 		if r != nil {
 			out = append(out, r)
-			keep[list[i].seq] = r
+			keep[list[i].seq+":"+list[i].eJ] = r
 		}
 	}
-	s.results.put(siteID, keep)
+	s.results.put(siteID, epoch, keep)
 	return out, nil
+}
+
+type listed struct{ eJ, seq string }
+
+// finishedIndex reads the site's finished index in pages, with the epoch
+// every page named. A page naming another epoch than the first means Valkey
+// lost its data mid-read; the read starts again, a bounded number of times.
+func (s *Store) finishedIndex(ctx context.Context, siteID string) ([]listed, string, error) {
+	limit := s.limits.resultsEntries
+	for attempt := 0; ; attempt++ {
+		var list []listed
+		epoch, after, changed := "", "-inf", false
+		for page := 0; ; page++ {
+			msg, err := s.run(ctx, "results_page", []string{s.k.finished(siteID), s.k.epoch()}, after, strconv.Itoa(limit))
+			if err != nil {
+				return nil, "", err
+			}
+			flat, err := msg.AsStrSlice()
+			if err != nil || len(flat)%2 != 1 {
+				return nil, "", fmt.Errorf("page of %d items (%v)", len(flat), err)
+			}
+			if page == 0 {
+				epoch = flat[0]
+			} else if flat[0] != epoch {
+				changed = true
+				break
+			}
+			flat = flat[1:]
+			for i := 0; i < len(flat); i += 2 {
+				list = append(list, listed{flat[i], flat[i+1]})
+			}
+			if len(flat) < 2*limit {
+				break
+			}
+			after = "(" + flat[len(flat)-1]
+		}
+		if !changed {
+			return list, epoch, nil
+		}
+		if attempt == 3 {
+			return nil, "", errors.New("the store's epoch kept changing while the finished index was read")
+		}
+	}
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,8 +39,14 @@ const (
 	// client's own: its capabilities and withheld lists together. The
 	// planes refuse either list over protocol.MaxAdvertBytes first.
 	DefaultMaxPresenceBytes = 2 * protocol.MaxAdvertBytes
-	maxSweepBatchesPerCall  = 10_000
-	maxLeaseMs              = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
+	// DefaultMaxPairingBytes is 65 KiB: the planes' 64 KiB bound on a pair
+	// start plus room for the codes and expiry added to it. A real daemon's
+	// start is its keys, label and a few capabilities of some 300 bytes
+	// each (one per service and kind), a few KiB; 500 codes at this bound
+	// are under 33 MiB.
+	DefaultMaxPairingBytes = 65 << 10
+	maxSweepBatchesPerCall = 10_000
+	maxLeaseMs             = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
 
 // Options configures a Store. Zero values mean the defaults named below.
@@ -58,6 +66,12 @@ type Options struct {
 	Logger *slog.Logger
 	// PairingCapacity bounds outstanding pairings; default 500.
 	PairingCapacity int
+	// PairingsPerSource bounds the live codes of one source address
+	// (PendingPairing.Source); default DefaultPairingsPerSource.
+	PairingsPerSource int
+	// MaxPairingBytes bounds one stored pending pairing (its JSON); default
+	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
+	MaxPairingBytes int
 	// PresenceTTLMs, when positive, expires presence records that long after
 	// their last heartbeat. 0 keeps them, as the reference does.
 	PresenceTTLMs int64
@@ -86,6 +100,9 @@ type Options struct {
 	// JSON together; Seen refuses more with ErrInvalidInput. Default
 	// DefaultMaxPresenceBytes (512 KiB).
 	MaxPresenceBytes int
+	// SiteLimits bounds what each site may hold (see SiteLimit); the zero
+	// value limits nothing, as in the reference.
+	SiteLimits SiteLimits
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -101,6 +118,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PairingCapacity <= 0 {
 		o.PairingCapacity = MaxOutstandingPairings
+	}
+	if o.PairingsPerSource <= 0 {
+		o.PairingsPerSource = DefaultPairingsPerSource
+	}
+	if o.MaxPairingBytes <= 0 {
+		o.MaxPairingBytes = DefaultMaxPairingBytes
 	}
 	if o.SweepBatch <= 0 {
 		o.SweepBatch = DefaultSweepBatch
@@ -139,6 +162,16 @@ type Store struct {
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
 	results resultCache
 	limits  pageLimits
+	// epochSeed and epochN make every enqueue's epoch candidate unique, so
+	// the epoch written after a data loss never equals one written before.
+	epochSeed string
+	epochN    atomic.Uint64
+}
+
+// epochCandidate is the epoch the next enqueue writes if the namespace has
+// none (see resultCache).
+func (s *Store) epochCandidate() string {
+	return s.epochSeed + "." + strconv.FormatUint(s.epochN.Add(1), 36)
 }
 
 // readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
@@ -147,7 +180,7 @@ var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true, "presence_head": true,
 	"pending_page": true, "results_page": true, "results_get": true,
-	"counts": true,
+	"counts": true, "site_use": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
@@ -167,6 +200,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	}
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
+	var seed [12]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("store: epoch seed: %w", err)
+	}
+	s.epochSeed = hex.EncodeToString(seed[:])
 	s.limits = defaultPageLimits
 	for name, src := range sources {
 		if readOnlyScripts[name] {

@@ -48,8 +48,12 @@ type Metrics struct {
 	projectionVersion metric.Int64ObservableGauge
 	projectionAge     metric.Float64ObservableGauge
 	projectionLoaded  metric.Int64ObservableGauge
+	siteJobs          metric.Int64ObservableGauge
+	siteBytes         metric.Int64ObservableGauge
+	siteRefusals      metric.Int64Counter
 
 	mu           sync.Mutex
+	siteUseFn    func(context.Context) (map[string]SiteUse, error)
 	jobsFn       func(context.Context) (map[string]int64, error)
 	leasesFn     func(context.Context) (int64, error)
 	projectionFn func() ProjectionState
@@ -115,11 +119,21 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.projectionLoaded, e = meter.Int64ObservableGauge("relay.projection.loaded",
 		metric.WithDescription("1 when a projection is loaded, else 0."))
 	wrap("relay.projection.loaded", e)
+	m.siteJobs, e = meter.Int64ObservableGauge("relay.site.jobs.live",
+		metric.WithDescription("Jobs of each site not yet done (queued to running, not cancelled), against its jobs limit."))
+	wrap("relay.site.jobs.live", e)
+	m.siteBytes, e = meter.Int64ObservableGauge("relay.site.stored", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of stubs, payloads and results each site has stored, against its bytes limit."))
+	wrap("relay.site.stored", e)
+	m.siteRefusals, e = meter.Int64Counter("relay.site.limit.refusals",
+		metric.WithDescription("Enqueues and payloads refused because the site was at a limit, by site and limit (jobs, bytes, rate)."))
+	wrap("relay.site.limit.refusals", e)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := meter.RegisterCallback(m.observe,
-		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded); err != nil {
+		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded,
+		m.siteJobs, m.siteBytes); err != nil {
 		return nil, fmt.Errorf("telemetry gauge callback: %w", err)
 	}
 	return m, nil
@@ -141,6 +155,25 @@ func (m *Metrics) ObserveActiveLeases(fn func(context.Context) (int64, error)) {
 	m.mu.Unlock()
 }
 
+// SiteUse is one site's use of the store (relay_site_jobs_live,
+// relay_site_stored_bytes).
+type SiteUse struct{ LiveJobs, StoredBytes int64 }
+
+// ObserveSiteUse registers the reader behind the per-site gauges. It should
+// name only the projection's sites, which bounds the label's cardinality,
+// and be O(1) per site.
+func (m *Metrics) ObserveSiteUse(fn func(context.Context) (map[string]SiteUse, error)) {
+	m.mu.Lock()
+	m.siteUseFn = fn
+	m.mu.Unlock()
+}
+
+// RecordSiteLimit counts one request refused at a site limit. The site id
+// is an authenticated site of the projection, so the label stays bounded.
+func (m *Metrics) RecordSiteLimit(ctx context.Context, siteID, limit string) {
+	m.siteRefusals.Add(ctx, 1, metric.WithAttributes(attribute.String("site", siteID), attribute.String("limit", limit)))
+}
+
 // ObserveProjection registers the reader behind the projection gauges.
 func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
 	m.mu.Lock()
@@ -151,6 +184,7 @@ func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	jobsFn, leasesFn, projectionFn, now := m.jobsFn, m.leasesFn, m.projectionFn, m.now
+	siteUseFn := m.siteUseFn
 	m.mu.Unlock()
 
 	// Errors are not returned: the SDK would log them per scrape, and the
@@ -171,6 +205,18 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 		cancel()
 		if err == nil {
 			o.ObserveInt64(m.activeLeases, n)
+		}
+	}
+	if siteUseFn != nil {
+		cctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
+		use, err := siteUseFn(cctx)
+		cancel()
+		if err == nil {
+			for site, u := range use {
+				attrs := metric.WithAttributes(attribute.String("site", site))
+				o.ObserveInt64(m.siteJobs, u.LiveJobs, attrs)
+				o.ObserveInt64(m.siteBytes, u.StoredBytes, attrs)
+			}
 		}
 	}
 	if projectionFn != nil {

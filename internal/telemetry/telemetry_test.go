@@ -305,6 +305,11 @@ func TestDomainMetricsAndGauges(t *testing.T) {
 	m.RecordSweep(ctx, 4, 1)
 	m.RecordSweep(ctx, 0, 0)
 	m.RecordChurnReport(ctx)
+	m.RecordSiteLimit(ctx, "site_a", "jobs")
+	m.RecordSiteLimit(ctx, "site_a", "jobs")
+	m.ObserveSiteUse(func(context.Context) (map[string]telemetry.SiteUse, error) {
+		return map[string]telemetry.SiteUse{"site_a": {LiveJobs: 9, StoredBytes: 4096}, "site_b": {}}, nil
+	})
 
 	loadedAt := time.Now().Add(-90 * time.Second)
 	m.ObserveJobsByState(func(ctx context.Context) (map[string]int64, error) {
@@ -331,6 +336,7 @@ func TestDomainMetricsAndGauges(t *testing.T) {
 		{"relay_swept_jobs_total", map[string]string{"outcome": "requeued"}, 4},
 		{"relay_swept_jobs_total", map[string]string{"outcome": "removed"}, 1},
 		{"relay_unsealed_churn_reports_total", nil, 1},
+		{"relay_site_limit_refusals_total", map[string]string{"site": "site_a", "limit": "jobs"}, 2},
 	}
 	for _, c := range counters {
 		s := find(fams, c.name, c.lbl)
@@ -348,6 +354,9 @@ func TestDomainMetricsAndGauges(t *testing.T) {
 		{"relay_leases_active", nil, 2},
 		{"relay_projection_version", nil, 7},
 		{"relay_projection_loaded", nil, 1},
+		{"relay_site_jobs_live", map[string]string{"site": "site_a"}, 9},
+		{"relay_site_stored_bytes", map[string]string{"site": "site_a"}, 4096},
+		{"relay_site_jobs_live", map[string]string{"site": "site_b"}, 0},
 	}
 	for _, c := range gauges {
 		s := find(fams, c.name, c.lbl)

@@ -8,16 +8,26 @@
 --   pc:mu  HASH deviceCode -> userCode
 --   pc:i   HASH identity   -> deviceCode        (one code per keypair)
 --   pc:u   HASH userCode   -> deviceCode        (first live insert wins)
+--   pc:ms  HASH deviceCode -> source address (base64url), when one was given
+--   pc:a:<source>  ZSET deviceCode -> expiresAt: the source's codes (its
+--          live ones are counted against the per-source limit)
+--   pc:ok  HASH deviceCode -> runnerId          (approved through the admin API)
 
 local PC = P .. 'pc:'
 
 local function remove_code(dc)
   local identity = redis.call('HGET', PC .. 'mi', dc)
   local user_code = redis.call('HGET', PC .. 'mu', dc)
+  local source = redis.call('HGET', PC .. 'ms', dc)
   redis.call('HDEL', PC .. 'd', dc)
   redis.call('ZREM', PC .. 'x', dc)
   redis.call('HDEL', PC .. 'mi', dc)
   redis.call('HDEL', PC .. 'mu', dc)
+  if source then
+    redis.call('HDEL', PC .. 'ms', dc)
+    redis.call('ZREM', PC .. 'a:' .. source, dc)
+  end
+  redis.call('HDEL', PC .. 'ok', dc)
   if identity and redis.call('HGET', PC .. 'i', identity) == dc then
     redis.call('HDEL', PC .. 'i', identity)
   end

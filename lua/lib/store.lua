@@ -131,6 +131,35 @@ local function move_state(m, from, to)
   end
 end
 
+-- Per-site use, which enqueue and seal check against the site's limits.
+-- sl:<eS> is the site's live jobs (a set: a count is an SCARD, a missed move
+-- cannot drift): a job is in it from enqueue until it is done, cancelled or
+-- gone. sb:<eS> is the bytes of the site's stored blobs (stub, payload,
+-- result): a total, which no set can give in O(1), so it is a counter, kept
+-- exact by account() below: each job records in its own field 'by' what it
+-- has added, every blob write re-measures the job and adds the difference,
+-- and forget() takes back what the record says, so the total is always the
+-- sum of the 'by' fields of the jobs that exist.
+local function live_set(eS)
+  return P .. 'sl:' .. eS
+end
+
+local function bytes_key(eS)
+  return P .. 'sb:' .. eS
+end
+
+local function account(m, eS)
+  local k = jkey(m)
+  local size = redis.call('HSTRLEN', k, 'stub') + redis.call('HSTRLEN', k, 'pl') + redis.call('HSTRLEN', k, 'rs')
+  local was = tonumber(redis.call('HGET', k, 'by') or '0')
+  if size ~= was then
+    redis.call('HSET', k, 'by', size)
+    if redis.call('INCRBY', bytes_key(eS), size - was) <= 0 then
+      redis.call('DEL', bytes_key(eS))
+    end
+  end
+end
+
 local function leave_awaiting(h)
   redis.call('SREM', P .. 'uns:' .. h.eS .. ':' .. h.eO, h.eJ)
   redis.call('ZREM', P .. 'aw:' .. h.eS, h.eJ)
@@ -159,6 +188,7 @@ local function requeue(m, h)
   drop_grant(m, h)
   local k = jkey(m)
   redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cd', 'cl', 'ce', 'au', 'pl')
+  account(m, h.eS)
   redis.call('HSET', k, 'state', QUEUED)
   move_state(m, h.state, QUEUED)
   h.state = QUEUED
@@ -184,6 +214,11 @@ local function forget(m, h)
   move_state(m, h.state, nil)
   drop_grant(m, h)
   local k = jkey(m)
+  redis.call('SREM', live_set(h.eS), h.eJ)
+  local by = tonumber(redis.call('HGET', k, 'by') or '0')
+  if by ~= 0 and redis.call('DECRBY', bytes_key(h.eS), by) <= 0 then
+    redis.call('DEL', bytes_key(h.eS))
+  end
   redis.call('DEL', k, k .. ':ref', k .. ':ra')
 end
 

@@ -11,7 +11,13 @@
 import { afterAll, describe, expect, it } from "vitest";
 import {
   PROTOCOL_VERSION,
+  adminCall,
+  beginPairing,
   daemonHeaders,
+  expireCode,
+  keyId,
+  liveReplicas,
+  runnerFor,
   env,
   generateKeys,
   killReplica,
@@ -606,6 +612,221 @@ describe(`real peers against ${env.target} relay x${env.replicas}`, () => {
     });
   });
 
+
+  // -------------------------------------------------------------------------
+  // Approval by user code (admin API). The test plays the person and the
+  // operator's approval page: it knows only the code the daemon shows.
+
+  /** Devices of the projection a replica serves that carry this identity. */
+  async function devicesOf(device, via = 0) {
+    const got = await adminCall(via, "GET", "/projection");
+    expect(got.status).toBe(200);
+    return got.body.devices.filter((d) => d.device.identity === device.identity);
+  }
+  const codePath = (code, suffix = "") => `/pairings/${encodeURIComponent(code)}${suffix}`;
+  function begin(options) {
+    return beginPairing(options).then((pairing) => {
+      cleanups.push(() => pairing.dispose());
+      return pairing;
+    });
+  }
+
+  if (env.target === "go" && env.replicas >= 3) {
+    it("P1 approved knowing only the user code: started on one replica, shown on a second, approved on a third, then runs a job", async () => {
+      const started = Date.now();
+      const owner = `pia_${uniq()}`;
+      const site = await makeSite({ owners: [owner] });
+      track(site);
+      const pairing = await begin({ startVia: 0, label: "pia's laptop" });
+      const shownToPerson = await pairing.codeShown;
+      const code = shownToPerson.userCode;
+      expect(code).toMatch(/^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}$/);
+      expect(pairing.requests.find((r) => r.body.includes('"action":"start"')).url.startsWith(env.planes[0])).toBe(true);
+      await pairing.pendingSeen();
+
+      // The approval page looks the code up on replica 1 ...
+      const shown = await adminCall(1, "GET", codePath(code));
+      expect(shown.status).toBe(200);
+      // ... and sees the identity the daemon generated, without being told it.
+      expect(shown.body.device).toEqual(pairing.device);
+      expect(shown.body.keyId).toBe(keyId(pairing.device.identity));
+      expect(shown.body).toMatchObject({ userCode: code, status: "pending", label: "pia's laptop", platform: process.platform });
+      expect(shown.body.expiresAt).toBe(shownToPerson.expiresAt);
+      expect(shown.body.capabilities).toEqual(pairing.capabilities);
+      expect(shown.text).not.toContain(pairing.requests.find((r) => r.body.includes('"action":"poll"')).body.match(/"deviceCode":"([^"]+)"/)[1]);
+
+      // ... and the person approves on replica 2.
+      const approved = await adminCall(2, "POST", codePath(code, "/approve"), { owner });
+      expect(approved.status).toBe(200);
+      expect(approved.body).toMatchObject({ userCode: code, owner, keyId: shown.body.keyId });
+      expect(typeof approved.body.version).toBe("number");
+
+      const result = await pairing.result;
+      expect(result.ok).toBe(true);
+      expect(result.pairing.runnerId).toBe(approved.body.runnerId);
+      expect(result.pairing.owner).toBe(owner);
+      expect(Object.keys(result.pairing.sites)).toEqual([site.keyId]);
+      const paired = Date.now();
+      for (const via of [0, 1, 2]) {
+        expect(await devicesOf(pairing.device, via)).toEqual([{ owner, runnerId: approved.body.runnerId, device: pairing.device }]);
+      }
+      // The daemon collected the code: it is spent.
+      expect((await adminCall(0, "GET", codePath(code))).status).toBe(404);
+
+      const daemon = await runnerFor(pairing, result);
+      track(daemon);
+      daemon.start();
+      const prompt = `P1 ${uniq()}`;
+      const handle = await site.enqueue(prompt, owner);
+      await waitForOutcomes(site, [handle.id], { timeoutMs: 60_000 });
+      const record = await site.store.get(handle.id);
+      expect(record.outcome.text).toContain(prompt);
+      expect(record.provenance.runnerId).toBe(approved.body.runnerId);
+
+      recordFigures({
+        scenario: "P1",
+        pairMs: paired - started,
+        jobMs: Date.now() - paired,
+        polls: pairing.polls,
+        runnerId: approved.body.runnerId,
+        requests: summarize(pairing.requests, site.requests),
+      });
+    });
+
+    it("P2 an expired code cannot be shown or approved, and the daemon gives up", async () => {
+      const owner = `pat_${uniq()}`;
+      const pairing = await begin({});
+      const { userCode: code } = await pairing.codeShown;
+      await pairing.pendingSeen();
+      expect((await adminCall(0, "GET", codePath(code))).status).toBe(200);
+      await pairing.holdPolls();
+      await expireCode(code, 0);
+      const shown = await adminCall(1, "GET", codePath(code));
+      expect(shown.status).toBe(404);
+      expect(shown.body.error).toBe("not-found");
+      const approve = await adminCall(2, "POST", codePath(code, "/approve"), { owner });
+      expect(approve.status).toBe(409);
+      expect(approve.body).toMatchObject({ error: "conflict" });
+      expect(approve.body.message).toContain("expired");
+      pairing.releasePolls();
+      const result = await pairing.result;
+      expect(result).toMatchObject({ ok: false, reason: "expired" });
+      expect(await devicesOf(pairing.device)).toEqual([]);
+      recordFigures({ scenario: "P2", show: shown.status, approve: approve.status, daemon: result.reason });
+    });
+
+    it("P3 a denied code: the daemon's next poll is expired and it gives up cleanly", async () => {
+      const owner = `pud_${uniq()}`;
+      const pairing = await begin({});
+      const { userCode: code } = await pairing.codeShown;
+      await pairing.pendingSeen();
+      const denied = await adminCall(1, "POST", codePath(code, "/deny"));
+      expect(denied.status).toBe(200);
+      expect(denied.body).toEqual({ status: "denied" });
+      const result = await pairing.result;
+      expect(result).toMatchObject({ ok: false, reason: "expired" });
+      const polls = pairing.requests.filter((r) => r.body.includes('"action":"poll"'));
+      expect(polls.at(-1).text).toBe('{"status":"expired"}');
+      expect((await adminCall(2, "GET", codePath(code))).status).toBe(404);
+      expect((await adminCall(0, "POST", codePath(code, "/approve"), { owner })).status).toBe(404);
+      expect(await devicesOf(pairing.device)).toEqual([]);
+      recordFigures({ scenario: "P3", deny: denied.status, daemon: result.reason, polls: polls.length });
+    });
+
+    it("P4 a code approved twice: the second approval is a conflict", async () => {
+      const owner = `pip_${uniq()}`;
+      const site = await makeSite({ owners: [owner] });
+      track(site);
+      const pairing = await begin({});
+      const { userCode: code } = await pairing.codeShown;
+      await pairing.pendingSeen();
+      // Keep the daemon from collecting the approval in between.
+      await pairing.holdPolls();
+      const first = await adminCall(0, "POST", codePath(code, "/approve"), { owner });
+      expect(first.status).toBe(200);
+      const again = await adminCall(1, "POST", codePath(code, "/approve"), { owner });
+      expect(again.status).toBe(409);
+      expect(again.body.error).toBe("conflict");
+      expect(again.body.message).toContain("approved already");
+      const otherOwner = await adminCall(2, "POST", codePath(code, "/approve"), { owner: `mallory_${uniq()}`, runnerId: `r_${uniq()}` });
+      expect(otherOwner.status).toBe(409);
+      const shown = await adminCall(2, "GET", codePath(code));
+      expect(shown.body).toMatchObject({ status: "approved", runnerId: first.body.runnerId });
+      expect(await devicesOf(pairing.device)).toEqual([{ owner, runnerId: first.body.runnerId, device: pairing.device }]);
+      pairing.releasePolls();
+      const result = await pairing.result;
+      expect(result.ok).toBe(true);
+      expect(result.pairing.runnerId).toBe(first.body.runnerId);
+      expect((await adminCall(0, "POST", codePath(code, "/approve"), { owner })).status).toBe(404);
+      recordFigures({ scenario: "P4", first: first.status, second: again.status, otherOwner: otherOwner.status });
+    });
+
+    it("P5 an approval racing the code's expiry is all or nothing", async () => {
+      const owner = `pax_${uniq()}`;
+      const site = await makeSite({ owners: [owner] });
+      track(site);
+      // One approval at a random moment around the expiry, and one surely
+      // inside the window whose daemon polls only after it: both must leave
+      // the store whole.
+      async function race(windowMs, delayMs) {
+        const pairing = await begin({});
+        const { userCode: code } = await pairing.codeShown;
+        await pairing.pendingSeen();
+        await pairing.holdPolls();
+        await expireCode(code, windowMs);
+        await sleep(delayMs);
+        const approve = await adminCall(1, "POST", codePath(code, "/approve"), { owner });
+        // Let the expiry pass before the daemon polls again.
+        await waitFor(async () => (await adminCall(0, "GET", codePath(code))).status === 404, { what: "the code to expire" });
+        pairing.releasePolls();
+        const result = await pairing.result;
+        const devices = await devicesOf(pairing.device);
+        expect(result).toMatchObject({ ok: false, reason: "expired" });
+        if (approve.status !== 200) {
+          // Lost: nothing was written.
+          expect([404, 409]).toContain(approve.status);
+          expect(devices).toEqual([]);
+          return { approve: approve.status, repaired: null };
+        }
+        // Won: the record is whole, though the daemon's poll came after the
+        // expiry. Pairing again with the same keys is approved at once.
+        expect(devices).toEqual([{ owner, runnerId: approve.body.runnerId, device: pairing.device }]);
+        const again = await begin({ keysOf: pairing });
+        const second = await again.result;
+        expect(second.ok).toBe(true);
+        expect(second.pairing.runnerId).toBe(approve.body.runnerId);
+        expect(second.pairing.owner).toBe(owner);
+        return { approve: approve.status, repaired: second.pairing.runnerId, pollsToApproval: again.polls };
+      }
+      const inside = await race(400, 0);
+      expect(inside.approve).toBe(200);
+      const windowMs = 30;
+      const random = await race(windowMs, Math.floor(Math.random() * 2 * windowMs));
+      recordFigures({ scenario: "P5", inside, random });
+    });
+
+    it("P6 lower-case and padded codes are the same code", async () => {
+      const owner = `pal_${uniq()}`;
+      const pairing = await begin({});
+      const { userCode: code } = await pairing.codeShown;
+      await pairing.pendingSeen();
+      const spellings = [code.toLowerCase(), `  ${code}  `, `\t${code.toLowerCase()} `];
+      for (const [i, spelled] of spellings.entries()) {
+        const shown = await adminCall(i % 3, "GET", codePath(spelled));
+        expect(shown.status).toBe(200);
+        expect(shown.body.userCode).toBe(code);
+        expect(shown.body.device).toEqual(pairing.device);
+      }
+      const approved = await adminCall(2, "POST", codePath(` ${code.toLowerCase()}  `, "/approve"), { owner });
+      expect(approved.status).toBe(200);
+      expect(approved.body.userCode).toBe(code);
+      const result = await pairing.result;
+      expect(result.ok).toBe(true);
+      expect(result.pairing.runnerId).toBe(approved.body.runnerId);
+      recordFigures({ scenario: "P6", spellings: spellings.length + 1 });
+    });
+  }
+
   if (env.replicas >= 2) {
     it("S8 a replica killed with SIGKILL mid-run: every job completes exactly once", async () => {
       const started = Date.now();
@@ -697,6 +918,42 @@ describe(`real peers against ${env.target} relay x${env.replicas}`, () => {
         requests: summarize(a.requests, b.requests, site.requests),
         proxy: after.replicas.map((r) => ({ index: r.index, live: r.live, requests: r.requests, failures: r.failures })),
       });
+    });
+  }
+
+  if (env.target === "go" && env.replicas >= 2) {
+    it("P7 a code minted on a replica killed before approval is approved through the survivors", async () => {
+      const started = Date.now();
+      const owner = `pok_${uniq()}`;
+      const site = await makeSite({ owners: [owner] });
+      track(site);
+      const live = await liveReplicas();
+      expect(live.length).toBeGreaterThanOrEqual(2);
+      const victim = live[Math.floor(Math.random() * live.length)];
+      const survivors = live.filter((i) => i !== victim);
+      const pairing = await begin({ startVia: victim });
+      const { userCode: code } = await pairing.codeShown;
+      await pairing.pendingSeen();
+      await pairing.holdPolls();
+      await killReplica(victim);
+      const shown = await adminCall(survivors[0], "GET", codePath(code));
+      expect(shown.status).toBe(200);
+      expect(shown.body.device).toEqual(pairing.device);
+      const approved = await adminCall(survivors.at(-1), "POST", codePath(code, "/approve"), { owner });
+      expect(approved.status).toBe(200);
+      pairing.releasePolls();
+      const result = await pairing.result;
+      expect(result.ok).toBe(true);
+      expect(result.pairing.runnerId).toBe(approved.body.runnerId);
+      expect(Object.keys(result.pairing.sites)).toEqual([site.keyId]);
+      const daemon = await runnerFor(pairing, result);
+      track(daemon);
+      daemon.start();
+      const prompt = `P7 ${uniq()}`;
+      const handle = await site.enqueue(prompt, owner);
+      await waitForOutcomes(site, [handle.id], { timeoutMs: 60_000 });
+      expect((await site.store.get(handle.id)).provenance.runnerId).toBe(approved.body.runnerId);
+      recordFigures({ scenario: "P7", killed: victim, survivors, ms: Date.now() - started });
     });
   }
 });

@@ -66,6 +66,15 @@ var scenarios = []struct {
 	{"S6 a replayed result is answered as a duplicate", false},
 	{"S7 bad signatures are refused", false},
 	{"S8 a replica killed with SIGKILL mid-run: every job completes exactly once", true},
+	// Approval by user code through the admin API (Go relay only: the
+	// reference leaves it to an in-process control plane).
+	{"P1 approved knowing only the user code: started on one replica, shown on a second, approved on a third, then runs a job", true},
+	{"P2 an expired code cannot be shown or approved, and the daemon gives up", true},
+	{"P3 a denied code: the daemon's next poll is expired and it gives up cleanly", true},
+	{"P4 a code approved twice: the second approval is a conflict", true},
+	{"P5 an approval racing the code's expiry is all or nothing", true},
+	{"P6 lower-case and padded codes are the same code", true},
+	{"P7 a code minted on a replica killed before approval is approved through the survivors", true},
 }
 
 func TestPeers(t *testing.T) {
@@ -117,12 +126,17 @@ func TestPeers(t *testing.T) {
 	}
 
 	px := newProxy(replicas, logger)
+	if target == "go" {
+		px.expire = codeExpirer(t, valkeyURL, namespace)
+	}
 	origin := serve(t, px)
 	control := serve(t, px.controlHandler())
 
 	admins := make([]string, len(replicas))
+	planes := make([]string, len(replicas))
 	for i, r := range replicas {
 		admins[i] = "http://" + r.admin
+		planes[i] = "http://" + r.listen
 	}
 	report := filepath.Join(tmp, "report.json")
 	figures := filepath.Join(tmp, "figures.jsonl")
@@ -135,6 +149,7 @@ func TestPeers(t *testing.T) {
 	suite.Env = append(os.Environ(),
 		"PEERS_ORIGIN="+origin,
 		"PEERS_ADMINS="+strings.Join(admins, ","),
+		"PEERS_PLANES="+strings.Join(planes, ","),
 		"PEERS_ADMIN_TOKEN="+adminToken,
 		"PEERS_CONTROL="+control,
 		"PEERS_LEASE_MS="+strconv.Itoa(leaseMs),
@@ -366,6 +381,8 @@ type proxy struct {
 	inflight []atomic.Int64
 	failures []atomic.Int64
 	logger   *slog.Logger
+	// expire moves a pending code's expiry (go target only; nil otherwise).
+	expire func(ctx context.Context, userCode string, inMs int64) (int64, error)
 }
 
 func newProxy(replicas []*replica, logger *slog.Logger) *proxy {
@@ -514,7 +531,58 @@ func (p *proxy) controlHandler() http.Handler {
 			"inflightAtKill": inflight, "requestsAtKill": requests, "killMs": time.Since(started).Milliseconds(),
 		})
 	})
+	mux.HandleFunc("POST /expire", func(w http.ResponseWriter, req *http.Request) {
+		inMs, err := strconv.ParseInt(req.URL.Query().Get("inMs"), 10, 64)
+		if p.expire == nil || err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "needs the go target and inMs"})
+			return
+		}
+		at, err := p.expire(req.Context(), req.URL.Query().Get("userCode"), inMs)
+		if err != nil {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int64{"expiresAt": at})
+	})
 	return mux
+}
+
+// expireScript rewrites one pending code's expiry, in the index every read
+// checks (pc:x) and in the stored pairing whose expiresAt the planes compare
+// too, to Valkey TIME + ARGV[2] ms. It reaches into the store's key layout
+// (internal/store/doc.go) on purpose: it stands in for ten minutes passing,
+// which no relay API should offer.
+const expireScript = `
+local dc = redis.call('HGET', KEYS[1], ARGV[1])
+if not dc or not redis.call('ZSCORE', KEYS[2], dc) then return false end
+local t = redis.call('TIME')
+local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[2], 'XX', at, dc)
+local raw = redis.call('HGET', KEYS[3], dc)
+redis.call('HSET', KEYS[3], dc, (string.gsub(raw, '"expiresAt":%d+', '"expiresAt":' .. at)))
+return at`
+
+func codeExpirer(t *testing.T, valkeyURL, namespace string) func(context.Context, string, int64) (int64, error) {
+	opt, err := valkey.ParseURL(valkeyURL)
+	if err != nil {
+		t.Fatalf("parse %s: %v", valkeyURL, err)
+	}
+	opt.DisableCache = true
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatalf("connect %s: %v", valkeyURL, err)
+	}
+	t.Cleanup(client.Close)
+	script := valkey.NewLuaScript(expireScript)
+	prefix := namespace + ":{" + namespace + "}:pc:"
+	return func(ctx context.Context, userCode string, inMs int64) (int64, error) {
+		at, err := script.Exec(ctx, client, []string{prefix + "u", prefix + "x", prefix + "d"},
+			[]string{strings.ToUpper(strings.TrimSpace(userCode)), strconv.FormatInt(inMs, 10)}).AsInt64()
+		if valkey.IsValkeyNil(err) {
+			return 0, fmt.Errorf("no pending code %q", userCode)
+		}
+		return at, err
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -54,6 +54,11 @@ export const env = {
     .map((a) => a.trim().replace(/\/+$/, ""))
     .filter((a) => a !== ""),
   adminToken: required("PEERS_ADMIN_TOKEN"),
+  /** Each replica's own plane origin, index-aligned with admins (bypassing the proxy). */
+  planes: (process.env.PEERS_PLANES ?? "")
+    .split(",")
+    .map((a) => a.trim().replace(/\/+$/, ""))
+    .filter((a) => a !== ""),
   /** The proxy's control listener (kill a replica, read stats). */
   control: required("PEERS_CONTROL").replace(/\/+$/, ""),
   leaseMs: Number(required("PEERS_LEASE_MS")),
@@ -147,14 +152,16 @@ export function recordingFetch(log, inner = globalThis.fetch) {
 export const projectionWaits = [];
 export async function mergeProjection(patch) {
   const headers = { authorization: `Bearer ${env.adminToken}`, "content-type": "application/json" };
-  const admin = env.admins[Math.floor(Math.random() * env.admins.length)];
+  // Only replicas still running (a scenario may have killed one).
+  const admins = (await liveReplicas()).map((i) => env.admins[i]);
+  const admin = admins[Math.floor(Math.random() * admins.length)];
   const response = await fetch(`${admin}/projection/merge`, { method: "POST", headers, body: JSON.stringify(patch) });
   const text = await response.text();
   if (response.status !== 200) throw new Error(`projection merge on ${admin} answered ${response.status}: ${text}`);
   const { version } = JSON.parse(text);
   if (typeof version !== "number") return;
   const started = Date.now();
-  for (const other of env.admins) {
+  for (const other of admins) {
     await waitFor(
       async () => {
         const status = await fetch(`${other}/projection/status`, { headers });
@@ -166,6 +173,45 @@ export async function mergeProjection(patch) {
     );
   }
   projectionWaits.push(Date.now() - started);
+}
+
+/**
+ * One admin call to replica `index`'s admin listener, as an operator's
+ * approval page would make it: {status, body (parsed JSON), text}.
+ */
+export async function adminCall(index, method, path, body) {
+  const headers = { authorization: `Bearer ${env.adminToken}` };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(`${env.admins[index]}${path}`, {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  let parsed;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, body: parsed, text };
+}
+
+/**
+ * Move a pending code's expiry to `inMs` from now (Valkey TIME). The relay
+ * mints codes for 10 minutes; this stands in for the wait (peers_test.go
+ * rewrites the code's expiry in Valkey, where every replica reads it).
+ */
+export async function expireCode(userCode, inMs = 0) {
+  const response = await fetch(`${env.control}/expire?userCode=${encodeURIComponent(userCode)}&inMs=${inMs}`, { method: "POST" });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`expire ${userCode} answered ${response.status}: ${text}`);
+  return JSON.parse(text);
+}
+
+/** Replica indexes the proxy still sends traffic to. */
+export async function liveReplicas() {
+  return (await proxyStats()).replicas.filter((r) => r.live).map((r) => r.index);
 }
 
 export async function proxyStats() {
@@ -416,7 +462,30 @@ export class FakeBackend {
  * code) -> poll ("approved"). The runner id is the projection's to choose.
  */
 export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurrency = 8, heartbeatMs = 400 }) {
-  const home = await mkdtemp(join(tmpdir(), "peers-daemon-"));
+  const pairing = await beginPairing({ runnerId, concurrency });
+  // Approve only after the relay has answered "pending" at least once, so the
+  // whole flow (start, pending, approved) crosses the replicas.
+  await pairing.pendingSeen();
+  const pendingPolls = pairing.requests.filter((r) => r.text.includes('"status":"pending"')).length;
+  await mergeProjection({ devices: [{ owner, runnerId, device: pairing.device }] });
+  const result = await pairing.result;
+  if (!result.ok) throw new Error(`pairing ${runnerId} failed: ${result.reason}: ${result.message}`);
+  return runnerFor(pairing, result, { heartbeatMs, approved: true, pendingPolls });
+}
+
+/**
+ * A real byollm daemon starting the device-code flow (`connect`), as `byollm
+ * pair` does: it has generated its keys and shows its person `userCode`.
+ * Nothing is approved here; the caller decides what the person does.
+ *
+ * `startVia` and `pollVia` pin the start and the polls to one replica's plane
+ * (an index into env.planes); otherwise they go through the proxy. `holdPolls()`
+ * keeps the daemon's polls waiting (not failing) until `releasePolls()`, so a
+ * scenario can order its admin calls against the daemon's next poll.
+ */
+export async function beginPairing({ runnerId = `runner_${uniq()}`, concurrency = 8, startVia, pollVia, label, keysOf } = {}) {
+  // keysOf: an earlier pairing whose keypair to reuse (a daemon pairing again).
+  const home = keysOf?.home ?? (await mkdtemp(join(tmpdir(), "peers-daemon-")));
   const identity = new DeviceIdentity(join(home, "keys.json"));
   const keys = await identity.load(Date.now());
   const device = publicIdentityOf(keys);
@@ -446,36 +515,86 @@ export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurr
     offerScope: route.offerScope,
   }));
 
+  let gate;
+  let open;
+  const pinned = (via) => (via === undefined ? env.origin : env.planes[via]);
+  // Routes the pair requests; the daemon itself only knows one origin.
+  const routed = async (input, init = {}) => {
+    const url = new URL(typeof input === "string" ? input : input.url);
+    const body = typeof init.body === "string" ? init.body : "";
+    const action = url.pathname.endsWith("/pair") ? JSON.parse(body || "{}").action : undefined;
+    if (action === "poll" && gate) await gate;
+    const origin = action === "start" ? pinned(startVia) : action === "poll" ? pinned(pollVia) : env.origin;
+    return recorded(origin + url.pathname + url.search, init);
+  };
+
   let code;
   let polls = 0;
-  let pendingPolls = 0;
-  let approved = false;
-  const pairing = connect({
-    client: new ProtocolClient({ origin: env.origin, fetch: recorded }),
+  let codeSeen;
+  const codeShown = new Promise((resolve) => (codeSeen = resolve));
+  const result = connect({
+    client: new ProtocolClient({ origin: env.origin, fetch: routed }),
     daemonVersion: "0.1.1",
-    label: `peers ${runnerId}`,
+    label: label ?? `peers ${runnerId}`,
     capabilities,
     device,
     onCode: (info) => {
       code = info;
+      codeSeen(info);
     },
     onPoll: () => {
       polls += 1;
     },
     sleep: () => sleep(100),
   });
-  // Approve only after the relay has answered "pending" at least once, so the
-  // whole flow (start, pending, approved) crosses the replicas.
-  await waitFor(
-    () => requests.some((r) => r.endpoint === "pair" && r.status === 200 && r.text.includes('"status":"pending"')),
-    { timeoutMs: 20_000, what: `a pending poll for ${runnerId}` },
-  );
-  pendingPolls = requests.filter((r) => r.text.includes('"status":"pending"')).length;
-  await mergeProjection({ devices: [{ owner, runnerId, device }] });
-  approved = true;
-  const result = await pairing;
-  if (!result.ok) throw new Error(`pairing ${runnerId} failed: ${result.reason}: ${result.message}`);
+  return {
+    home,
+    identity,
+    keys,
+    device,
+    loaded,
+    capabilities,
+    requests,
+    label: label ?? `peers ${runnerId}`,
+    /** What the daemon prints: {userCode, verificationUrl, expiresAt}. */
+    codeShown,
+    get code() {
+      return code;
+    },
+    get polls() {
+      return polls;
+    },
+    /** connect's own outcome: {ok:true, pairing} or {ok:false, reason, message}. */
+    result,
+    pendingSeen: () =>
+      waitFor(() => requests.some((r) => r.endpoint === "pair" && r.status === 200 && r.text.includes('"status":"pending"')), {
+        timeoutMs: 20_000,
+        what: `a pending poll for ${runnerId}`,
+      }),
+    /** Hold the daemon's next polls; resolves once no poll is in flight. */
+    async holdPolls() {
+      if (!gate) gate = new Promise((resolve) => (open = resolve));
+      await waitFor(() => requests.every((r) => r.endpoint !== "pair" || r.doneAt > 0 || r.error !== undefined), {
+        timeoutMs: 10_000,
+        what: "the daemon's poll in flight to finish",
+      });
+    },
+    releasePolls() {
+      open?.();
+      gate = undefined;
+    },
+    async dispose() {
+      await rm(home, { recursive: true, force: true }).catch(() => {});
+    },
+  };
+}
 
+/** The daemon's Runner after an approved pairing, ready to `start()`. */
+export async function runnerFor(pairing, result, { heartbeatMs = 400, approved = true, pendingPolls = 0 } = {}) {
+  const { home, identity, keys, device, loaded, requests, capabilities } = pairing;
+  const recorded = recordingFetch(requests);
+  const code = pairing.code;
+  const polls = pairing.polls;
   const budgets = new Budgets(join(home, "budgets.json"), loaded.config.community);
   await budgets.load(Date.now());
   const spend = new SpendLedger(join(home, "spend.json"));
