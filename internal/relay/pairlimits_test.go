@@ -51,14 +51,30 @@ func namespaceKeys(t *testing.T, c valkey.Client, st *store.Store) []string {
 }
 
 // startOfSize is a valid pair start of exactly n bytes (n large enough),
-// padded through the capability's model name.
+// padded through capability rows whose model names stay within
+// protocol.MaxAdvertText (a longer name is the schema refusal).
 func startOfSize(t *testing.T, id protocol.PublicIdentity, n int) []byte {
 	t.Helper()
-	c := chatCapability
-	c.Model = ""
-	base := mustJSON(t, pairStart{"2", "start", protocol.DaemonInfo{Version: "0.1.1", Label: "laptop", Platform: "linux"}, id, []protocol.Capability{c}})
-	c.Model = strings.Repeat("m", n-len(base))
-	b := mustJSON(t, pairStart{"2", "start", protocol.DaemonInfo{Version: "0.1.1", Label: "laptop", Platform: "linux"}, id, []protocol.Capability{c}})
+	build := func(caps []protocol.Capability) []byte {
+		return mustJSON(t, pairStart{"2", "start", protocol.DaemonInfo{Version: "0.1.1", Label: "laptop", Platform: "linux"}, id, caps})
+	}
+	row := func(length int) protocol.Capability {
+		c := chatCapability
+		c.Model = strings.Repeat("m", length)
+		return c
+	}
+	caps := []protocol.Capability{row(1)}
+	for len(build(caps)) < n {
+		caps = append(caps, row(protocol.MaxAdvertText))
+	}
+	// Shorten the last rows by the excess (one byte per character).
+	excess := len(build(caps)) - n
+	for i := len(caps) - 1; excess > 0 && i >= 0; i-- {
+		cut := min(excess, len(caps[i].Model)-1)
+		caps[i].Model = caps[i].Model[:len(caps[i].Model)-cut]
+		excess -= cut
+	}
+	b := build(caps)
 	if len(b) != n {
 		t.Fatalf("built %d bytes, want %d", len(b), n)
 	}
