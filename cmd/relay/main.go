@@ -174,6 +174,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil
 	})
 
+	grants, err := grantAuthority(startCtx, cfg, log)
+	if err != nil {
+		return err
+	}
 	planes, err := relay.New(relay.Config{
 		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
 		Projection:      proj,
@@ -185,6 +189,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		DaemonFloor:     cfg.DaemonFloor,
 		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
+
+		Grants:             grants,
+		ControlPlanePublic: cfg.ControlPlanePublic,
+		GrantTimeout:       cfg.GrantTimeout,
+		GrantBudget:        cfg.GrantBudget,
+		GrantObserver:      metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
