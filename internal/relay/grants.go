@@ -131,7 +131,7 @@ func (r *Relay) authorOne(req *request, dev device, caps json.RawMessage, f clai
 	ctx, cancel := context.WithTimeout(req.ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	d, err := r.grants.AuthorGrant(ctx, in)
+	d, err := bounded(ctx, func(ctx context.Context) (grant.Decision, error) { return r.grants.AuthorGrant(ctx, in) })
 	elapsed := time.Since(start)
 	if err == nil && d.Granted != nil && !json.Valid(d.Granted) {
 		err = errors.New("the grant is not valid JSON")
@@ -163,6 +163,36 @@ func (r *Relay) authorOne(req *request, dev device, caps json.RawMessage, f clai
 	return d, true
 }
 
+// bounded runs f and returns its answer, or ctx's error as soon as ctx is
+// done, whether or not f has returned: an authority that ignores its
+// context (a wedged client, a lock held elsewhere) still cannot hold a claim
+// or an enqueue past the bound. f keeps running to its own end; its late
+// answer is dropped.
+func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		defer func() {
+			// A panicking authority is a failed call, not a dead replica.
+			if p := recover(); p != nil {
+				done <- answer{err: fmt.Errorf("grant authority panicked: %v", p)}
+			}
+		}()
+		v, err := f(ctx)
+		done <- answer{v, err}
+	}()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("no answer: %w", context.Cause(ctx))
+	}
+}
+
 // withGrant is the claimed stub with "grant" appended after "lease"
 // (wire.md §8.2: stub fields, lease, grant), the grant carried verbatim.
 func withGrant(job, signed []byte) []byte {
@@ -186,7 +216,7 @@ func (r *Relay) satisfiable(ctx context.Context, siteID string, stub protocol.Jo
 	cctx, cancel := context.WithTimeout(ctx, r.grantTimeout)
 	defer cancel()
 	start := time.Now()
-	v, err := r.grants.Satisfiable(cctx, in)
+	v, err := bounded(cctx, func(ctx context.Context) (grant.Verdict, error) { return r.grants.Satisfiable(ctx, in) })
 	elapsed := time.Since(start)
 	if err == nil && cctx.Err() != nil {
 		err = fmt.Errorf("answered after the %v timeout", r.grantTimeout)
