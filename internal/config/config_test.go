@@ -102,7 +102,9 @@ func TestValues(t *testing.T) {
 				return c.GrantMode() == GrantsAuthority && c.ControlPlanePublic == testCPKey && c.GrantAuthorityToken == "t0ken" && c.GrantTimeout == 250*time.Millisecond
 			}},
 		{"remote signer", nil, map[string]string{"RELAY_GRANT_SIGNER_URL": "http://kms:9000/sign", "RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
-			func(c Config) bool { return c.GrantMode() == GrantsSigner && c.GrantSignerURL == "http://kms:9000/sign" }},
+			func(c Config) bool {
+				return c.GrantMode() == GrantsSigner && c.GrantSignerURL == "http://kms:9000/sign"
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
