@@ -415,7 +415,7 @@ export class FakeBackend {
  * into the projection (what a control plane does when a person types the user
  * code) -> poll ("approved"). The runner id is the projection's to choose.
  */
-export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurrency = 8, heartbeatMs = 400 }) {
+export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurrency = 8, heartbeatMs = 400, offer = "private" }) {
   const home = await mkdtemp(join(tmpdir(), "peers-daemon-"));
   const identity = new DeviceIdentity(join(home, "keys.json"));
   const keys = await identity.load(Date.now());
@@ -431,7 +431,9 @@ export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurr
           kinds: ["llm.generate", "llm.chat"],
           type: "openai-http",
           baseUrl: "http://127.0.0.1:11434/v1",
-          offer: "private",
+          // "team" lets a control plane grant teammates' jobs onto it;
+          // "private" runs the owner's work only, whatever any grant says.
+          offer,
         },
       },
       concurrency,
@@ -491,6 +493,10 @@ export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurr
     }),
     runnerId: result.pairing.runnerId,
     owner: result.pairing.owner,
+    // The key pinned at pairing, when the relay handed one over, exactly as
+    // the byollm CLI builds its Runner: with it the daemon runs only jobs
+    // whose grant verifies; without it, its owner's jobs only.
+    ...(result.pairing.controlPlanePublic === undefined ? {} : { controlPlanePublic: result.pairing.controlPlanePublic }),
     identity: {
       keys: () => identity.load(Date.now()),
       sites: new Map(Object.entries(result.pairing.sites)),
