@@ -95,22 +95,22 @@ func TestAuthorGrantContract(t *testing.T) {
 		status int
 		body   string
 	}{
-		"not JSON":                 {200, `granted`},
-		"empty":                    {200, ``},
-		"both":                     {200, `{"granted":` + signed + `,"declined":{"permanent":false}}`},
-		"neither":                  {200, `{}`},
-		"unknown key":              {200, `{"granted":` + signed + `,"extra":1}`},
-		"grant not an object":      {200, `{"granted":"yes"}`},
-		"grant null":               {200, `{"granted":null}`},
-		"grant for another job":    {200, `{"granted":{"jobId":"j2","signature":"c2ln"}}`},
-		"grant without signature":  {200, `{"granted":{"jobId":"j1"}}`},
-		"permanent missing":        {200, `{"declined":{"reason":"x"}}`},
-		"permanent not a boolean":  {200, `{"declined":{"permanent":"yes"}}`},
-		"unknown key in declined":  {200, `{"declined":{"permanent":false,"why":"x"}}`},
-		"trailing data":            {200, `{"declined":{"permanent":false}} {}`},
-		"status 500":               {500, `{"declined":{"permanent":false}}`},
-		"status 401":               {401, `unauthorized`},
-		"larger than the bound":    {200, `{"declined":{"permanent":false,"reason":"` + strings.Repeat("x", MaxReplyBytes) + `"}}`},
+		"not JSON":                {200, `granted`},
+		"empty":                   {200, ``},
+		"both":                    {200, `{"granted":` + signed + `,"declined":{"permanent":false}}`},
+		"neither":                 {200, `{}`},
+		"unknown key":             {200, `{"granted":` + signed + `,"extra":1}`},
+		"grant not an object":     {200, `{"granted":"yes"}`},
+		"grant null":              {200, `{"granted":null}`},
+		"grant for another job":   {200, `{"granted":{"jobId":"j2","signature":"c2ln"}}`},
+		"grant without signature": {200, `{"granted":{"jobId":"j1"}}`},
+		"permanent missing":       {200, `{"declined":{"reason":"x"}}`},
+		"permanent not a boolean": {200, `{"declined":{"permanent":"yes"}}`},
+		"unknown key in declined": {200, `{"declined":{"permanent":false,"why":"x"}}`},
+		"trailing data":           {200, `{"declined":{"permanent":false}} {}`},
+		"status 500":              {500, `{"declined":{"permanent":false}}`},
+		"status 401":              {401, `unauthorized`},
+		"larger than the bound":   {200, `{"declined":{"permanent":false,"reason":"` + strings.Repeat("x", MaxReplyBytes) + `"}}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r.answer(reply.status, reply.body)
