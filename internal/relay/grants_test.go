@@ -7,12 +7,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/grant"
+	"github.com/byollm/relay-go/internal/grantremote"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -466,5 +469,61 @@ func TestSatisfiableAtEnqueue(t *testing.T) {
 	})
 	if obs.n("satisfiable/failed") != 2 || obs.n("satisfiable/unmapped") != 2 {
 		t.Fatalf("metric: %+v", obs.got)
+	}
+}
+
+// TestRemoteAuthorityOverHTTP wires the planes to grantremote.Authority and
+// a control plane served over real HTTP: a granted reply reaches the daemon
+// byte for byte, and a malformed one is a transient decline, logged.
+func TestRemoteAuthorityOverHTTP(t *testing.T) {
+	var mu sync.Mutex
+	replies := map[string]string{}
+	cp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Job struct {
+				ID string `json:"id"`
+			} `json:"job"`
+		}
+		if r.URL.Path == "/cp/satisfiable" {
+			io.WriteString(w, `{"verdict":"ok"}`)
+			return
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || r.URL.Path != "/cp/author-grant" {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		io.WriteString(w, replies[in.Job.ID])
+	}))
+	defer cp.Close()
+	remote, err := grantremote.NewAuthority(cp.URL+"/cp", grantremote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	e := newEnv(t, withGrants(remote, nil, logs))
+	w := teamWorld(t, e)
+	replies["good"] = `{"granted":` + string(grantFor("good")) + `}`
+	replies["bad"] = `{"granted":` + string(grantFor("good")) + `}` // names another job
+	e.enqueue(t, w, "good", "bob", "")
+	e.enqueue(t, w, "bad", "bob", "")
+
+	got := e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 8))
+	if got.status != 200 || !bytes.Contains(got.body, []byte(`"grant":`+string(grantFor("good"))+`}],"leaseMs"`)) {
+		t.Fatalf("claim: %d %s", got.status, got.body)
+	}
+	var out struct {
+		Jobs []claimedJob `json:"jobs"`
+	}
+	if err := json.Unmarshal(got.body, &out); err != nil || len(out.Jobs) != 1 || out.Jobs[0].ID != "good" {
+		t.Fatalf("claim: %s", got.body)
+	}
+	bad, _ := e.st.Job(t.Context(), "site_a", "bad")
+	if bad.State != "queued" || bad.ClaimedBy != nil || len(bad.RefusedBy) != 0 || bad.RetryAfter["runner_alice"] == 0 {
+		t.Fatalf("job after a malformed reply: %+v", bad)
+	}
+	if l := logs.String(); strings.Count(l, "grant authority failed") != 1 || !strings.Contains(l, "malformed reply") {
+		t.Fatalf("log:\n%s", l)
 	}
 }
