@@ -55,6 +55,10 @@ func run() int {
 	flag.StringVar(&c.Pair, "pair", loadgen.PairFixture, `"fixture": fixture-shape POST /byollm/pair per daemon; "none": authenticate from the projection alone`)
 	flag.StringVar(&c.Projection, "projection", loadgen.ProjectionMerge, `"merge": POST /projection/merge (leaves other records alone); "put": PUT /projection (replaces everything)`)
 	flag.StringVar(&c.RunID, "run-id", "", "prefix of every site, owner and runner id (default: random)")
+	flag.DurationVar(&c.RetryFor, "retry-for", 0, "send a request refused by a transport error, 502, 503 or 504 again, to the next replica, for up to this long (0: never; each refusal is an error of the run)")
+	flag.IntVar(&c.CancelEvery, "cancel-every", 0, "sites cancel every n-th job right after enqueuing it (0: none)")
+	flag.IntVar(&c.AbandonEvery, "abandon-every", 0, "daemons drop every n-th grant without a word, as a crashed daemon does (0: none)")
+	flag.IntVar(&c.ReleaseEvery, "release-every", 0, "daemons hand every n-th grant straight back (0: none)")
 	flag.BoolVar(&c.AllowRemote, "allow-remote", false, "allow a target that is not this machine (only for relays you operate)")
 	flag.Parse()
 	if flag.NArg() > 0 {

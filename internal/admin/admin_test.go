@@ -226,6 +226,80 @@ func TestProjectionRoutes(t *testing.T) {
 	}
 }
 
+const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked":[]}`
+
+// TestMergeEmptyLists: what a control plane sends when it has nothing new,
+// before any projection exists and after one does. A merge of empty lists is
+// a no-op (200, changed false, the version stays, nothing written); a merge
+// onto nothing merges onto the empty projection.
+func TestMergeEmptyLists(t *testing.T) {
+	srv, sync := setup(t, Options{Token: token})
+	auth := "Bearer " + token
+	result := func(a answer) projectionsync.Result {
+		t.Helper()
+		var res projectionsync.Result
+		if a.status != 200 || json.Unmarshal([]byte(a.body), &res) != nil {
+			t.Fatalf("merge: %d %s", a.status, a.body)
+		}
+		return res
+	}
+
+	for _, body := range []string{emptyLists, `{}`, `{"devices":[]}`} {
+		if res := result(call(t, srv, "POST", "/projection/merge", auth, body)); res.Changed || res.Version != 0 {
+			t.Fatalf("merge %s onto nothing: %+v", body, res)
+		}
+	}
+	a := call(t, srv, "GET", "/projection", auth, "")
+	if a.status != 200 || a.header.Get("X-Projection-Version") != "0" || a.body != emptyLists {
+		t.Fatalf("GET after no-op merges: %d %v %s", a.status, a.header, a.body)
+	}
+
+	// A merge onto nothing naming empty lists beside real records.
+	res := result(call(t, srv, "POST", "/projection/merge", auth,
+		`{"sites":[`+site1+`],"consents":[{"owner":"alice","siteId":"site-1"}],"devices":[],"rosters":[],"revoked":[]}`))
+	if !res.Changed || res.Version != 1 || res.Sites != 1 || res.Consents != 1 {
+		t.Fatalf("merge onto nothing: %+v", res)
+	}
+	if !sync.Current().MayRouteFor("alice", "site-1") {
+		t.Fatal("merge onto nothing not in force")
+	}
+
+	again := result(call(t, srv, "POST", "/projection/merge", auth, emptyLists))
+	if again.Changed || again.Version != 1 || again.UpdatedAt != res.UpdatedAt || again.Consents != 1 || again.Sites != 1 {
+		t.Fatalf("merge of empty lists onto version 1: %+v", again)
+	}
+	a = call(t, srv, "GET", "/projection", auth, "")
+	if a.header.Get("X-Projection-Version") != "1" || !strings.Contains(a.body, `"owner":"alice"`) {
+		t.Fatalf("GET after the no-op merge: %v %s", a.header, a.body)
+	}
+}
+
+// TestMergeLoneSurrogateIDs: runner ids differing only in a lone surrogate
+// (or a literal U+FFFD) are three devices, as in the reference, whose keys
+// are JSON.stringify of the exact JS strings.
+func TestMergeLoneSurrogateIDs(t *testing.T) {
+	srv, sync := setup(t, Options{Token: token})
+	auth := "Bearer " + token
+	dev := func(id string) string {
+		return `{"owner":"o","runnerId":"` + id + `","device":{"identity":"aWQ","encryption":"ZW5j","encryptionSig":"c2ln"}}`
+	}
+	for _, id := range []string{`r\ud800`, `r\udbff`, `r\ufffd`} {
+		if a := call(t, srv, "POST", "/projection/merge", auth, `{"devices":[`+dev(id)+`]}`); a.status != 200 {
+			t.Fatalf("merge %s: %d %s", id, a.status, a.body)
+		}
+	}
+	a := call(t, srv, "GET", "/projection", auth, "")
+	want := `"devices":[` + dev(`r\ud800`) + `,` + dev(`r\udbff`) + `,` + dev("r\ufffd") + `]`
+	if a.header.Get("X-Projection-Version") != "3" || !strings.Contains(a.body, want) {
+		t.Fatalf("GET: %v %s\nwant it to contain %s", a.header, a.body, want)
+	}
+	for _, id := range []string{"r\xed\xa0\x80", "r\xed\xaf\xbf", "r\ufffd"} {
+		if sync.Current().DeviceFor(id) == nil {
+			t.Errorf("device %q not in force", id)
+		}
+	}
+}
+
 // TestPushCommand runs the CLI against a running admin server.
 func TestPushCommand(t *testing.T) {
 	srv, sync := setup(t, Options{Token: token})

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,6 +26,7 @@ type client struct {
 	basePath string
 	next     atomic.Uint64
 	stats    *requestStats
+	retryFor time.Duration // how long do keeps retrying what a restart or an outage refuses
 }
 
 func newClient(c Config, stats *requestStats) *client {
@@ -44,6 +46,7 @@ func newClient(c Config, stats *requestStats) *client {
 		replicas: trim,
 		basePath: c.BasePath,
 		stats:    stats,
+		retryFor: c.RetryFor,
 	}
 }
 
@@ -79,7 +82,7 @@ func (c *client) daemon(ctx context.Context, s signer, endpoint string, body any
 	if err != nil {
 		return response{}, fmt.Errorf("%s: encode: %w", endpoint, err)
 	}
-	return c.do(ctx, endpoint, http.MethodPost, c.base()+c.basePath+"/"+endpoint, endpoint, raw, &s)
+	return c.do(ctx, endpoint, http.MethodPost, "", c.basePath+"/"+endpoint, endpoint, raw, &s)
 }
 
 func (c *client) sitePost(ctx context.Context, s signer, endpoint string, body any) (response, error) {
@@ -87,17 +90,18 @@ func (c *client) sitePost(ctx context.Context, s signer, endpoint string, body a
 	if err != nil {
 		return response{}, fmt.Errorf("site/%s: encode: %w", endpoint, err)
 	}
-	return c.do(ctx, "site/"+endpoint, http.MethodPost, c.base()+"/relay/site/"+endpoint, "site/"+endpoint, raw, &s)
+	return c.do(ctx, "site/"+endpoint, http.MethodPost, "", "/relay/site/"+endpoint, "site/"+endpoint, raw, &s)
 }
 
 func (c *client) siteGet(ctx context.Context, s signer, endpoint string) (response, error) {
-	return c.siteGetAt(ctx, "site/"+endpoint, c.base(), s, endpoint)
+	return c.siteGetAt(ctx, "site/"+endpoint, "", s, endpoint)
 }
 
-// siteGetAt reads from one given replica, recording the request as name.
+// siteGetAt reads from one given replica (base "": the rotation),
+// recording the request as name.
 func (c *client) siteGetAt(ctx context.Context, name, base string, s signer, endpoint string) (response, error) {
 	q := url.Values{"siteId": {s.caller}, "protocolVersion": {protocol.ProtocolVersion}}
-	return c.do(ctx, name, http.MethodGet, base+"/relay/site/"+endpoint+"?"+q.Encode(), "site/"+endpoint, nil, &s)
+	return c.do(ctx, name, http.MethodGet, base, "/relay/site/"+endpoint+"?"+q.Encode(), "site/"+endpoint, nil, &s)
 }
 
 // pair is unauthenticated.
@@ -106,12 +110,43 @@ func (c *client) pair(ctx context.Context, body any) (response, error) {
 	if err != nil {
 		return response{}, fmt.Errorf("pair: encode: %w", err)
 	}
-	return c.do(ctx, "pair", http.MethodPost, c.base()+c.basePath+"/pair", "", raw, nil)
+	return c.do(ctx, "pair", http.MethodPost, "", c.basePath+"/pair", "", raw, nil)
 }
 
 // do sends one request. signedEndpoint is the canonical endpoint (site plane
-// with its "site/" prefix); s nil means unsigned.
-func (c *client) do(ctx context.Context, name, method, target, signedEndpoint string, body []byte, s *signer) (response, error) {
+// with its "site/" prefix); s nil means unsigned. With a retry budget it
+// sends again, signed afresh, after a transport error or a 502/503/504, as
+// real clients do while a replica restarts or the store is away; every
+// attempt is counted in stats.
+// base "" sends each attempt to the next replica of the rotation; otherwise
+// every attempt goes to base.
+func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoint string, body []byte, s *signer) (response, error) {
+	target := base + path
+	if base == "" {
+		target = c.base() + path
+	}
+	first := time.Now()
+	for attempt := 0; ; attempt++ {
+		res, err := c.once(ctx, name, method, target, signedEndpoint, body, s)
+		retryable := err != nil || res.status == http.StatusBadGateway || res.status == http.StatusServiceUnavailable || res.status == http.StatusGatewayTimeout
+		if !retryable || ctx.Err() != nil || time.Since(first) >= c.retryFor {
+			return res, err
+		}
+		pause := min(50*time.Millisecond<<min(attempt, 4), 500*time.Millisecond)
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1)) //nolint:gosec // jitter
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+		if base == "" {
+			target = c.base() + path // another replica may answer
+		}
+	}
+}
+
+func (c *client) once(ctx context.Context, name, method, target, signedEndpoint string, body []byte, s *signer) (response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

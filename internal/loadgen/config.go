@@ -65,6 +65,24 @@ type Config struct {
 	RunID       string // prefix of every id this run creates (default: random)
 	AllowRemote bool
 	Timeout     time.Duration // per HTTP request
+
+	// RetryFor is how long a request refused by a transport error, 502, 503
+	// or 504 is sent again (to the next replica); 0 never retries, so every
+	// such refusal is a problem of the run.
+	RetryFor time.Duration
+	// CancelEvery makes the site cancel every n-th job it enqueues, right
+	// after the enqueue; 0 cancels none.
+	CancelEvery int
+	// AbandonEvery makes daemons drop every n-th grant they receive without
+	// a word, as a daemon that crashed does, so the lease runs out and the
+	// relay offers the job again; 0 abandons none.
+	AbandonEvery int
+	// ReleaseEvery makes daemons hand every n-th grant straight back
+	// (reason "shutdown"), so the job is offered again at once; 0 releases
+	// none.
+	ReleaseEvery int
+	// History, if set, receives every operation with the relay's answer.
+	History History
 }
 
 // WithDefaults fills unset fields.
@@ -127,8 +145,8 @@ func (c Config) Validate(ctx context.Context) error {
 	if c.Owners < 1 || c.Owners > c.Daemons {
 		add("owners must be between 1 and the number of daemons (%d), have %d: every owner needs a device to run its jobs", c.Daemons, c.Owners)
 	}
-	if c.Rate < 0 || c.Concurrency < 0 || c.Jobs < 0 || c.Duration < 0 {
-		add("rate, concurrency, jobs and duration must not be negative")
+	if c.Rate < 0 || c.Concurrency < 0 || c.Jobs < 0 || c.Duration < 0 || c.RetryFor < 0 || c.CancelEvery < 0 || c.AbandonEvery < 0 || c.ReleaseEvery < 0 {
+		add("rate, concurrency, jobs, duration, retry time, cancel-every, abandon-every and release-every must not be negative")
 	}
 	if c.Rate > 0 && c.Concurrency > 0 {
 		add("give either -rate (open loop) or -concurrency (closed loop), not both")

@@ -97,6 +97,8 @@ type job struct {
 	leases    map[string]bool // every lease it was claimed under
 	accepted  int             // results the relay answered accepted:true
 	bad       bool            // an integrity failure was already counted
+	cancelled bool            // the site cancelled it and the relay said so
+	settled   bool            // collected, cancelled or failed: done is closed
 }
 
 func (j *job) stamp(at *time.Time, now time.Time) {
@@ -222,6 +224,11 @@ type (
 		ProtocolVersion string           `json:"protocolVersion"`
 		SiteID          string           `json:"siteId"`
 		Stub            protocol.JobStub `json:"stub"`
+	}
+	cancelRequest struct {
+		ProtocolVersion string `json:"protocolVersion"`
+		SiteID          string `json:"siteId"`
+		JobID           string `json:"jobId"`
 	}
 	payloadRequest struct {
 		ProtocolVersion string                  `json:"protocolVersion"`

@@ -61,6 +61,7 @@ type JobCounts struct {
 	Enqueued      int64 `json:"enqueued"`
 	EnqueueFailed int64 `json:"enqueueFailed"`
 	Collected     int64 `json:"collected"`     // result opened and checked by the site
+	Cancelled     int64 `json:"cancelled"`     // cancelled by the site (CancelEvery) and never collected
 	Lost          int64 `json:"lost"`          // enqueued, never collected, no integrity failure
 	LostExpired   int64 `json:"lostExpired"`   // of Lost: stub deadline passed before the end (relay dropped it by TTL)
 	RunTwice      int64 `json:"runTwice"`      // more than one result accepted for one job
@@ -73,6 +74,7 @@ type JobCounts struct {
 	LeasesLost    int64 `json:"leasesLost"`    // heartbeat said lost or cancel for a lease in hand
 	Heartbeats    int64 `json:"heartbeats"`    // heartbeats answered 200
 	Released      int64 `json:"released"`      // leases handed back at shutdown or refused
+	Abandoned     int64 `json:"abandoned"`     // grants dropped without a word (AbandonEvery)
 	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
 }
 
@@ -97,6 +99,10 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 			return true
 		}
 		if j.collected.IsZero() {
+			if j.cancelled {
+				jc.Cancelled++
+				return true
+			}
 			if !j.bad {
 				jc.Lost++
 				if now.UnixMilli() >= j.deadlineAt {
@@ -133,6 +139,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 	jc.LeasesLost = r.leasesLost.Load()
 	jc.Heartbeats = r.heartbeats.Load()
 	jc.Released = r.released.Load()
+	jc.Abandoned = r.abandoned.Load()
 
 	rep := &Report{
 		RunID:     r.cfg.RunID,
@@ -185,7 +192,7 @@ func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 // integrity failure, no foreign work.
 func (rep *Report) OK() bool {
 	j := rep.Jobs
-	return j.Lost == 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0 && j.Collected == j.Enqueued && j.Enqueued > 0
+	return j.Lost == 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0 && j.Collected+j.Cancelled == j.Enqueued && j.Enqueued > 0
 }
 
 // WriteText renders the report for a person.
@@ -199,10 +206,10 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  %d sites, %d daemons (%d owners, %d slots each), %s, payload %d chars, ttl %s, pair %s\n",
 		rep.Settings.Sites, rep.Settings.Daemons, rep.Settings.Owners, rep.Settings.DaemonSlots, mode, rep.Settings.PayloadChars, rep.Settings.TTL, rep.Settings.Pair)
 	fmt.Fprintf(w, "\nthroughput  %.1f jobs/s  (%d collected in %.2fs; enqueuing ran %.2fs; loadgen used %.1f CPU s)\n", rep.Throughput, j.Collected, rep.ElapsedSeconds, rep.EnqueueSeconds, rep.LoadgenCPUSeconds)
-	fmt.Fprintf(w, "jobs        attempted %d  enqueued %d  collected %d  enqueue-failed %d\n", j.Attempted, j.Enqueued, j.Collected, j.EnqueueFailed)
+	fmt.Fprintf(w, "jobs        attempted %d  enqueued %d  collected %d  cancelled %d  enqueue-failed %d\n", j.Attempted, j.Enqueued, j.Collected, j.Cancelled, j.EnqueueFailed)
 	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
-	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  errors %d\n",
-		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, rep.Errors)
+	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  abandoned %d  errors %d\n",
+		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, j.Abandoned, rep.Errors)
 
 	fmt.Fprintf(w, "\n%-14s %8s %9s %9s %9s %9s %9s\n", "phase (ms)", "count", "mean", "p50", "p90", "p99", "max")
 	for _, p := range phaseOrder {

@@ -37,6 +37,8 @@ type runner struct {
 	collected, integrity, foreign            atomic.Int64
 	duplicates, leasesLost, unexpected       atomic.Int64
 	lateSeals, aborted, heartbeats, released atomic.Int64
+	cancelled, settled, grantsSeen           atomic.Int64
+	abandoned                                atomic.Int64
 
 	problemsMu sync.Mutex
 	problems   []string
@@ -207,9 +209,23 @@ func (r *runner) integrityFailure(j *job, format string, a ...any) {
 		if already {
 			return
 		}
+		r.settle(j)
 	}
 	r.integrity.Add(1)
 	r.problem("integrity: "+format, a...)
+}
+
+// settle marks j as finished with (collected, cancelled or failed), once:
+// the closed loop moves on and the drain stops counting it.
+func (r *runner) settle(j *job) {
+	j.mu.Lock()
+	first := !j.settled
+	j.settled = true
+	j.mu.Unlock()
+	if first {
+		r.settled.Add(1)
+		close(j.done)
+	}
 }
 
 func (r *runner) lookup(id string) *job {
@@ -259,7 +275,7 @@ func (r *runner) drive(ctx context.Context, progress io.Writer) (*Report, error)
 
 	// Drain: wait for what was enqueued to be collected.
 	drainUntil := time.Now().Add(r.cfg.Drain)
-	for time.Now().Before(drainUntil) && ctx.Err() == nil && r.collected.Load()+r.integrity.Load() < r.enqueued.Load() {
+	for time.Now().Before(drainUntil) && ctx.Err() == nil && r.settled.Load() < r.enqueued.Load() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopProgress()
@@ -358,25 +374,81 @@ func (r *runner) enqueue(ctx context.Context, n int) (*job, bool) {
 		DeadlineAt: j.deadlineAt,
 	}
 	res, err := r.cl.sitePost(ctx, s.sig, "enqueue", enqueueRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: s.id, Stub: stub})
+	op := Op{Kind: OpEnqueue, Start: now, End: time.Now(), JobID: id, Site: s.id, DeadlineAt: j.deadlineAt, Status: res.status}
 	var er struct {
 		JobID string `json:"jobId"`
 		State string `json:"state"`
 	}
 	switch {
 	case err != nil:
+		op.Outcome, op.Detail = OutcomeUnknown, err.Error()
 		if ctx.Err() == nil {
 			r.problem("enqueue: %v", err)
 		}
-	case res.status != http.StatusOK || json.Unmarshal(res.body, &er) != nil || er.JobID != id || er.State != "queued":
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &er) != nil || er.JobID != id || !r.enqueuedState(er.State):
+		op.Outcome, op.Detail = answerOutcome(res, nil), string(res.body)
 		r.problem("enqueue: HTTP %d: %.200s", res.status, res.body)
 	default:
+		op.Outcome = OutcomeOK
+		r.record(op)
 		j.stamp(&j.enqDone, time.Now())
 		r.enqueued.Add(1)
+		if r.cfg.CancelEvery > 0 && n%r.cfg.CancelEvery == r.cfg.CancelEvery-1 {
+			r.cancel(ctx, j)
+		}
 		return j, true
 	}
+	r.record(op)
 	r.jobs.Delete(id)
 	r.enqueueFailed.Add(1)
 	return nil, false
+}
+
+// enqueuedState reports whether a 200 to an enqueue names a state a new job
+// may be in. With retries a first attempt may have landed before its answer
+// was lost; the retry then reports where the job has got to since.
+func (r *runner) enqueuedState(state string) bool {
+	if state == "queued" {
+		return true
+	}
+	if r.cfg.RetryFor == 0 {
+		return false
+	}
+	switch state {
+	case "awaiting-payload", "ready", "running", "done":
+		return true
+	}
+	return false
+}
+
+// cancel is the site taking a job back a moment after publishing it, so
+// some cancels meet a queued job and some a granted one.
+func (r *runner) cancel(ctx context.Context, j *job) {
+	sleepCtx(ctx, time.Duration(rand.IntN(300))*time.Millisecond) //nolint:gosec // spread
+	start := time.Now()
+	res, err := r.cl.sitePost(ctx, j.site.sig, "cancel", cancelRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: j.site.id, JobID: j.id})
+	op := Op{Kind: OpCancel, Start: start, End: time.Now(), JobID: j.id, Site: j.site.id, Status: res.status}
+	var cr struct {
+		Cancelled *bool `json:"cancelled"`
+	}
+	switch {
+	case err != nil || res.status != http.StatusOK || json.Unmarshal(res.body, &cr) != nil || cr.Cancelled == nil:
+		op.Outcome = answerOutcome(res, err)
+		if ctx.Err() == nil {
+			r.problem("cancel: HTTP %d: %.200s (%v)", res.status, res.body, err)
+		}
+	case *cr.Cancelled:
+		op.Outcome = OutcomeOK
+		j.mu.Lock()
+		j.cancelled = true
+		j.mu.Unlock()
+		r.cancelled.Add(1)
+		r.settle(j)
+	default:
+		op.Outcome = OutcomeNotFound
+		r.problem("cancel: relay does not know job %s", j.id)
+	}
+	r.record(op)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -410,7 +482,9 @@ func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
 			}
 			break
 		}
+		claimStart := time.Now()
 		res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: capabilities, Max: n})
+		claimEnd := time.Now()
 		var cr claimResponse
 		switch {
 		case err != nil:
@@ -424,6 +498,10 @@ func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
 		}
 		if len(cr.Jobs) > n {
 			r.problem("claim: asked for %d jobs, got %d", n, len(cr.Jobs))
+		}
+		for _, cs := range cr.Jobs {
+			r.record(Op{Kind: OpGrant, Start: claimStart, End: claimEnd, JobID: cs.ID, Runner: cs.Lease.RunnerID,
+				LeaseID: cs.Lease.ID, LeaseExpiresAt: cs.Lease.ExpiresAt, LeaseMs: cr.LeaseMs, Status: res.status, Outcome: OutcomeOK})
 		}
 		for i, cs := range cr.Jobs {
 			if i >= n {
@@ -465,6 +543,15 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 	if cs.Lease.RunnerID != d.runnerID || cs.Site != j.site.keys.KeyID() || cs.Owner != j.owner {
 		r.integrityFailure(j, "claim of %s: stub or lease altered (runner %s site %s owner %s)", cs.ID, cs.Lease.RunnerID, cs.Site, cs.Owner)
 	}
+	n := r.grantsSeen.Add(1)
+	if every := int64(r.cfg.AbandonEvery); every > 0 && n%every == 0 {
+		r.abandoned.Add(1)
+		return
+	}
+	if every := int64(r.cfg.ReleaseEvery); every > 0 && n%every == every/2 {
+		r.release(ctx, d, []protocol.GrantRef{{JobID: cs.ID, LeaseID: cs.Lease.ID}}, "shutdown")
+		return
+	}
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d.hold(cs.ID, cs.Lease.ID, cancel)
@@ -472,6 +559,13 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 	grant := grantRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, JobID: cs.ID, LeaseID: cs.Lease.ID}
 
 	var env protocol.SealedEnvelope
+	fetchStart := time.Now()
+	fetchOp := func(res response, err error, outcome string) {
+		if outcome == "" {
+			outcome = answerOutcome(res, err)
+		}
+		r.record(Op{Kind: OpFetch, Start: fetchStart, End: time.Now(), JobID: cs.ID, Runner: d.runnerID, LeaseID: cs.Lease.ID, Status: res.status, Outcome: outcome})
+	}
 	for {
 		res, err := r.cl.daemon(jctx, d.sig, "fetch", grant)
 		if err != nil {
@@ -480,12 +574,14 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 				sleepCtx(jctx, r.cfg.FetchPoll)
 				continue
 			}
+			fetchOp(res, err, "")
 			r.aborted.Add(1)
 			return
 		}
 		if res.status == http.StatusConflict && res.errorCode() == "not-ready" {
 			sleepCtx(jctx, r.cfg.FetchPoll)
 			if jctx.Err() != nil {
+				fetchOp(res, err, "")
 				r.aborted.Add(1)
 				return
 			}
@@ -493,6 +589,7 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 		}
 		var fr fetchResponse
 		if res.status != http.StatusOK || json.Unmarshal(res.body, &fr) != nil {
+			fetchOp(res, nil, "")
 			// Lost the grant (requeued after the seal window, or swept):
 			// the daemon drops the job, as the real one does.
 			r.aborted.Add(1)
@@ -502,6 +599,7 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 			return
 		}
 		env = fr.Envelope
+		fetchOp(res, nil, OutcomeOK)
 		break
 	}
 	j.stamp(&j.fetched, time.Now())
@@ -533,9 +631,12 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 		r.problem("seal result: %v", err)
 		return
 	}
+	resultStart := time.Now()
 	res, err := r.cl.daemon(jctx, d.sig, "result", resultRequest{
 		ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, JobID: cs.ID, LeaseID: cs.Lease.ID, Envelope: renv, Disposition: "ok",
 	})
+	op := Op{Kind: OpResult, Start: resultStart, End: time.Now(), JobID: cs.ID, Runner: d.runnerID, LeaseID: cs.Lease.ID, Status: res.status, Outcome: answerOutcome(res, err)}
+	defer func() { r.record(op) }()
 	var rr resultResponse
 	switch {
 	case err != nil:
@@ -549,6 +650,7 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 			r.problem("result: HTTP %d: %.200s", res.status, res.body)
 		}
 	case rr.Accepted:
+		op.Outcome = OutcomeAccepted
 		j.mu.Lock()
 		j.accepted++
 		if j.resulted.IsZero() {
@@ -556,6 +658,7 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 		}
 		j.mu.Unlock()
 	case rr.Duplicate:
+		op.Outcome = OutcomeDuplicate
 		r.duplicates.Add(1)
 	default:
 		r.problem("result: unexpected answer %.200s", res.body)
@@ -583,7 +686,13 @@ func (r *runner) heartbeatLoop(ctx context.Context, d *daemon) {
 			if len(hr.Sites) != len(r.sites) {
 				r.problem("heartbeat: %s pinned %d sites, want %d", d.runnerID, len(hr.Sites), len(r.sites))
 			}
-			for _, g := range append(hr.Lost, hr.Cancel...) {
+			at := time.Now()
+			for i, g := range append(hr.Lost, hr.Cancel...) {
+				kind := OpLost
+				if i >= len(hr.Lost) {
+					kind = OpNotice
+				}
+				r.record(Op{Kind: kind, Start: at, End: at, JobID: g.JobID, Runner: d.runnerID, LeaseID: g.LeaseID, Status: res.status, Outcome: OutcomeOK})
 				if d.abort(g) {
 					r.leasesLost.Add(1)
 				}
@@ -640,7 +749,7 @@ func (r *runner) pendingLoop(ctx context.Context, s *site) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				r.seal(ctx, s, j, p.Device)
+				r.seal(ctx, s, j, p.Device, p.RunnerID, p.LeaseID)
 			}()
 		}
 		select {
@@ -650,7 +759,7 @@ func (r *runner) pendingLoop(ctx context.Context, s *site) {
 	}
 }
 
-func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.PublicIdentity) {
+func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.PublicIdentity, runnerID, leaseID string) {
 	env, err := envelope.Seal(j.plaintext, s.keys, device.Encryption, envelope.Context{
 		JobID: j.id, SenderKeyID: s.keys.KeyID(), RecipientKeyID: envelope.KeyID(device.Identity),
 		DeadlineAt: j.createdAt + envelope.MaxAgeMs, Direction: envelope.DirectionPayload,
@@ -659,7 +768,13 @@ func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.Publ
 		r.problem("seal payload: %v", err)
 		return
 	}
+	start := time.Now()
 	res, err := r.cl.sitePost(ctx, s.sig, "payload", payloadRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: s.id, JobID: j.id, Envelope: env})
+	op := Op{Kind: OpSeal, Start: start, End: time.Now(), JobID: j.id, Site: s.id, Runner: runnerID, LeaseID: leaseID, Status: res.status, Outcome: answerOutcome(res, err)}
+	if err == nil && res.status == http.StatusOK {
+		op.Outcome = OutcomeOK
+	}
+	r.record(op)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -693,7 +808,12 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 		}
 		for _, x := range rr.Jobs {
 			j := r.lookup(x.JobID)
+			at := time.Now()
+			wrong := func(format string, a ...any) {
+				r.record(Op{Kind: OpCollect, Start: at, End: at, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeMismatch, Detail: fmt.Sprintf(format, a...)})
+			}
 			if j == nil {
+				wrong("never enqueued by this run")
 				r.foreign.Add(1)
 				r.problem("results: site %s got a result for %s it never enqueued", s.id, x.JobID)
 				continue
@@ -705,10 +825,12 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 				continue // results are re-sent on every poll until the deadline
 			}
 			if j.site != s {
+				wrong("enqueued by site %s", j.site.id)
 				r.integrityFailure(j, "results: %s delivered to site %s, enqueued by %s", x.JobID, s.id, j.site.id)
 				continue
 			}
 			if d := r.devices[x.Device.Identity]; d == nil || d.runnerID != x.RunnerID || x.RunnerOwner != d.owner {
+				wrong("names runner %s owner %s", x.RunnerID, x.RunnerOwner)
 				r.integrityFailure(j, "results: %s names runner %s owner %s that did not claim it", x.JobID, x.RunnerID, x.RunnerOwner)
 				continue
 			}
@@ -716,10 +838,12 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 				JobID: x.JobID, SenderKeyID: envelope.KeyID(x.Device.Identity), RecipientKeyID: s.keys.KeyID(), Direction: envelope.DirectionResult,
 			})
 			if err != nil {
+				wrong("open: %v", err)
 				r.integrityFailure(j, "open result of %s: %v", x.JobID, err)
 				continue
 			}
 			if err := checkOutcome(plaintext, x.Disposition, j.want); err != nil {
+				wrong("%v", err)
 				r.integrityFailure(j, "result of %s: %v", x.JobID, err)
 				continue
 			}
@@ -731,9 +855,10 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 			}
 			j.mu.Unlock()
 			if first {
+				r.record(Op{Kind: OpCollect, Start: at, End: now, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeOK})
 				r.collected.Add(1)
 				r.lastCollect.Store(now.UnixNano())
-				close(j.done)
+				r.settle(j)
 			}
 		}
 		select {
@@ -747,9 +872,15 @@ func (r *runner) release(ctx context.Context, d *daemon, leases []protocol.Grant
 	if len(leases) == 0 {
 		return
 	}
+	start := time.Now()
 	res, err := r.cl.daemon(ctx, d.sig, "release", releaseRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Leases: leases, Reason: reason})
+	outcome := answerOutcome(res, err)
 	if err == nil && res.status == http.StatusOK {
+		outcome = OutcomeOK
 		r.released.Add(int64(len(leases)))
+	}
+	for _, g := range leases {
+		r.record(Op{Kind: OpRelease, Start: start, End: time.Now(), JobID: g.JobID, Runner: d.runnerID, LeaseID: g.LeaseID, Status: res.status, Outcome: outcome, Detail: reason})
 	}
 }
 

@@ -76,12 +76,19 @@ func (f Fixture) JSON() []byte { return protocol.MustMarshal(f) }
 // object strict, consents required, other arrays default to [], succeeds at
 // most 64. The error names the first offending field, e.g.
 // "devices[2].device.identity: expected string, received number".
-func Parse(data []byte) (Fixture, error) {
+func Parse(data []byte) (Fixture, error) { return parse(data, true) }
+
+// ParsePatch decodes the body of a merge: a RelayFixture whose consents may
+// be left out too (every absent array is empty, and merging an empty array
+// changes nothing). Records are checked exactly as Parse checks them.
+func ParsePatch(data []byte) (Fixture, error) { return parse(data, false) }
+
+func parse(data []byte, requireConsents bool) (Fixture, error) {
 	v, err := protocol.ParseJSON(protocol.RequestText(data))
 	if err != nil {
 		return Fixture{}, fmt.Errorf("projection: the document is not valid JSON")
 	}
-	f, err := Decode(v)
+	f, err := decode(v, requireConsents)
 	if err != nil {
 		return Fixture{}, fmt.Errorf("projection: %w", err)
 	}
@@ -95,7 +102,9 @@ func Validate(f Fixture) error {
 }
 
 // Decode checks a parsed value (protocol.ParseJSON) as a RelayFixture.
-func Decode(v any) (Fixture, error) {
+func Decode(v any) (Fixture, error) { return decode(v, true) }
+
+func decode(v any, requireConsents bool) (Fixture, error) {
 	var f Fixture
 	o, err := protocol.StrictObject(v, "", "sites", "consents", "devices", "rosters", "revoked")
 	if err != nil {
@@ -104,11 +113,15 @@ func Decode(v any) (Fixture, error) {
 	if f.Sites, err = optList(o, "sites", decodeSite); err != nil {
 		return f, err
 	}
-	items, p, err := o.Array("consents", 0, -1)
-	if err != nil {
-		return f, err
-	}
-	if f.Consents, err = protocol.Each(items, p, decodeConsent); err != nil {
+	if requireConsents {
+		items, p, err := o.Array("consents", 0, -1)
+		if err != nil {
+			return f, err
+		}
+		if f.Consents, err = protocol.Each(items, p, decodeConsent); err != nil {
+			return f, err
+		}
+	} else if f.Consents, err = optList(o, "consents", decodeConsent); err != nil {
 		return f, err
 	}
 	if f.Devices, err = optList(o, "devices", decodeDevice); err != nil {
@@ -234,26 +247,34 @@ func decodeRevocation(v any, path string) (RevocationRecord, error) {
 }
 
 // Merge upserts patch into base and returns the result; neither input is
-// modified. Records are matched by key: sites by siteId, consents and
-// revocations by owner+siteId, devices by runnerId, rosters by id. A match
-// (the first one in base) is replaced in place; a new record is appended.
-// Records of base that patch does not name are kept.
+// modified. It is the reference host's merge (test/reference/server.mjs):
+// records are matched by key (sites by siteId, consents and revocations by
+// owner+siteId, devices by runnerId, rosters by id); a match is replaced in
+// place (array order matters to the first-match lookups), a new record is
+// appended, and records of base that patch does not name are kept. With
+// duplicate keys in base the last one is replaced, as the reference's
+// new Map(entries) keeps the last index; that also makes Merge(f, f) == f.
+//
+// Keys compare as exact JS strings: ids are WTF-8 here, so "r\ud800",
+// "r\udbff" and "r\ufffd" are three keys, as JSON.stringify keeps them
+// apart in the reference, and a pair of ids is a pair, never a joined
+// string that two different pairs could spell.
 func Merge(base, patch Fixture) Fixture {
 	return Fixture{
 		Sites:    upsert(base.Sites, patch.Sites, func(s SiteRecord) string { return s.SiteID }),
-		Consents: upsert(base.Consents, patch.Consents, func(c ConsentRecord) string { return c.Owner + "\x00" + c.SiteID }),
+		Consents: upsert(base.Consents, patch.Consents, func(c ConsentRecord) [2]string { return [2]string{c.Owner, c.SiteID} }),
 		Devices:  upsert(base.Devices, patch.Devices, func(d DeviceRecord) string { return d.RunnerID }),
 		Rosters:  upsert(base.Rosters, patch.Rosters, func(r RosterRecord) string { return r.ID }),
-		Revoked:  upsert(base.Revoked, patch.Revoked, func(r RevocationRecord) string { return r.Owner + "\x00" + r.SiteID }),
+		Revoked:  upsert(base.Revoked, patch.Revoked, func(r RevocationRecord) [2]string { return [2]string{r.Owner, r.SiteID} }),
 	}
 }
 
-func upsert[T any](base, patch []T, key func(T) string) []T {
+func upsert[T any, K comparable](base, patch []T, key func(T) K) []T {
 	out := make([]T, len(base), len(base)+len(patch))
 	copy(out, base)
-	at := make(map[string]int, len(out))
-	for i := len(out) - 1; i >= 0; i-- {
-		at[key(out[i])] = i // the first occurrence wins
+	at := make(map[K]int, len(out))
+	for i, rec := range out {
+		at[key(rec)] = i // the last occurrence wins
 	}
 	for _, rec := range patch {
 		k := key(rec)

@@ -20,8 +20,8 @@ type Projection struct {
 	siteByKeyID  map[string]int // current identity keyId -> first site
 	deviceByRun  map[string]int
 	deviceByID   map[string]int // device.identity string -> first device
-	consentByKey map[string]int // owner \x00 siteId -> first consent
-	revoked      map[string]bool
+	consentByKey map[pair]int   // (owner, siteId) -> first consent
+	revoked      map[pair]bool
 	rostersOf    map[string][]int // roster owner -> rosters in order
 
 	// Derived answers per owner, memoised: a Projection never changes.
@@ -29,7 +29,11 @@ type Projection struct {
 	routesCache sync.Map // owner -> []store.Route
 }
 
-func pairKey(owner, siteID string) string { return owner + "\x00" + siteID }
+// pair is an (owner, siteId) key. A struct, not a joined string: any
+// separator can also occur inside an id, and then two pairs would collide.
+type pair struct{ owner, siteID string }
+
+func pairKey(owner, siteID string) pair { return pair{owner, siteID} }
 
 // New builds a Projection over f. f should come from Parse (or pass
 // Validate); New does not check it. The fixture is copied, so later changes
@@ -54,14 +58,9 @@ func New(f Fixture) *Projection {
 		siteByKeyID:  map[string]int{},
 		deviceByRun:  map[string]int{},
 		deviceByID:   map[string]int{},
-		consentByKey: map[string]int{},
-		revoked:      map[string]bool{},
+		consentByKey: map[pair]int{},
+		revoked:      map[pair]bool{},
 		rostersOf:    map[string][]int{},
-	}
-	first := func(m map[string]int, k string, i int) {
-		if _, ok := m[k]; !ok {
-			m[k] = i
-		}
 	}
 	for i, s := range f.Sites {
 		first(p.siteByID, s.SiteID, i)
@@ -81,6 +80,13 @@ func New(f Fixture) *Projection {
 		p.rostersOf[r.Owner] = append(p.rostersOf[r.Owner], i)
 	}
 	return p
+}
+
+// first records i under k unless an earlier index is there already.
+func first[K comparable](m map[K]int, k K, i int) {
+	if _, ok := m[k]; !ok {
+		m[k] = i
+	}
 }
 
 // Build parses a document and builds its Projection.

@@ -417,15 +417,19 @@ func TestMerge(t *testing.T) {
 	if base.Sites[1].Site.Identity != "id-b1" || len(base.Consents) != 2 {
 		t.Error("Merge modified base")
 	}
-	// An empty patch keeps everything; merging into the empty fixture
-	// appends; a duplicate in base has its first occurrence replaced.
+	// An empty patch keeps everything; a duplicate in base has its last
+	// occurrence replaced (the reference host's new Map(entries)), which
+	// makes merging a document into itself a no-op.
 	if got := Merge(base, Fixture{}); !reflect.DeepEqual(got, base) {
 		t.Errorf("empty patch changed base: %+v", got)
 	}
 	dup := Fixture{Sites: []SiteRecord{{SiteID: "a", Site: ident("1")}, {SiteID: "a", Site: ident("2")}}}
 	m := Merge(dup, Fixture{Sites: []SiteRecord{{SiteID: "a", Site: ident("3")}}})
-	if m.Sites[0].Site.Identity != "id-3" || m.Sites[1].Site.Identity != "id-2" {
+	if m.Sites[0].Site.Identity != "id-1" || m.Sites[1].Site.Identity != "id-3" {
 		t.Errorf("duplicate replace = %+v", m.Sites)
+	}
+	if self := Merge(dup, dup); !reflect.DeepEqual(self.Sites, dup.Sites) {
+		t.Errorf("Merge(dup, dup) = %+v", self.Sites)
 	}
 	// Round trip through JSON keeps the merged document.
 	back, err := Parse(got.JSON())
@@ -435,5 +439,55 @@ func TestMerge(t *testing.T) {
 	back.Rosters[0].Members = nil // [] and nil are the same document
 	if !reflect.DeepEqual(back, want) {
 		t.Errorf("round trip = %+v", back)
+	}
+}
+
+// TestMergeExactKeys: keys are the exact JS strings. Ids that differ only
+// in a lone surrogate, or in where a NUL splits an (owner, siteId) pair,
+// are different records, and the lookups keep them apart too.
+func TestMergeExactKeys(t *testing.T) {
+	patch, err := ParsePatch([]byte(`{"devices":[` +
+		`{"owner":"o","runnerId":"r\ud800","device":{"identity":"a","encryption":"b","encryptionSig":"c"}},` +
+		`{"owner":"o","runnerId":"r\udbff","device":{"identity":"a","encryption":"b","encryptionSig":"c"}},` +
+		`{"owner":"o","runnerId":"r\ufffd","device":{"identity":"a","encryption":"b","encryptionSig":"c"}}],` +
+		`"consents":[{"owner":"a\u0000","siteId":"b"},{"owner":"a","siteId":"\u0000b","paused":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Merge(Fixture{}, patch)
+	if len(m.Devices) != 3 || len(m.Consents) != 2 {
+		t.Fatalf("merged %d devices, %d consents: %s", len(m.Devices), len(m.Consents), m.JSON())
+	}
+	p := New(m)
+	for _, id := range []string{"r\xed\xa0\x80", "r\xed\xaf\xbf", "r\ufffd"} {
+		if d := p.DeviceFor(id); d == nil || d.RunnerID != id {
+			t.Errorf("DeviceFor(%q) = %+v", id, d)
+		}
+	}
+	if c := p.ConsentFor("a", "\x00b"); c == nil || !c.Paused {
+		t.Errorf(`ConsentFor("a", "\x00b") = %+v, want the paused one`, c)
+	}
+	if c := p.ConsentFor("a\x00", "b"); c == nil || c.Paused {
+		t.Errorf(`ConsentFor("a\x00", "b") = %+v, want the live one`, c)
+	}
+}
+
+func TestParsePatch(t *testing.T) {
+	// consents may be left out of a patch, not of a document.
+	if _, err := ParsePatch([]byte(`{"sites":[]}`)); err != nil {
+		t.Errorf("ParsePatch without consents: %v", err)
+	}
+	if _, err := Parse([]byte(`{"sites":[]}`)); err == nil {
+		t.Error("Parse accepted a document without consents")
+	}
+	for doc, want := range map[string]string{
+		`[]`:                          "projection: expected object, received array",
+		`{"consents":null}`:           "projection: consents: expected array, received null",
+		`{"devices":[{"owner":"o"}]}`: "projection: devices[0].runnerId: required",
+		`{"robots":[]}`:               `projection: unrecognized key "robots"`,
+	} {
+		if _, err := ParsePatch([]byte(doc)); err == nil || err.Error() != want {
+			t.Errorf("ParsePatch(%s) = %v, want %q", doc, err, want)
+		}
 	}
 }

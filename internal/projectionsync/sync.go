@@ -17,6 +17,7 @@
 package projectionsync
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -405,30 +406,33 @@ func (s *Sync) Replace(ctx context.Context, raw []byte) (Result, error) {
 // Merge upserts a patch into the stored document: records are matched by
 // their key (sites by siteId, consents and revoked by owner+siteId, devices
 // by runnerId, rosters by id); a match is replaced in place, a new record is
-// appended, and arrays the patch leaves out are kept. The result is
+// appended, and arrays the patch leaves out are kept. With no document
+// stored the patch merges onto the empty projection. The result is
 // validated whole. Concurrent merges never lose each other's records: each
 // is written only if the version it read is still the stored one, and
 // retried otherwise.
+//
+// A merge that changes nothing (empty lists, or records identical to the
+// stored ones) writes nothing: the version stays, Changed is false, and with
+// no document stored there is still none (version 0), so a control plane
+// sending "nothing new" on a timer does not wake every replica.
 func (s *Sync) Merge(ctx context.Context, patch []byte) (Result, error) {
 	for attempt := 0; attempt < mergeAttempts; attempt++ {
 		base, err := s.Get(ctx)
 		if err != nil {
 			return Result{}, err
 		}
-		merged, err := mergeDocs(base.JSON, patch)
+		d, err := mergeDocs(base.JSON, patch)
 		if err != nil {
 			return Result{}, &InvalidError{Err: err}
 		}
-		if attempt == 0 {
-			// Validate the patch on its own first, so a message names the
-			// record's place in the body, not in the merged document.
-			if err := validatePatch(patch); err != nil {
-				return Result{}, &InvalidError{Err: fmt.Errorf("merge body: %w", err)}
+		if bytes.Equal(d.canon, base.JSON) {
+			sha := ""
+			if base.Version > 0 {
+				sha = shaHex(base.JSON)
 			}
-		}
-		d, err := decodeDoc(merged)
-		if err != nil {
-			return Result{}, &InvalidError{Err: err}
+			s.installIfNewer(d, base.Version, sha)
+			return Result{Counts: d.counts, Version: base.Version, UpdatedAt: base.UpdatedAt}, nil
 		}
 		res, err := s.write(ctx, d, strconv.FormatInt(base.Version, 10))
 		if !errors.Is(err, errConflict) {

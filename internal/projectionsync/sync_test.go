@@ -18,6 +18,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
@@ -417,35 +418,128 @@ func TestFileSource(t *testing.T) {
 	}
 }
 
+// device is a device record JSON; runner is spliced in raw, so a test can
+// give it JSON escapes such as \ud800.
+func device(runner string) string {
+	return `{"owner":"o","runnerId":"` + runner + `","device":{"identity":"aWQ","encryption":"ZW5j","encryptionSig":"c2ln"}}`
+}
+
+const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked":[]}`
+
+// TestMergeDocs: the merge itself, without Valkey.
 func TestMergeDocs(t *testing.T) {
+	empty := string(emptyDoc().canon)
 	tests := []struct {
 		name, base, patch, want, err string
 	}{
-		{"absent arrays kept", `{"sites":[{"siteId":"a"}],"consents":[]}`, `{"consents":[{"owner":"o","siteId":"a"}]}`,
-			`{"consents":[{"owner":"o","siteId":"a"}],"sites":[{"siteId":"a"}]}`, ""},
-		{"replace in place keeps order", `{"devices":[{"runnerId":"1","n":1},{"runnerId":"2","n":2}]}`, `{"devices":[{"runnerId":"1","n":9}]}`,
-			`{"devices":[{"runnerId":"1","n":9},{"runnerId":"2","n":2}]}`, ""},
-		{"composite key", `{"revoked":[{"owner":"o","siteId":"a"}]}`, `{"revoked":[{"owner":"o","siteId":"b"},{"owner":"o","siteId":"a"}]}`,
-			`{"revoked":[{"owner":"o","siteId":"a"},{"owner":"o","siteId":"b"}]}`, ""},
-		{"rosters by id", `{"rosters":[{"id":"r","members":[]}]}`, `{"rosters":[{"id":"r","members":["x"]}]}`,
-			`{"rosters":[{"id":"r","members":["x"]}]}`, ""},
-		{"array absent from base", `{"consents":[]}`, `{"sites":[{"siteId":"a"}]}`, `{"consents":[],"sites":[{"siteId":"a"}]}`, ""},
-		{"unknown key", `{}`, `{"x":[]}`, "", "x: unknown projection key"},
-		{"record not an object", `{}`, `{"sites":[1]}`, "", "sites[0] (in the merge body): must be an object"},
+		{"absent arrays kept", fixture(), `{"consents":[` + consent("o", false) + `]}`,
+			fixture(consent("o", false)), ""},
+		{"replace in place keeps order", fixture(consent("a", false), consent("b", false)), `{"consents":[` + consent("a", true) + `]}`,
+			fixture(consent("a", true), consent("b", false)), ""},
+		{"composite key", `{"consents":[],"revoked":[{"owner":"o","siteId":"a"}]}`, `{"revoked":[{"owner":"o","siteId":"b"},{"owner":"o","siteId":"a"}]}`,
+			`{"consents":[],"revoked":[{"owner":"o","siteId":"a"},{"owner":"o","siteId":"b"}]}`, ""},
+		{"a pair is not a joined string", `{"consents":[{"owner":"a\u0000","siteId":"b"}]}`, `{"consents":[{"owner":"a","siteId":"\u0000b"}]}`,
+			`{"consents":[{"owner":"a\u0000","siteId":"b"},{"owner":"a","siteId":"\u0000b"}]}`, ""},
+		{"rosters by id", `{"consents":[],"rosters":[{"id":"r","owner":"o","members":[]}]}`, `{"rosters":[{"id":"r","owner":"o","members":["x"]}]}`,
+			`{"consents":[],"rosters":[{"id":"r","owner":"o","members":["x"]}]}`, ""},
+		// Issue: lone surrogates were keyed through encoding/json, which
+		// turns each into U+FFFD, so these three were one device.
+		{"lone surrogates are distinct ids", empty, `{"devices":[` + device(`r\ud800`) + `,` + device(`r\udbff`) + `,` + device("r\ufffd") + `]}`,
+			`{"consents":[],"devices":[` + device(`r\ud800`) + `,` + device(`r\udbff`) + `,` + device("r\ufffd") + `]}`, ""},
+		// Issue: empty lists made the merged arrays null, refused as
+		// "sites: expected array, received null".
+		{"empty lists onto nothing", empty, emptyLists, empty, ""},
+		{"empty lists onto a document", fixture(consent("a", false)), emptyLists, fixture(consent("a", false)), ""},
+		{"empty object", fixture(consent("a", false)), `{}`, fixture(consent("a", false)), ""},
+		{"unknown key", empty, `{"x":[]}`, "", `merge body: projection: unrecognized key "x"`},
+		{"record not an object", empty, `{"sites":[1]}`, "", "merge body: projection: sites[0]: expected object, received number"},
+		{"null list", empty, `{"sites":null}`, "", "merge body: projection: sites: expected array, received null"},
+		{"not JSON", empty, `{"sites":[`, "", "merge body: projection: the document is not valid JSON"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := mergeDocs([]byte(tt.base), []byte(tt.patch))
 			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
+				if err == nil || err.Error() != tt.err {
 					t.Fatalf("want error %q, got %v", tt.err, err)
 				}
 				return
 			}
-			if err != nil || string(got) != tt.want {
-				t.Fatalf("got %s (%v), want %s", got, err, tt.want)
+			want, werr := decodeDoc([]byte(tt.want))
+			if werr != nil {
+				t.Fatalf("the expected document is invalid: %v", werr)
+			}
+			if err != nil || string(got.canon) != string(want.canon) {
+				t.Fatalf("got %s (%v), want %s", got.canon, err, want.canon)
 			}
 		})
+	}
+}
+
+// TestMergeLoneSurrogates: three runner ids that differ only in a lone
+// surrogate (or a literal U+FFFD) stay three devices through Sync.Merge,
+// in Valkey and in the projection in force.
+func TestMergeLoneSurrogates(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	for _, id := range []string{`r\ud800`, `r\udbff`, "r\ufffd"} {
+		if _, err := s.Merge(ctx, []byte(`{"devices":[`+device(id)+`]}`)); err != nil {
+			t.Fatalf("merge %s: %v", id, err)
+		}
+	}
+	doc, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := projection.Parse(doc.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Devices) != 3 || doc.Version != 3 {
+		t.Fatalf("version %d, devices %s", doc.Version, doc.JSON)
+	}
+	// The ids as JS strings: \ud800 and \udbff are lone surrogates
+	// (WTF-8 ED A0 80 and ED AF BF), the third a real U+FFFD.
+	ids := []string{"r\xed\xa0\x80", "r\xed\xaf\xbf", "r\ufffd"}
+	p := s.Current()
+	for i, id := range ids {
+		if f.Devices[i].RunnerID != id {
+			t.Errorf("devices[%d].runnerId = %q, want %q", i, f.Devices[i].RunnerID, id)
+		}
+		if d := p.DeviceFor(id); d == nil || d.RunnerID != id {
+			t.Errorf("DeviceFor(%q) = %+v", id, d)
+		}
+	}
+}
+
+// TestMergeNothingNew: a merge of empty lists (a control plane with nothing
+// new) is a no-op: onto nothing it leaves nothing stored, onto a document it
+// keeps the version; a merge onto nothing merges onto the empty projection.
+func TestMergeNothingNew(t *testing.T) {
+	c, ns := testClient(t)
+	ctx := context.Background()
+	s := New(c, Options{Namespace: ns, Logger: quiet})
+	res, err := s.Merge(ctx, []byte(emptyLists))
+	if err != nil || res.Changed || res.Version != 0 {
+		t.Fatalf("empty merge onto nothing: %+v %v", res, err)
+	}
+	if doc, err := s.Get(ctx); err != nil || doc.Version != 0 {
+		t.Fatalf("stored version %d after a no-op merge (%v)", doc.Version, err)
+	}
+	if s.Current() == nil {
+		t.Fatal("the writer has no projection in force after the merge")
+	}
+	res, err = s.Merge(ctx, []byte(`{"sites":[`+site1+`],"consents":[`+consent("alice", false)+`],"devices":[],"rosters":[],"revoked":[]}`))
+	if err != nil || !res.Changed || res.Version != 1 || res.Sites != 1 || res.Consents != 1 {
+		t.Fatalf("merge onto nothing: %+v %v", res, err)
+	}
+	if !mayRoute(s.Current(), "alice") {
+		t.Fatal("merged projection not in force")
+	}
+	again, err := s.Merge(ctx, []byte(emptyLists))
+	if err != nil || again.Changed || again.Version != 1 || again.UpdatedAt != res.UpdatedAt || again.Consents != 1 {
+		t.Fatalf("empty merge onto version 1: %+v %v", again, err)
 	}
 }
 

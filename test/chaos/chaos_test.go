@@ -1,0 +1,410 @@
+// Package chaos_test runs three relay replicas and a private redis-server
+// under the load generator while it kills and restarts them, records every
+// operation of the run with the relay's answers (internal/loadgen's
+// History) and checks the history afterwards (test/chaos/history): no job
+// under two live leases at once, no result accepted twice, every enqueued
+// job accounted for, no result delivered for the wrong job.
+//
+// Small by default (30 s of load); larger with
+//
+//	go test -run TestChaos -timeout 30m ./test/chaos -chaos.duration=10m
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"maps"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/byollm/relay-go/internal/loadgen"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/chaos/history"
+)
+
+var (
+	loadFor    = flag.Duration("chaos.duration", 30*time.Second, "how long the load generator enqueues while faults are injected")
+	faultEvery = flag.Duration("chaos.every", 3*time.Second, "mean time between two replica faults (each a SIGKILL or SIGTERM and a restart)")
+)
+
+var relayBin string // built once by TestMain
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "relay-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+	relayBin = filepath.Join(dir, "relay")
+	cmd := exec.Command("go", "build", "-o", relayBin, "./cmd/relay")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/relay: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// leaseMs is short so a grant lost with a killed replica's answer comes back
+// within seconds; it must stay under the relay's 10 s seal window, since
+// lease expiry is not applied to a job awaiting its payload and the checker
+// takes the lease expiry as the earliest a job may be granted again.
+const leaseMs = 5000
+
+// TestChaos injects faults under load: every few seconds one replica is
+// SIGKILLed or SIGTERMed and started again, and once the store is SIGKILLed
+// and started again on its append-only file. The clients retry what the
+// faults refuse (transport errors, 502, 503), as real ones do. Afterwards
+// the history of the run must break no rule.
+func TestChaos(t *testing.T) {
+	vk := newStore(t)
+	if err := vk.start(); err != nil {
+		t.Fatal(err)
+	}
+	ns := "chaos-" + randomHex(6)
+	token := "chaos-" + randomHex(12)
+	env := []string{
+		"RELAY_VALKEY_URL=" + vk.url(),
+		"RELAY_NAMESPACE=" + ns,
+		"RELAY_ADMIN_TOKEN=" + token,
+		fmt.Sprintf("RELAY_LEASE_MS=%d", leaseMs),
+		"RELAY_SHUTDOWN_TIMEOUT=5s",
+		"RELAY_LOG_LEVEL=warn",
+	}
+	relays := []*relayProc{newRelay(t, "relay-1", env), newRelay(t, "relay-2", env), newRelay(t, "relay-3", env)}
+	urls := make([]string, len(relays))
+	for i, r := range relays {
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+		urls[i] = r.url()
+	}
+
+	log := &history.Log{}
+	cfg := loadgen.Config{
+		Replicas:    urls,
+		AdminURLs:   []string{relays[0].adminURL()}, // the replicas share the projection through the store
+		AdminToken:  token,
+		Sites:       3,
+		Daemons:     6,
+		Rate:        15,
+		Duration:    *loadFor,
+		Drain:       90 * time.Second,
+		TTL:         *loadFor + 5*time.Minute, // nothing expires during the run: every job must be done, cancelled or in the store
+		LeaseMs:     leaseMs,
+		Heartbeat:   time.Second,
+		ClaimPoll:   100 * time.Millisecond,
+		PendingPoll: 50 * time.Millisecond,
+		ResultsPoll: 200 * time.Millisecond,
+		Timeout:     10 * time.Second,
+		RetryFor:    30 * time.Second,
+		CancelEvery: 10,
+		// Daemons that die with a grant in hand, or hand it back: the relay
+		// offers those jobs again, which is what the lease rule judges.
+		AbandonEvery: 20,
+		ReleaseEvery: 20,
+		History:      log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *loadFor+4*time.Minute)
+	defer cancel()
+	type loadResult struct {
+		rep *loadgen.Report
+		err error
+	}
+	done := make(chan loadResult, 1)
+	go func() {
+		rep, err := loadgen.Run(ctx, cfg, nil)
+		done <- loadResult{rep, err}
+	}()
+	loadStart := waitFirstEnqueues(t, log, 10, 60*time.Second)
+
+	faults, timeline := injectFaults(t, relays, vk, loadStart, *loadFor)
+
+	var res loadResult
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		t.Fatal("load generator did not finish")
+	}
+	if res.err != nil {
+		t.Fatalf("load generator: %v", res.err)
+	}
+	end := time.Now()
+	var text bytes.Buffer
+	res.rep.WriteText(&text)
+	t.Logf("load generator report:\n%s", text.String())
+
+	ops := append(log.Ops(), finalStates(t, vk, ns, log.Ops())...)
+	sum := history.Check(ops, history.Options{End: end})
+	t.Logf("fault timeline:\n  %s", strings.Join(timeline, "\n  "))
+	t.Logf("SUMMARY chaos: %.0fs of load, %d ops recorded | jobs enqueued %d: done %d, cancelled %d, expired %d, still in the store %d | grants %d (%d jobs granted more than once), results accepted %d | faults %s | violations %d",
+		loadFor.Seconds(), sum.Ops, sum.Enqueued, sum.Done, sum.Cancelled, sum.Expired, sum.InStore, sum.Grants, sum.Regranted, sum.Accepted, faultLine(faults), len(sum.Violations))
+
+	for i, v := range sum.Violations {
+		if i == 10 {
+			t.Errorf("... and %d more violations", len(sum.Violations)-i)
+			break
+		}
+		t.Errorf("violation: %v\n  its operations:\n    %s", v, strings.Join(jobOps(ops, v.JobID), "\n    "))
+	}
+	if sum.Enqueued < 10 || sum.Done == 0 || sum.Regranted == 0 {
+		t.Errorf("too little work to judge: %d enqueued, %d done, %d granted again", sum.Enqueued, sum.Done, sum.Regranted)
+	}
+	if int64(sum.Enqueued) != res.rep.Jobs.Enqueued {
+		t.Errorf("history has %d enqueued jobs, the load generator counted %d", sum.Enqueued, res.rep.Jobs.Enqueued)
+	}
+	if j := res.rep.Jobs; j.Integrity != 0 || j.RunTwice != 0 {
+		t.Errorf("load generator: %d integrity failures, %d jobs run twice; problems: %v", j.Integrity, j.RunTwice, res.rep.Problems)
+	}
+	checkTheChecker(t, ops, end)
+	for _, kind := range []string{faultKill, faultTerm, faultStore} {
+		if faults[kind] == 0 {
+			t.Errorf("no %s fault was injected (%s): the run was too short for its schedule", kind, faultLine(faults))
+		}
+	}
+}
+
+// Fault kinds.
+const (
+	faultKill  = "replica-sigkill"
+	faultTerm  = "replica-sigterm"
+	faultStore = "store-sigkill"
+)
+
+// injectFaults kills replicas in turn, at random, alternating SIGKILL and
+// SIGTERM, each started again within a second, and the store once, 40% of the way
+// through, until the load stops enqueuing. One fault at a time: two
+// replicas always serve.
+func injectFaults(t *testing.T, relays []*relayProc, vk *storeProc, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
+	t.Helper()
+	faults := map[string]int{}
+	var timeline []string
+	event := func(format string, a ...any) {
+		timeline = append(timeline, fmt.Sprintf("%6.2fs ", time.Since(loadStart).Seconds())+fmt.Sprintf(format, a...))
+	}
+	storeAt := loadStart.Add(loadFor * 2 / 5)
+	until := loadStart.Add(loadFor - time.Second)
+	storeDone := false
+	for n := 0; ; n++ {
+		pause := *faultEvery/2 + mrand.N(*faultEvery) //nolint:gosec // schedule
+		next := time.Now().Add(pause)
+		if !storeDone && next.After(storeAt) {
+			next = storeAt
+		}
+		if next.After(until) {
+			break
+		}
+		time.Sleep(time.Until(next))
+		if !storeDone && !time.Now().Before(storeAt) {
+			storeDone = true
+			event("SIGKILL store")
+			if err := vk.cur.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+				t.Fatalf("store: %v", err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			if err := vk.start(); err != nil {
+				t.Fatalf("store restart: %v", err)
+			}
+			faults[faultStore]++
+			event("store back")
+			continue
+		}
+		r := relays[mrand.IntN(len(relays))] //nolint:gosec // schedule
+		sig, kind := syscall.SIGKILL, faultKill
+		if n%2 == 1 {
+			sig, kind = syscall.SIGTERM, faultTerm
+		}
+		event("%v %s", sig, r.name)
+		if err := r.cur.stop(sig, 20*time.Second); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if sig == syscall.SIGTERM && r.cur.err != nil {
+			t.Errorf("%s exited with %v after SIGTERM, want status 0", r.name, r.cur.err)
+		}
+		// Down for a moment, as a process supervisor takes to notice:
+		// requests meet a refused port, not only a reset connection.
+		down := time.Duration(mrand.IntN(1000)) * time.Millisecond //nolint:gosec // schedule
+		event("%s exited; down for %v", r.name, down)
+		time.Sleep(down)
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+		faults[kind]++
+		event("%s back", r.name)
+	}
+	return faults, timeline
+}
+
+func faultLine(faults map[string]int) string {
+	return fmt.Sprintf("%s %d, %s %d, %s %d", faultKill, faults[faultKill], faultTerm, faults[faultTerm], faultStore, faults[faultStore])
+}
+
+// waitFirstEnqueues waits until the load generator has enqueued n jobs (its
+// set-up and pairing done), so every fault meets load.
+func waitFirstEnqueues(t *testing.T, log *history.Log, n int, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := 0
+		for _, op := range log.Ops() {
+			if op.Kind == loadgen.OpEnqueue && op.Outcome == loadgen.OutcomeOK {
+				got++
+			}
+		}
+		if got >= n {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d enqueues after %v", got, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// finalStates reads every enqueued job's state out of the store after the
+// run, as one final op each ("absent" when the store no longer has it).
+func finalStates(t *testing.T, vk *storeProc, ns string, ops []loadgen.Op) []loadgen.Op {
+	t.Helper()
+	c, err := vk.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := store.New(context.Background(), c, store.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jobs, err := st.Jobs(ctx)
+	if err != nil {
+		t.Fatalf("read the store after the run: %v", err)
+	}
+	state := map[string]string{}
+	for _, j := range jobs {
+		state[j.ID] = j.State
+	}
+	now := time.Now()
+	var out []loadgen.Op
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind != loadgen.OpEnqueue || seen[op.JobID] {
+			continue
+		}
+		seen[op.JobID] = true
+		s, ok := state[op.JobID]
+		if !ok {
+			s = loadgen.OutcomeAbsent
+		}
+		out = append(out, loadgen.Op{Kind: loadgen.OpFinal, Start: now, End: now, JobID: op.JobID, Site: op.Site, Outcome: s})
+	}
+	return out
+}
+
+// jobOps renders one job's operations in time order, for a violation's
+// report.
+func jobOps(ops []loadgen.Op, jobID string) []string {
+	var mine []loadgen.Op
+	for _, op := range ops {
+		if op.JobID == jobID {
+			mine = append(mine, op)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Start.Before(mine[j].Start) })
+	out := make([]string, 0, len(mine))
+	for _, op := range mine {
+		line := fmt.Sprintf("%s..%s %-7s %s site=%s runner=%s lease=%s", op.Start.UTC().Format("15:04:05.000"), op.End.UTC().Format("15:04:05.000"),
+			op.Kind, op.Outcome, op.Site, op.Runner, op.LeaseID)
+		if op.LeaseExpiresAt > 0 {
+			line += fmt.Sprintf(" granted=%s expires=%s", time.UnixMilli(op.LeaseExpiresAt-op.LeaseMs).UTC().Format("15:04:05.000"),
+				time.UnixMilli(op.LeaseExpiresAt).UTC().Format("15:04:05.000"))
+		}
+		if op.Detail != "" {
+			line += " (" + op.Detail + ")"
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// checkTheChecker plants one fault of each kind into the real history of
+// this run and requires the checker to find exactly those: a clean verdict
+// must come from a checker that sees faults in histories of this shape.
+func checkTheChecker(t *testing.T, ops []loadgen.Op, end time.Time) {
+	t.Helper()
+	var grant, accepted *loadgen.Op
+	collected := ""
+	cancelled := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind == loadgen.OpCancel {
+			cancelled[op.JobID] = true
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		switch {
+		case grant == nil && op.Kind == loadgen.OpGrant:
+			grant = op
+		case accepted == nil && op.Kind == loadgen.OpResult && op.Outcome == loadgen.OutcomeAccepted:
+			accepted = op
+		case collected == "" && op.Kind == loadgen.OpCollect && op.Outcome == loadgen.OutcomeOK && grant != nil && op.JobID != grant.JobID && !cancelled[op.JobID]:
+			collected = op.JobID
+		}
+	}
+	if grant == nil || accepted == nil || collected == "" {
+		t.Errorf("history too thin to plant faults in")
+		return
+	}
+	planted := slices.Clone(ops)
+	// A second runner granted the first grant's job 1 ms after it.
+	second := *grant
+	second.Runner, second.LeaseID = "planted-runner", "planted-lease"
+	second.LeaseExpiresAt++
+	// A second result accepted for the same job.
+	again := *accepted
+	again.Start, again.End = again.Start.Add(time.Millisecond), again.End.Add(time.Millisecond)
+	planted = append(planted, second, again)
+	// A job whose collection never happened and which left the store.
+	kept := planted[:0]
+	for _, op := range planted {
+		if op.JobID == collected && (op.Kind == loadgen.OpCollect || op.Kind == loadgen.OpFinal) {
+			continue
+		}
+		kept = append(kept, op)
+	}
+	kept = append(kept, loadgen.Op{Kind: loadgen.OpFinal, JobID: collected, Outcome: loadgen.OutcomeAbsent})
+	got := map[string]string{}
+	for _, v := range history.Check(kept, history.Options{End: end}).Violations {
+		got[v.Rule] += v.JobID + " "
+	}
+	want := map[string]string{
+		history.RuleTwoLiveLeases: grant.JobID + " ",
+		history.RuleAcceptedTwice: accepted.JobID + " ",
+		history.RuleUnaccounted:   collected + " ",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("faults planted in this run's history: checker found %v, want %v", got, want)
+	}
+}
