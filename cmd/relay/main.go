@@ -205,6 +205,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// One body budget for both listeners: the bytes of request bodies held
 	// at once, whatever any number of clients send.
 	bodies := httpserve.NewBudget(cfg.BodyBytesInFlight)
+	grants, err := grantAuthority(startCtx, cfg, log)
+	if err != nil {
+		return err
+	}
 	planes, err := relay.New(relay.Config{
 		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
 		Projection:      proj,
@@ -218,6 +222,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
 		Logger:          log,
+
+		Grants:             grants,
+		ControlPlanePublic: cfg.ControlPlanePublic,
+		GrantTimeout:       cfg.GrantTimeout,
+		GrantBudget:        cfg.GrantBudget,
+		GrantObserver:      metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)

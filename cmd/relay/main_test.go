@@ -324,7 +324,10 @@ func TestStartRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{"control plane public", map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "key"}, 2, "signed grants yet"},
+		{"control plane public without an authority", map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}, 2,
+			"controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job"},
+		{"remote signer without the built-in engine", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_CONTROL_PLANE_PUBLIC": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "RELAY_GRANT_SIGNER_URL needs the built-in grant engine"},
 		{"two problems at once", map[string]string{"RELAY_LEASE_MS": "x", "RELAY_BASE_PATH": "y"}, 2, "RELAY_BASE_PATH"},
 		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "e2e-badfile-unused", "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},

@@ -10,6 +10,8 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -103,6 +105,73 @@ type Config struct {
 	LogFormat string
 	// LogLevel is the minimum level logged.
 	LogLevel slog.Level
+
+	// ControlPlanePublic is the grant-signing public key handed to devices
+	// at pairing (wire §14.1); "" hands none.
+	ControlPlanePublic string
+	// GrantAuthorityURL is a remote control plane (author-grant and
+	// satisfiable); GrantSignerURL a remote signer behind the built-in
+	// engine. At most one is set.
+	GrantAuthorityURL, GrantSignerURL string
+	// GrantAuthorityToken is the bearer token for whichever is set.
+	GrantAuthorityToken string
+	// GrantTimeout bounds one authority or signer call; GrantBudget all
+	// calls of one claim.
+	GrantTimeout, GrantBudget time.Duration
+}
+
+// Grant modes (Config.GrantMode).
+const (
+	GrantsOff       = "off"
+	GrantsAuthority = "authority"
+	GrantsSigner    = "signer"
+)
+
+// GrantMode says where grants come from.
+func (c Config) GrantMode() string {
+	switch {
+	case c.GrantAuthorityURL != "":
+		return GrantsAuthority
+	case c.GrantSignerURL != "":
+		return GrantsSigner
+	}
+	return GrantsOff
+}
+
+// grantProblems checks the grant options together: one mode at most, and a
+// key for devices exactly when something can author grants.
+func grantProblems(c Config) []string {
+	var p []string
+	if c.GrantAuthorityURL != "" && c.GrantSignerURL != "" {
+		p = append(p, "RELAY_GRANT_AUTHORITY_URL and RELAY_GRANT_SIGNER_URL are both set; choose one: the authority URL when your own control plane decides and signs, the signer URL when this relay decides and only the signing is remote")
+	}
+	if c.ControlPlanePublic == "" {
+		switch {
+		case c.GrantAuthorityURL != "":
+			p = append(p, "RELAY_GRANT_AUTHORITY_URL is set but RELAY_CONTROL_PLANE_PUBLIC is not: devices would never learn the key the authority signs with and would ignore its grants; set RELAY_CONTROL_PLANE_PUBLIC to the authority's public key")
+		case c.GrantSignerURL != "":
+			p = append(p, "RELAY_GRANT_SIGNER_URL is set but RELAY_CONTROL_PLANE_PUBLIC is not: the relay cannot derive the public half of a key it does not hold; set RELAY_CONTROL_PLANE_PUBLIC to the signer's public key")
+		}
+	} else if c.GrantMode() == GrantsOff {
+		// The reference's construction error (wire §2), then the fix.
+		p = append(p, "RELAY_CONTROL_PLANE_PUBLIC: controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job. Set RELAY_GRANT_AUTHORITY_URL (your control plane) or RELAY_GRANT_SIGNER_URL (remote signer), or unset it so daemons serve their owner's work in direct mode")
+	}
+	if c.GrantAuthorityToken != "" && c.GrantMode() == GrantsOff {
+		p = append(p, "RELAY_GRANT_AUTHORITY_TOKEN is set but no remote grant authority or signer is; set RELAY_GRANT_AUTHORITY_URL or RELAY_GRANT_SIGNER_URL, or unset the token")
+	}
+	return p
+}
+
+// grantURL checks a remote grant endpoint's URL ("" allowed: unset).
+func grantURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q is not an absolute http(s) URL without query or fragment; write it like https://control-plane.internal/grants, or unset it", redactURL(v))
+	}
+	return v, nil
 }
 
 // Embedded reports whether the relay runs on the in-process store.
@@ -141,6 +210,13 @@ func (c Config) LogAttrs() []any {
 		slog.Int("trustedProxies", len(c.TrustedProxies)),
 		slog.Any("siteLimit", c.SiteLimits.Default),
 		slog.Int("siteLimitOverrides", len(c.SiteLimits.Sites)),
+		slog.String("grants", c.GrantMode()),
+		slog.String("controlPlanePublic", orDash(c.ControlPlanePublic)),
+		slog.String("grantAuthorityUrl", orDash(redactURL(c.GrantAuthorityURL))),
+		slog.String("grantSignerUrl", orDash(redactURL(c.GrantSignerURL))),
+		slog.Bool("grantAuthorityToken", c.GrantAuthorityToken != ""),
+		slog.Duration("grantTimeout", c.GrantTimeout),
+		slog.Duration("grantBudget", c.GrantBudget),
 	}
 }
 
@@ -453,10 +529,54 @@ var options = []option{
 		c.LogLevel = l
 		return nil
 	}},
-	{env: "RELAY_CONTROL_PLANE_PUBLIC", flag: "control-plane-public", usage: "not supported yet: setting it refuses to start", apply: func(c *Config, v string) error {
-		if v != "" {
-			return errors.New("is set, but this relay cannot author signed grants yet: paired devices would be told to expect signed grants that nothing here produces, and would refuse every job. Unset it; daemons then run in direct mode and serve their owner's work")
+	{env: "RELAY_CONTROL_PLANE_PUBLIC", flag: "control-plane-public", usage: "grant-signing public key (base64url Ed25519) handed to devices at pairing; needs a grant authority (RELAY_GRANT_AUTHORITY_URL or RELAY_GRANT_SIGNER_URL)", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.ControlPlanePublic = ""
+			return nil
 		}
+		if b, err := base64.RawURLEncoding.DecodeString(v); err != nil || len(b) != ed25519.PublicKeySize {
+			return fmt.Errorf("%q is not a base64url Ed25519 public key (43 characters, no padding); use the control plane's publicKey exactly as it prints it", v)
+		}
+		c.ControlPlanePublic = v
+		return nil
+	}},
+	{env: "RELAY_GRANT_AUTHORITY_URL", flag: "grant-authority-url", usage: "remote grant authority (your control plane): the relay POSTs <url>/author-grant per claimed job and <url>/satisfiable per enqueue; needs RELAY_CONTROL_PLANE_PUBLIC", apply: func(c *Config, v string) error {
+		u, err := grantURL(v)
+		if err != nil {
+			return err
+		}
+		c.GrantAuthorityURL = u
+		return nil
+	}},
+	{env: "RELAY_GRANT_SIGNER_URL", flag: "grant-signer-url", usage: "remote grant signer (KMS/HSM front): the built-in engine decides and POSTs each grant statement here to be signed; needs RELAY_CONTROL_PLANE_PUBLIC", apply: func(c *Config, v string) error {
+		u, err := grantURL(v)
+		if err != nil {
+			return err
+		}
+		c.GrantSignerURL = u
+		return nil
+	}},
+	{env: "RELAY_GRANT_AUTHORITY_TOKEN", flag: "grant-authority-token", usage: "bearer token sent to the remote grant authority or signer (prefer the variable: flags show up in ps)", apply: func(c *Config, v string) error {
+		if strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return errors.New("contains whitespace or control characters, which cannot travel in an Authorization header")
+		}
+		c.GrantAuthorityToken = v
+		return nil
+	}},
+	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: "2s", usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is retried 30 s later) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
+			return fmt.Errorf("%q is not a usable grant timeout; write a Go duration from %v to %v, e.g. 2s", v, minGrantTimeout, maxGrantTimeout)
+		}
+		c.GrantTimeout = d
+		return nil
+	}},
+	{env: "RELAY_GRANT_BUDGET", flag: "grant-budget", def: "5s", usage: "longest all grant calls of one claim may take together; jobs left when it is spent are transient declines, so a claim always answers", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
+			return fmt.Errorf("%q is not a usable grant budget; write a Go duration from %v to %v, e.g. 5s (keep it well under the daemon's 30 s request timeout)", v, minGrantTimeout, maxGrantTimeout)
+		}
+		c.GrantBudget = d
 		return nil
 	}},
 }
@@ -470,6 +590,11 @@ const (
 	// requests longer than any client waits.
 	minStoreTimeout = 10 * time.Millisecond
 	maxStoreTimeout = time.Minute
+	// A grant is one policy read and one signature; 10 ms is the least a
+	// remote one on a LAN needs, and a claim held over 30 s is abandoned
+	// by the daemon.
+	minGrantTimeout = 10 * time.Millisecond
+	maxGrantTimeout = 30 * time.Second
 )
 
 var (
@@ -530,6 +655,9 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		if err := o.apply(&c, strings.TrimSpace(v)); err != nil {
 			problems = append(problems, source+": "+err.Error())
 		}
+	}
+	if len(problems) == 0 {
+		problems = append(problems, grantProblems(c)...)
 	}
 	if len(problems) == 0 && c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		problems = append(problems, fmt.Sprintf("RELAY_LISTEN and RELAY_ADMIN_LISTEN are both %q; give the admin listener its own address (default 127.0.0.1:8081) or turn it off", c.Listen))

@@ -85,6 +85,8 @@ func TestDefaults(t *testing.T) {
 		MaxConns:          2048,
 		BodyBytesInFlight: 128 << 20,
 		BodyTimeout:       10 * time.Second,
+		GrantTimeout:      2 * time.Second,
+		GrantBudget:       5 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -151,6 +153,17 @@ func TestValues(t *testing.T) {
 			}},
 		{"TLS pair", nil, map[string]string{"RELAY_TLS_CERT_FILE": certFile, "RELAY_TLS_KEY_FILE": keyFile},
 			func(c Config) bool { return c.TLSCertFile == certFile && c.TLSKeyFile == keyFile }},
+		{"grants off by default", nil, nil, func(c Config) bool {
+			return c.GrantMode() == GrantsOff && c.GrantTimeout == 2*time.Second && c.GrantBudget == 5*time.Second
+		}},
+		{"remote authority", nil, map[string]string{"RELAY_GRANT_AUTHORITY_URL": "https://cp.internal/grants", "RELAY_CONTROL_PLANE_PUBLIC": testCPKey, "RELAY_GRANT_AUTHORITY_TOKEN": "t0ken", "RELAY_GRANT_TIMEOUT": "250ms"},
+			func(c Config) bool {
+				return c.GrantMode() == GrantsAuthority && c.ControlPlanePublic == testCPKey && c.GrantAuthorityToken == "t0ken" && c.GrantTimeout == 250*time.Millisecond
+			}},
+		{"remote signer", nil, map[string]string{"RELAY_GRANT_SIGNER_URL": "http://kms:9000/sign", "RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
+			func(c Config) bool {
+				return c.GrantMode() == GrantsSigner && c.GrantSignerURL == "http://kms:9000/sign"
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,8 +189,25 @@ func TestProblems(t *testing.T) {
 		env  map[string]string
 		want []string // substrings of the single problem reported
 	}{
-		{"control plane public refused", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "abc"},
-			[]string{"RELAY_CONTROL_PLANE_PUBLIC: is set", "cannot author signed grants yet", "Unset it"}},
+		{"control plane public without an authority", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
+			[]string{"RELAY_CONTROL_PLANE_PUBLIC: controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job.",
+				"Set RELAY_GRANT_AUTHORITY_URL", "or unset it"}},
+		{"control plane public not a key", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "abc", "RELAY_GRANT_AUTHORITY_URL": "http://cp:8080"},
+			[]string{`RELAY_CONTROL_PLANE_PUBLIC: "abc" is not a base64url Ed25519 public key`}},
+		{"authority without a key", nil, map[string]string{"RELAY_GRANT_AUTHORITY_URL": "http://cp:8080"},
+			[]string{"RELAY_GRANT_AUTHORITY_URL is set but RELAY_CONTROL_PLANE_PUBLIC is not", "set RELAY_CONTROL_PLANE_PUBLIC"}},
+		{"signer without a key", nil, map[string]string{"RELAY_GRANT_SIGNER_URL": "http://kms:8080/sign"},
+			[]string{"RELAY_GRANT_SIGNER_URL is set but RELAY_CONTROL_PLANE_PUBLIC is not"}},
+		{"authority and signer", nil, map[string]string{"RELAY_GRANT_SIGNER_URL": "http://kms/sign", "RELAY_GRANT_AUTHORITY_URL": "http://cp", "RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
+			[]string{"both set; choose one"}},
+		{"authority url relative", nil, map[string]string{"RELAY_GRANT_AUTHORITY_URL": "cp:8080/grants"},
+			[]string{"RELAY_GRANT_AUTHORITY_URL", "absolute http(s) URL"}},
+		{"signer url with query", nil, map[string]string{"RELAY_GRANT_SIGNER_URL": "https://kms/sign?x=1"},
+			[]string{"RELAY_GRANT_SIGNER_URL", "without query"}},
+		{"token without a url", nil, map[string]string{"RELAY_GRANT_AUTHORITY_TOKEN": "t0ken"},
+			[]string{"RELAY_GRANT_AUTHORITY_TOKEN is set but no remote"}},
+		{"grant timeout too long", nil, map[string]string{"RELAY_GRANT_TIMEOUT": "1m"},
+			[]string{`RELAY_GRANT_TIMEOUT: "1m" is not a usable grant timeout`, "e.g. 2s"}},
 		{"lease not a number", nil, map[string]string{"RELAY_LEASE_MS": "1m"},
 			[]string{`RELAY_LEASE_MS: "1m" is not a positive whole number of milliseconds`, "e.g. 60000"}},
 		{"store timeout too short", nil, map[string]string{"RELAY_STORE_TIMEOUT": "1ms"},
@@ -252,6 +282,9 @@ func TestProblems(t *testing.T) {
 		})
 	}
 }
+
+// testCPKey is a well-formed control-plane public key (32 zero bytes).
+const testCPKey = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 
 func TestAllProblemsReportedAtOnce(t *testing.T) {
 	_, err := Load(nil, envOf(map[string]string{

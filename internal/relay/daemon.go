@@ -88,10 +88,20 @@ func (r *Relay) pair(req *request) (reply, error) {
 	}); err != nil {
 		return reply{}, fmt.Errorf("pair: %w", err)
 	}
-	return ok200(newObj().
+	return ok200(r.withControlPlane(newObj().
 		val("protocolVersion", protocol.ProtocolVersion).
 		val("runnerId", approved.RunnerID).
-		raw("sites", sitesJSON(sites))), nil
+		raw("sites", sitesJSON(sites)))), nil
+}
+
+// withControlPlane appends controlPlanePublic, verbatim, when one is
+// configured: the key every later grant is checked against, handed over at
+// pairing only (wire.md §8.1, §14.1).
+func (r *Relay) withControlPlane(o *jsonObj) *jsonObj {
+	if r.controlPlanePublic != "" {
+		o.val("controlPlanePublic", r.controlPlanePublic)
+	}
+	return o
 }
 
 func ok200(o *jsonObj) reply { return reply{status: 200, body: o.bytes()} }
@@ -173,11 +183,11 @@ func (r *Relay) pairPoll(req *request, poll *protocol.PairPollRequest) (reply, e
 	if err := r.store.DropPairing(req.ctx, p.DeviceCode); err != nil {
 		return reply{}, fmt.Errorf("pair poll: drop code: %w", err)
 	}
-	return ok200(newObj().
+	return ok200(r.withControlPlane(newObj().
 		val("status", "approved").
 		val("runnerId", approved.RunnerID).
 		val("owner", approved.Owner).
-		raw("sites", sitesJSON(sites))), nil
+		raw("sites", sitesJSON(sites)))), nil
 }
 
 func newDeviceCode() string {
@@ -227,8 +237,8 @@ func capabilitiesJSON(caps []protocol.Capability) []byte {
 	return protocol.MustMarshal(caps)
 }
 
-// claim is wire.md §8.2. No grant author is configured in this deployment,
-// so granted stubs go out as the store minted them.
+// claim is wire.md §8.2. Without a grant authority granted stubs go out as
+// the store minted them; with one, see authorGrants.
 func (r *Relay) claim(req *request) (reply, error) {
 	dev, in, refusal, ok, err := authed(r, req, presenceRemembered, protocol.DecodeClaimRequest)
 	if !ok {
@@ -270,9 +280,16 @@ func (r *Relay) claim(req *request) (reply, error) {
 	if err != nil {
 		return reply{}, fmt.Errorf("claim: %w", err)
 	}
-	jobs := make([][]byte, 0, len(granted))
-	for _, g := range granted {
-		jobs = append(jobs, claimedStubJSON(g))
+	var jobs [][]byte
+	if r.grants != nil {
+		// The store's claim has committed; the authority is asked now,
+		// outside any script, about jobs this runner has really won.
+		jobs = r.authorGrants(req, dev, capabilitiesJSON(in.Capabilities), granted)
+	} else {
+		jobs = make([][]byte, 0, len(granted))
+		for _, g := range granted {
+			jobs = append(jobs, claimedStubJSON(g))
+		}
 	}
 	return ok200(newObj().raw("jobs", jsonArr(jobs)).val("leaseMs", r.leaseMs)), nil
 }

@@ -43,9 +43,11 @@
 //   - A store call slower than Config.StoreTimeout is the retryable 503
 //     server-error, and a refusal a newer projection could reverse is only
 //     given after checking the stored version (Relay.decide).
-//   - No grant author and no satisfiable callback are configured, so claims
-//     carry no grant, pairs carry no controlPlanePublic, and enqueue refuses
-//     nothing for satisfiability (rows 28-31 never occur).
+//   - A grant authority (Config.Grants) that fails or does not answer
+//     within Config.GrantTimeout is a transient decline at claim (the job
+//     goes back to its queue with the 30 s retry-after) and row 28 at
+//     enqueue; the reference lets the callback's exception become a 500
+//     and leaves the claimed jobs leased until their lease lapses.
 package relay
 
 import (
@@ -161,6 +163,19 @@ type Config struct {
 	// answered with the retryable 503 server-error. Default
 	// DefaultStoreTimeout; negative disables the bound (tests).
 	StoreTimeout time.Duration
+	// Grants is the grant authority (wire.md §14.1, §14.2). nil: claims
+	// carry no grant and enqueue refuses nothing for satisfiability.
+	Grants GrantAuthority
+	// ControlPlanePublic is the grant-signing public key handed to devices
+	// at pairing, verbatim. Setting it without Grants is refused, as the
+	// reference refuses it at construction (§2).
+	ControlPlanePublic string
+	// GrantTimeout bounds each authority call (default
+	// DefaultGrantTimeout); GrantBudget bounds all calls of one claim
+	// together (default DefaultGrantBudget).
+	GrantTimeout, GrantBudget time.Duration
+	// GrantObserver, if set, counts authority calls by outcome.
+	GrantObserver GrantObserver
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -188,7 +203,19 @@ type Relay struct {
 	// storeTimeout bounds the projection recheck's read (the store calls
 	// are bounded by timedStore); 0 leaves it to the request.
 	storeTimeout time.Duration
+
+	grants             GrantAuthority
+	controlPlanePublic string
+	grantTimeout       time.Duration
+	grantBudget        time.Duration
+	grantObs           GrantObserver
 }
+
+// ErrControlPlaneWithoutAuthor is the reference's construction error (wire.md
+// §2) for a control-plane key configured without a grant author.
+var ErrControlPlaneWithoutAuthor = errors.New("controlPlanePublic is set but authorGrant is not: devices would be " +
+	"told to expect signed grants that nothing here can produce, and " +
+	"would refuse every job")
 
 // New validates cfg and builds a Relay.
 func New(cfg Config) (*Relay, error) {
@@ -205,6 +232,15 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.StoreTimeout > 0 {
 		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout}
 		storeTimeout = cfg.StoreTimeout
+	}
+	if cfg.ControlPlanePublic != "" && cfg.Grants == nil {
+		return nil, ErrControlPlaneWithoutAuthor
+	}
+	if cfg.GrantTimeout <= 0 {
+		cfg.GrantTimeout = DefaultGrantTimeout
+	}
+	if cfg.GrantBudget <= 0 {
+		cfg.GrantBudget = DefaultGrantBudget
 	}
 	if cfg.LeaseMs < 0 {
 		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
@@ -224,6 +260,12 @@ func New(cfg Config) (*Relay, error) {
 		proxies:     cfg.TrustedProxies,
 
 		storeTimeout: storeTimeout,
+
+		grants:             cfg.Grants,
+		controlPlanePublic: cfg.ControlPlanePublic,
+		grantTimeout:       cfg.GrantTimeout,
+		grantBudget:        cfg.GrantBudget,
+		grantObs:           cfg.GrantObserver,
 	}
 	if r.bodies == nil {
 		r.bodies = httpserve.NewBudget(0)

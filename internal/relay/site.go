@@ -47,7 +47,7 @@ func (r *Relay) siteQueryAuthed(req *request) (string, reply, bool) {
 	return siteID, reply{}, true
 }
 
-// enqueue is wire.md §9.1. No satisfiable callback is configured here.
+// enqueue is wire.md §9.1; satisfiable is asked when an authority is configured.
 func (r *Relay) enqueue(req *request) (reply, error) {
 	siteID, in, refusal, ok := siteAuthed(r, req, protocol.DecodeEnqueueRequest,
 		func(x protocol.EnqueueRequest) string { return x.SiteID })
@@ -57,6 +57,11 @@ func (r *Relay) enqueue(req *request) (reply, error) {
 	stub := in.Stub
 	if registered := req.proj.SiteFor(siteID); registered == nil || protocol.KeyID(registered.Site.Identity) != stub.Site {
 		return stubNotYours, nil
+	}
+	if r.grants != nil {
+		if refusal := r.satisfiable(req.ctx, siteID, stub); refusal != nil {
+			return *refusal, nil
+		}
 	}
 	job, err := r.store.Enqueue(req.ctx, store.EnqueueInput{ID: stub.ID, SiteID: siteID, Stub: stub})
 	if errors.Is(err, store.ErrInvalidInput) {

@@ -43,6 +43,9 @@ type Metrics struct {
 	scriptLatency metric.Float64Histogram
 	scriptErrors  metric.Int64Counter
 
+	grantCalls   metric.Int64Counter
+	grantLatency metric.Float64Histogram
+
 	jobsByState       metric.Int64ObservableGauge
 	activeLeases      metric.Int64ObservableGauge
 	projectionVersion metric.Int64ObservableGauge
@@ -104,6 +107,12 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.scriptErrors, e = meter.Int64Counter("relay.valkey.script.errors",
 		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script."))
 	wrap("relay.valkey.script.errors", e)
+	m.grantCalls, e = meter.Int64Counter("relay.grant.calls",
+		metric.WithDescription("grant authority calls (op author|satisfiable) by outcome; failed = error or timeout, skipped = not asked (unknown site, claim budget spent)"))
+	wrap("relay.grant.calls", e)
+	m.grantLatency, e = meter.Float64Histogram("relay.grant.duration", metric.WithUnit("s"),
+		metric.WithDescription("grant authority call latency"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	wrap("relay.grant.duration", e)
 	m.jobsByState, e = meter.Int64ObservableGauge("relay.jobs",
 		metric.WithDescription("Jobs in the routing store, by state."))
 	wrap("relay.jobs", e)
@@ -272,4 +281,14 @@ func (m *Metrics) recordScript(ctx context.Context, op string, elapsed time.Dura
 	}
 	m.scriptLatency.Record(ctx, elapsed.Seconds(),
 		metric.WithAttributes(attribute.String("script", op), attribute.String("outcome", outcome)))
+}
+
+// RecordGrantCall counts one grant authority call (or a decline made
+// without one, outcome "skipped") and its latency.
+func (m *Metrics) RecordGrantCall(ctx context.Context, op, outcome string, elapsed time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("op", op), attribute.String("outcome", outcome))
+	m.grantCalls.Add(ctx, 1, attrs)
+	if outcome != "skipped" {
+		m.grantLatency.Record(ctx, elapsed.Seconds(), attrs)
+	}
 }

@@ -461,8 +461,8 @@ export class FakeBackend {
  * into the projection (what a control plane does when a person types the user
  * code) -> poll ("approved"). The runner id is the projection's to choose.
  */
-export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurrency = 8, heartbeatMs = 400 }) {
-  const pairing = await beginPairing({ runnerId, concurrency });
+export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurrency = 8, heartbeatMs = 400, offer = "private" }) {
+  const pairing = await beginPairing({ runnerId, concurrency, offer });
   // Approve only after the relay has answered "pending" at least once, so the
   // whole flow (start, pending, approved) crosses the replicas.
   await pairing.pendingSeen();
@@ -483,7 +483,7 @@ export async function pairDaemon({ owner, runnerId = `runner_${uniq()}`, concurr
  * keeps the daemon's polls waiting (not failing) until `releasePolls()`, so a
  * scenario can order its admin calls against the daemon's next poll.
  */
-export async function beginPairing({ runnerId = `runner_${uniq()}`, concurrency = 8, startVia, pollVia, label, keysOf } = {}) {
+export async function beginPairing({ runnerId = `runner_${uniq()}`, concurrency = 8, startVia, pollVia, label, keysOf, offer = "private" } = {}) {
   // keysOf: an earlier pairing whose keypair to reuse (a daemon pairing again).
   const home = keysOf?.home ?? (await mkdtemp(join(tmpdir(), "peers-daemon-")));
   const identity = new DeviceIdentity(join(home, "keys.json"));
@@ -500,7 +500,9 @@ export async function beginPairing({ runnerId = `runner_${uniq()}`, concurrency 
           kinds: ["llm.generate", "llm.chat"],
           type: "openai-http",
           baseUrl: "http://127.0.0.1:11434/v1",
-          offer: "private",
+          // "team" lets a control plane grant teammates' jobs onto it;
+          // "private" runs the owner's work only, whatever any grant says.
+          offer,
         },
       },
       concurrency,
@@ -610,6 +612,10 @@ export async function runnerFor(pairing, result, { heartbeatMs = 400, approved =
     }),
     runnerId: result.pairing.runnerId,
     owner: result.pairing.owner,
+    // The key pinned at pairing, when the relay handed one over, exactly as
+    // the byollm CLI builds its Runner: with it the daemon runs only jobs
+    // whose grant verifies; without it, its owner's jobs only.
+    ...(result.pairing.controlPlanePublic === undefined ? {} : { controlPlanePublic: result.pairing.controlPlanePublic }),
     identity: {
       keys: () => identity.load(Date.now()),
       sites: new Map(Object.entries(result.pairing.sites)),

@@ -1,0 +1,190 @@
+package peers
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// grantScenarios are the titles grants.test.mjs must report as passed.
+var grantScenarios = []string{
+	"G1 a device-code-paired Runner pins the control-plane key; a teammate's job is granted, verified by the daemon and run",
+	"G2 the owner's own job still runs",
+	"G3 a non-member's job is declined permanently and never offered to that device again",
+	"G4 a paused consent is declined transiently and runs once resumed",
+	"G5 a grant aged past 120 s is refused by the daemon",
+	"G6 a replayed grant is refused by the daemon",
+	"G7 the authority stopped mid-run: claims keep answering, no job is lost, jobs run once it is back",
+}
+
+// TestGrantPeers runs the grant scenarios: three replicas in remote-authority
+// mode (RELAY_GRANT_AUTHORITY_URL + RELAY_CONTROL_PLANE_PUBLIC) in front of a
+// small authority built on the published @byollm/control-plane
+// (lib/authority.mjs), the real byollm daemon and the real cloud lane, every
+// request through the random-spreading proxy.
+func TestGrantPeers(t *testing.T) {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("getwd: %v", err)
+	}
+	if os.Getenv("PEERS_RELAY") == "reference" {
+		// The reference host has no authority wiring; these scenarios are
+		// about this relay's.
+		t.Skip("PEERS_RELAY=reference: the grant scenarios run against the Go relay only")
+	}
+	root := filepath.Clean(filepath.Join(dir, "..", ".."))
+	tmp := t.TempDir()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ensureNodeModules(t, dir)
+
+	auth := startAuthority(t, dir)
+	t.Logf("authority at %s (admin %s), key %s", auth.URL, auth.Admin, auth.PublicKey)
+
+	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if valkeyURL == "" {
+		valkeyURL = "redis://127.0.0.1:6379/0"
+	}
+	namespace := "peers-grants-" + randomHex(6)
+	bin := filepath.Join(tmp, "relay")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/relay")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
+	var replicas []*replica
+	for i := range replicaCount {
+		replicas = append(replicas, startReplica(t, i, tmp, bin, nil, map[string]string{
+			"RELAY_VALKEY_URL":           valkeyURL,
+			"RELAY_NAMESPACE":            namespace,
+			"RELAY_GRANT_AUTHORITY_URL":  auth.URL,
+			"RELAY_CONTROL_PLANE_PUBLIC": auth.PublicKey,
+			"RELAY_GRANT_TIMEOUT":        "1s",
+		}))
+	}
+	for _, r := range replicas {
+		r.waitReady(t)
+	}
+	px := newProxy(replicas, logger)
+	origin := serve(t, px)
+	control := serve(t, px.controlHandler())
+	admins := make([]string, len(replicas))
+	for i, r := range replicas {
+		admins[i] = "http://" + r.admin
+	}
+	report := filepath.Join(tmp, "report.json")
+	figures := filepath.Join(tmp, "figures.jsonl")
+
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	suite := exec.CommandContext(ctx, "node", filepath.Join("node_modules", "vitest", "vitest.mjs"), "run",
+		"--config", "vitest.grants.config.mjs", "--reporter=default", "--reporter=json", "--outputFile.json="+report)
+	suite.Dir = dir
+	suite.Env = append(os.Environ(),
+		"PEERS_ORIGIN="+origin,
+		"PEERS_ADMINS="+strings.Join(admins, ","),
+		"PEERS_ADMIN_TOKEN="+adminToken,
+		"PEERS_CONTROL="+control,
+		"PEERS_LEASE_MS="+strconv.Itoa(leaseMs),
+		"PEERS_REPLICAS="+strconv.Itoa(len(replicas)),
+		"PEERS_FIGURES="+figures,
+		"PEERS_TARGET=go",
+		"PEERS_AUTHORITY_ADMIN="+auth.Admin,
+		"PEERS_CONTROL_PLANE_PUBLIC="+auth.PublicKey,
+		"NO_COLOR=1",
+	)
+	suite.Stdout = &testWriter{t: t, prefix: "suite: "}
+	suite.Stderr = &testWriter{t: t, prefix: "suite: "}
+	suite.WaitDelay = 10 * time.Second
+	started := time.Now()
+	runErr := suite.Run()
+	t.Logf("suite finished in %s (exit: %v)", time.Since(started).Round(time.Millisecond), runErr)
+	logFigures(t, figures)
+
+	results, err := readReport(report)
+	if err != nil {
+		t.Fatalf("read vitest report: %v (suite exit: %v)", err, runErr)
+	}
+	for _, title := range grantScenarios {
+		res, ok := results[title]
+		switch {
+		case !ok:
+			t.Errorf("%s: not reported by the suite", title)
+		case res.Status != "passed":
+			t.Errorf("%s: %s\n%s", title, res.Status, strings.Join(res.FailureMessages, "\n"))
+		default:
+			t.Logf("%s: passed in %.1fs", title, res.Duration/1000)
+		}
+	}
+	if len(results) != len(grantScenarios) {
+		t.Errorf("the suite reported %d tests, want %d", len(results), len(grantScenarios))
+	}
+	if runErr != nil && !t.Failed() {
+		t.Errorf("suite exited with %v although every scenario passed", runErr)
+	}
+	if t.Failed() {
+		for _, r := range replicas {
+			r.dumpLog(t)
+		}
+	}
+}
+
+type authority struct {
+	URL       string `json:"url"`
+	Admin     string `json:"admin"`
+	PublicKey string `json:"publicKey"`
+}
+
+// startAuthority runs lib/authority.mjs and reads its one line of
+// addresses and key.
+func startAuthority(t *testing.T, dir string) authority {
+	t.Helper()
+	cmd := exec.Command("node", filepath.Join("lib", "authority.mjs"))
+	cmd.Dir = dir
+	cmd.Stderr = &testWriter{t: t, prefix: "authority: "}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the authority: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+	}()
+	select {
+	case l, ok := <-line:
+		var a authority
+		if !ok || json.Unmarshal([]byte(l), &a) != nil || a.URL == "" || a.PublicKey == "" {
+			t.Fatalf("the authority did not announce itself: %q", l)
+		}
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("the authority did not start within 30s")
+	}
+	return authority{}
+}
