@@ -24,11 +24,11 @@ import (
 // read is one script that also returns the store clock. Any number of
 // replicas share it; it keeps nothing in memory.
 type Store struct {
-	c       valkey.Client
-	p       string
-	read    *valkey.Lua
-	dump    *valkey.Lua
-	write   *valkey.Lua
+	c     valkey.Client
+	p     string
+	read  *valkey.Lua
+	dump  *valkey.Lua
+	write *valkey.Lua
 }
 
 var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
@@ -188,8 +188,8 @@ type change struct {
 		SiteID, User string
 		On           bool
 	}
-	teams    []Team
-	members  []struct {
+	teams   []Team
+	members []struct {
 		Owner, User string
 		Add         bool
 	}
