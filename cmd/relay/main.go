@@ -4,6 +4,7 @@
 //
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
+//	relay policy push|get|status      the same for the grant policy
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
@@ -28,6 +29,7 @@ import (
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
+	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -51,6 +53,9 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	if len(os.Args) > 1 && os.Args[1] == "projection" {
 		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "policy" {
+		os.Exit(admin.RunPolicyCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
@@ -125,6 +130,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+
+	// The built-in grant engine's policy, beside the projection. The admin
+	// listener writes it; grantengine.New(pol, st, signer, nil) reads it.
+	pol, err := policy.NewStore(client, cfg.Namespace)
+	if err != nil {
+		return fmt.Errorf("policy store: %w", err)
 	}
 
 	proj := projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
@@ -212,14 +224,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			return fmt.Errorf("listen on RELAY_ADMIN_LISTEN %s: %w", cfg.AdminListen, err)
 		}
 		adminAddr = adminLn.Addr().String()
-		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, MaxBody: cfg.AdminMaxBody, Logger: log})
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Policies: pol, MaxBody: cfg.AdminMaxBody, Logger: log})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
 		adm.HandleOpen("GET /healthz", checker.Healthz())
 		adm.HandleOpen("GET /readyz", checker.Readyz())
 		adm.HandleOpen("GET /metrics", tel.MetricsHandler())
 		servers = append(servers, &namedServer{name: "admin", ln: adminLn, srv: &http.Server{
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status"),
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status",
+					"/policy", "/policy/merge", "/policy/status"),
 			})(checker.CloseWhileDraining(adm)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       time.Minute,

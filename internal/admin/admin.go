@@ -15,6 +15,13 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//
+// The policy routes (internal/policy; the built-in grant engine's policy):
+//
+//	GET  /policy             the stored policy (version in X-Policy-Version)
+//	PUT  /policy             replace it with the body (a whole policy document)
+//	POST /policy/merge       upsert the body's entries, withdraw its "revoke" list
+//	GET  /policy/status      version, and where the policy and the projection disagree
 package admin
 
 import (
@@ -51,6 +58,9 @@ type Options struct {
 	Token string
 	// Projections backs the /projection routes; nil leaves them out.
 	Projections Projections
+	// Policies backs the /policy routes (the built-in grant engine's
+	// policy); nil leaves them out.
+	Policies Policies
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -63,6 +73,7 @@ type Server struct {
 	hasToken bool
 	maxBody  int64
 	proj     Projections
+	pol      Policies
 	log      *slog.Logger
 	open     *http.ServeMux
 	authed   *http.ServeMux
@@ -83,6 +94,7 @@ func New(opts Options) *Server {
 		tokenSum: sha256.Sum256([]byte("Bearer " + opts.Token)),
 		maxBody:  opts.MaxBody,
 		proj:     opts.Projections,
+		pol:      opts.Policies,
 		log:      opts.Logger.With(slog.String("component", "admin")),
 		open:     http.NewServeMux(),
 		authed:   http.NewServeMux(),
@@ -92,6 +104,12 @@ func New(opts Options) *Server {
 		s.authed.HandleFunc("PUT /projection", s.putProjection)
 		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
 		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
+	}
+	if s.pol != nil {
+		s.authed.HandleFunc("GET /policy", s.getPolicy)
+		s.authed.HandleFunc("PUT /policy", s.putPolicy)
+		s.authed.HandleFunc("POST /policy/merge", s.mergePolicy)
+		s.authed.HandleFunc("GET /policy/status", s.policyStatus)
 	}
 	return s
 }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/grantengine"
 )
 
 // Config is the validated configuration. Zero values never reach the rest of
@@ -54,6 +56,9 @@ type Config struct {
 	// ProjectionFile, when set, is loaded at start and pushed to Valkey
 	// whenever it changes.
 	ProjectionFile string
+	// GrantKeyFile is the built-in grant engine's signing key (an Ed25519
+	// seed, or StoredKeys JSON; grantengine.ParseKey). Checked at start.
+	GrantKeyFile string
 	// UpdateOffer is the exact version offered in heartbeat updateTo.
 	UpdateOffer string
 	// DaemonFloor is the oldest daemon version served (heartbeat 426 below).
@@ -103,6 +108,7 @@ func (c Config) LogAttrs() []any {
 		slog.String("basePath", c.BasePath),
 		slog.Bool("debug", c.Debug),
 		slog.String("projectionFile", orDash(c.ProjectionFile)),
+		slog.String("grantKeyFile", orDash(c.GrantKeyFile)),
 		slog.String("updateOffer", orDash(c.UpdateOffer)),
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
 		slog.String("sweepInterval", c.SweepInterval.String()),
@@ -253,6 +259,17 @@ var options = []option{
 			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
 		}
 		c.ProjectionFile = v
+		return nil
+	}},
+	{env: "RELAY_GRANT_KEY_FILE", flag: "grant-key-file", usage: "the built-in grant engine's Ed25519 signing key: the 32-byte seed in base64url, or a StoredKeys JSON of @byollm/protocol; its public half is what paired devices pin", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.GrantKeyFile = ""
+			return nil
+		}
+		if _, err := grantengine.LoadKeyFile(v); err != nil {
+			return fmt.Errorf("%v; write a key with `head -c 32 /dev/urandom | base64 > grant.key` (keep it private) or unset it", err)
+		}
+		c.GrantKeyFile = v
 		return nil
 	}},
 	{env: "RELAY_UPDATE_OFFER", flag: "update-offer", usage: "exact daemon version offered in heartbeat updateTo, e.g. 0.1.2", apply: func(c *Config, v string) error {
