@@ -468,7 +468,7 @@ func EnvVars() []string {
 
 // Usage writes the option list: flag, variable, default and meaning.
 func Usage(out io.Writer) {
-	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n\n")
+	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n       relay policy push|get|status [flags] [FILE]       (see relay policy -h)\n\n")
 	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable, and an empty variable counts as unset.\n\n")
 	for _, o := range options {
 		def := o.def
