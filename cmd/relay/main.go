@@ -157,6 +157,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		log.Info("projection file pushed", slog.String("file", cfg.ProjectionFile),
 			slog.Int64("version", res.Version), slog.Bool("changed", res.Changed))
 	}
+	var policyFile *policy.FileSource
+	if cfg.PolicyFile != "" {
+		policyFile = policy.NewFileSource(pol, cfg.PolicyFile, log)
+		version, changed, err := policyFile.Push(startCtx)
+		if err != nil {
+			// As with the projection file: fatal at start, and the policy
+			// already in Valkey stays untouched.
+			return err
+		}
+		log.Info("policy file pushed", slog.String("file", cfg.PolicyFile),
+			slog.Int64("version", version), slog.Bool("changed", changed))
+	}
 
 	metrics.ObserveProjection(func() telemetry.ProjectionState {
 		ps := proj.State()
@@ -244,6 +256,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); proj.Run(bg) }()
+	if policyFile != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); policyFile.Watch(bg, time.Second) }()
+	}
 	if file != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); file.Watch(bg, time.Second) }()

@@ -59,6 +59,9 @@ type Config struct {
 	// GrantKeyFile is the built-in grant engine's signing key (an Ed25519
 	// seed, or StoredKeys JSON; grantengine.ParseKey). Checked at start.
 	GrantKeyFile string
+	// PolicyFile, when set, is the grant policy document, pushed to Valkey
+	// at start and whenever it changes.
+	PolicyFile string
 	// UpdateOffer is the exact version offered in heartbeat updateTo.
 	UpdateOffer string
 	// DaemonFloor is the oldest daemon version served (heartbeat 426 below).
@@ -109,6 +112,7 @@ func (c Config) LogAttrs() []any {
 		slog.Bool("debug", c.Debug),
 		slog.String("projectionFile", orDash(c.ProjectionFile)),
 		slog.String("grantKeyFile", orDash(c.GrantKeyFile)),
+		slog.String("policyFile", orDash(c.PolicyFile)),
 		slog.String("updateOffer", orDash(c.UpdateOffer)),
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
 		slog.String("sweepInterval", c.SweepInterval.String()),
@@ -270,6 +274,21 @@ var options = []option{
 			return fmt.Errorf("%v; write a key with `head -c 32 /dev/urandom | base64 > grant.key` (keep it private) or unset it", err)
 		}
 		c.GrantKeyFile = v
+		return nil
+	}},
+	{env: "RELAY_POLICY_FILE", flag: "policy-file", usage: "grant policy document (JSON) pushed to Valkey at start and whenever the file changes", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.PolicyFile = ""
+			return nil
+		}
+		fi, err := os.Stat(v)
+		if err != nil {
+			return fmt.Errorf("cannot read %q (%v); point it at an existing JSON file or unset it", v, unwrapPathError(err))
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
+		}
+		c.PolicyFile = v
 		return nil
 	}},
 	{env: "RELAY_UPDATE_OFFER", flag: "update-offer", usage: "exact daemon version offered in heartbeat updateTo, e.g. 0.1.2", apply: func(c *Config, v string) error {

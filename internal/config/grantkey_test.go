@@ -40,3 +40,19 @@ func TestGrantKeyFile(t *testing.T) {
 		}
 	}
 }
+
+// RELAY_POLICY_FILE must name a readable regular file.
+func TestPolicyFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(file, []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(nil, envOf(map[string]string{"RELAY_POLICY_FILE": file}), io.Discard); err != nil || c.PolicyFile != file {
+		t.Fatalf("file: %v %q", err, c.PolicyFile)
+	}
+	for _, bad := range []string{filepath.Join(t.TempDir(), "nope.json"), t.TempDir()} {
+		if _, err := Load(nil, envOf(map[string]string{"RELAY_POLICY_FILE": bad}), io.Discard); err == nil || !strings.Contains(err.Error(), "RELAY_POLICY_FILE") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -456,17 +456,9 @@ func (s *Store) Get(ctx context.Context) (Document, int64, error) {
 			}
 			t.Members = append(t.Members, u)
 		}
-		slices.SortFunc(t.Members, protocol.CompareUTF16)
 		d.Teams = append(d.Teams, t)
 	}
-	slices.SortFunc(d.Consents, func(a, b Consent) int {
-		if c := protocol.CompareUTF16(a.SiteID, b.SiteID); c != 0 {
-			return c
-		}
-		return protocol.CompareUTF16(a.User, b.User)
-	})
-	slices.SortFunc(d.Teams, func(a, b Team) int { return protocol.CompareUTF16(a.Owner, b.Owner) })
-	slices.SortFunc(d.Declares, func(a, b Declared) int { return protocol.CompareUTF16(a.SiteID, b.SiteID) })
+	sortDocument(&d)
 	return d, version, nil
 }
 
@@ -490,4 +482,41 @@ func (s *Store) Clear(ctx context.Context) error {
 		return err
 	}
 	return s.c.Do(ctx, s.c.B().Del().Key(s.kVersion()).Build()).Error()
+}
+
+// sortDocument puts a document in Get's order: consents by siteId then
+// user, teams by owner with sorted members, declares by siteId (JS string
+// order).
+func sortDocument(d *Document) {
+	for i := range d.Teams {
+		slices.SortFunc(d.Teams[i].Members, protocol.CompareUTF16)
+	}
+	slices.SortFunc(d.Consents, func(a, b Consent) int {
+		if c := protocol.CompareUTF16(a.SiteID, b.SiteID); c != 0 {
+			return c
+		}
+		return protocol.CompareUTF16(a.User, b.User)
+	})
+	slices.SortFunc(d.Teams, func(a, b Team) int { return protocol.CompareUTF16(a.Owner, b.Owner) })
+	slices.SortFunc(d.Declares, func(a, b Declared) int { return protocol.CompareUTF16(a.SiteID, b.SiteID) })
+}
+
+// marshalForCompare encodes d without its revoke list.
+func marshalForCompare(d Document) ([]byte, error) {
+	d.Revoke = nil
+	if d.Consents == nil {
+		d.Consents = []Consent{}
+	}
+	if d.Teams == nil {
+		d.Teams = []Team{}
+	}
+	if d.Declares == nil {
+		d.Declares = []Declared{}
+	}
+	for i := range d.Consents {
+		if d.Consents[i].Mappings == nil {
+			d.Consents[i].Mappings = []grantengine.Mapping{}
+		}
+	}
+	return protocol.Marshal(d)
 }
