@@ -3,6 +3,8 @@
 -- (never merged; an empty array is a value).
 --
 -- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
+-- KEYS[4]  po:<eO> (the owner's records, for presence_by_owner; an entry
+--          under the wrong owner or of a gone record is dropped there)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
 -- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
@@ -21,6 +23,7 @@ else
   -- lost record lingers (everyone() cleans those).
   redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[4])
 end
+redis.call('SADD', KEYS[4], ARGV[4])
 if ARGV[10] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[10])
 end

@@ -5,6 +5,7 @@
 //	relay [flags]                     serve (see relay -h for every option)
 //	relay projection push|get|status  talk to a running relay's admin listener
 //	relay pairing show|approve|deny|unpair  approve a device by its user code, ditto
+//	relay policy push|get|status      the same for the grant policy
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
@@ -31,6 +32,7 @@ import (
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/pairings"
+	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -57,6 +59,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "pairing" {
 		os.Exit(admin.RunPairingCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "policy" {
+		os.Exit(admin.RunPolicyCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
@@ -135,6 +140,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return fmt.Errorf("store: %w", err)
 	}
 
+	// The built-in grant engine's policy, beside the projection. The admin
+	// listener writes it; grantengine.New(pol, st, signer, nil) reads it.
+	pol, err := policy.NewStore(client, cfg.Namespace)
+	if err != nil {
+		return fmt.Errorf("policy store: %w", err)
+	}
+
 	proj := projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
 	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelStart()
@@ -152,6 +164,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		log.Info("projection file pushed", slog.String("file", cfg.ProjectionFile),
 			slog.Int64("version", res.Version), slog.Bool("changed", res.Changed))
+	}
+	var policyFile *policy.FileSource
+	if cfg.PolicyFile != "" {
+		policyFile = policy.NewFileSource(pol, cfg.PolicyFile, log)
+		version, changed, err := policyFile.Push(startCtx)
+		if err != nil {
+			// As with the projection file: fatal at start, and the policy
+			// already in Valkey stays untouched.
+			return err
+		}
+		log.Info("policy file pushed", slog.String("file", cfg.PolicyFile),
+			slog.Int64("version", version), slog.Bool("changed", changed))
 	}
 
 	metrics.ObserveProjection(func() telemetry.ProjectionState {
@@ -256,7 +280,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	servers := []*namedServer{{name: "planes", srv: planesSrv}}
 	adminAddr := ""
 	if cfg.AdminListen != "" {
-		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj),
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj), Policies: pol,
 			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
 		adm.HandleOpen("GET /healthz", checker.Healthz())
@@ -265,7 +289,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
 			Name: "admin",
 			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/"),
+				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/",
+					"/policy", "/policy/merge", "/policy/status"),
 			})(checker.CloseWhileDraining(adm)),
 			MaxConns:    cfg.MaxConns,
 			BodyTimeout: cfg.BodyTimeout,
@@ -282,6 +307,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); proj.Run(bg) }()
+	if policyFile != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); policyFile.Watch(bg, time.Second) }()
+	}
 	if file != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); file.Watch(bg, time.Second) }()

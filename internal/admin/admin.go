@@ -23,6 +23,13 @@
 //	GET  /pairings/{userCode}          the live pending pairing (404 otherwise)
 //	POST /pairings/{userCode}/approve  {"owner", "runnerId"?}: approve it
 //	POST /pairings/{userCode}/deny     drop it
+//
+// The policy routes (internal/policy; the built-in grant engine's policy):
+//
+//	GET  /policy             the stored policy (version in X-Policy-Version)
+//	PUT  /policy             replace it with the body (a whole policy document)
+//	POST /policy/merge       upsert the body's entries, withdraw its "revoke" list
+//	GET  /policy/status      version, and where the policy and the projection disagree
 package admin
 
 import (
@@ -63,6 +70,9 @@ type Options struct {
 	Projections Projections
 	// Pairings backs the /pairings routes; nil leaves them out.
 	Pairings Pairings
+	// Policies backs the /policy routes (the built-in grant engine's
+	// policy); nil leaves them out.
+	Policies Policies
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
 	// Bodies is the request-body budget shared with the planes; nil gives
@@ -79,6 +89,7 @@ type Server struct {
 	maxBody  int64
 	bodies   *httpserve.Budget
 	proj     Projections
+	pol      Policies
 	log      *slog.Logger
 	open     *http.ServeMux
 	authed   *http.ServeMux
@@ -103,6 +114,7 @@ func New(opts Options) *Server {
 		maxBody:  opts.MaxBody,
 		bodies:   opts.Bodies,
 		proj:     opts.Projections,
+		pol:      opts.Policies,
 		log:      opts.Logger.With(slog.String("component", "admin")),
 		open:     http.NewServeMux(),
 		authed:   http.NewServeMux(),
@@ -116,6 +128,12 @@ func New(opts Options) *Server {
 	}
 	if opts.Pairings != nil {
 		s.registerPairings(opts.Pairings)
+	}
+	if s.pol != nil {
+		s.authed.HandleFunc("GET /policy", s.getPolicy)
+		s.authed.HandleFunc("PUT /policy", s.putPolicy)
+		s.authed.HandleFunc("POST /policy/merge", s.mergePolicy)
+		s.authed.HandleFunc("GET /policy/status", s.policyStatus)
 	}
 	return s
 }

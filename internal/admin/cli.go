@@ -41,18 +41,49 @@ http://127.0.0.1:8081.
 Flags:
 `
 
+const policyUsage = `Usage:
+  relay policy push [--admin URL] [--token TOKEN] [--merge] FILE
+  relay policy get  [--admin URL] [--token TOKEN]
+  relay policy status [--admin URL] [--token TOKEN]
+
+push  sends FILE (a policy document: consents with their mappings, teams,
+      declares; "-" reads stdin) to the admin listener: PUT /policy replaces
+      the policy, --merge upserts the file's entries and withdraws its
+      "revoke" list instead (POST /policy/merge). It prints the result (the
+      version, and where the policy and the projection disagree) and exits 1
+      if the relay refused the document.
+get   prints the stored policy.
+status prints the version and the disagreements with the projection.
+
+The token defaults to $RELAY_ADMIN_TOKEN (prefer it: flags show up in ps);
+the admin URL to $RELAY_ADMIN_URL, else http:// + $RELAY_ADMIN_LISTEN, else
+http://127.0.0.1:8081.
+
+Flags:
+`
+
 // RunCLI runs `relay projection ...` with args after "projection". It
 // returns the process exit code.
 func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("relay projection", flag.ContinueOnError)
+	return runCLI(ctx, "projection", cliUsage, args, getenv, stdout, stderr)
+}
+
+// RunPolicyCLI runs `relay policy ...` with args after "policy", against the
+// /policy routes, exactly as RunCLI does for the projection.
+func RunPolicyCLI(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return runCLI(ctx, "policy", policyUsage, args, getenv, stdout, stderr)
+}
+
+func runCLI(ctx context.Context, resource, usage string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("relay "+resource, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	adminURL := fs.String("admin", defaultAdminURL(getenv), "admin listener base URL")
 	// The default is resolved after parsing so -h never prints the token.
 	token := fs.String("token", "", "admin bearer token (default $RELAY_ADMIN_TOKEN)")
-	merge := fs.Bool("merge", false, "push: upsert the file's records instead of replacing the projection")
+	merge := fs.Bool("merge", false, "push: upsert the file's records instead of replacing the "+resource)
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, cliUsage)
+		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
 	// Accept flags after positional arguments too (push FILE --merge).
@@ -76,7 +107,7 @@ func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 		return ExitUsage
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "relay projection %s: %s\n", pos[0], fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "relay %s %s: %s\n", resource, pos[0], fmt.Sprintf(format, a...))
 		return ExitUsage
 	}
 	base, err := url.Parse(strings.TrimRight(*adminURL, "/"))
@@ -105,20 +136,20 @@ func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 		if err != nil {
 			return fail("cannot read %s: %v", pos[1], err)
 		}
-		method, path = http.MethodPut, "/projection"
+		method, path = http.MethodPut, "/"+resource
 		if *merge {
-			method, path = http.MethodPost, "/projection/merge"
+			method, path = http.MethodPost, "/"+resource+"/merge"
 		}
 	case "get", "status":
 		if len(pos) != 1 {
 			return fail("takes no arguments")
 		}
-		method, path = http.MethodGet, "/projection"
+		method, path = http.MethodGet, "/"+resource
 		if pos[0] == "status" {
-			path = "/projection/status"
+			path = "/" + resource + "/status"
 		}
 	default:
-		fmt.Fprintf(stderr, "relay projection: unknown command %q\n", pos[0])
+		fmt.Fprintf(stderr, "relay %s: unknown command %q\n", resource, pos[0])
 		fs.Usage()
 		return ExitUsage
 	}
@@ -151,7 +182,7 @@ func RunCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 				msg += ": " + e.Message
 			}
 		}
-		fmt.Fprintf(stderr, "relay projection %s: refused (%d): %s\n", pos[0], resp.StatusCode, msg)
+		fmt.Fprintf(stderr, "relay %s %s: refused (%d): %s\n", resource, pos[0], resp.StatusCode, msg)
 		return ExitRefused
 	}
 	stdout.Write(out) //nolint:errcheck // nothing useful to do if stdout is gone

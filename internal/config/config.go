@@ -9,8 +9,8 @@
 package config
 
 import (
-	"crypto/tls"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"flag"
@@ -29,6 +29,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/store"
 )
 
@@ -60,6 +61,12 @@ type Config struct {
 	// ProjectionFile, when set, is loaded at start and pushed to Valkey
 	// whenever it changes.
 	ProjectionFile string
+	// GrantKeyFile is the built-in grant engine's signing key (an Ed25519
+	// seed, or StoredKeys JSON; grantengine.ParseKey). Checked at start.
+	GrantKeyFile string
+	// PolicyFile, when set, is the grant policy document, pushed to Valkey
+	// at start and whenever it changes.
+	PolicyFile string
 	// UpdateOffer is the exact version offered in heartbeat updateTo.
 	UpdateOffer string
 	// DaemonFloor is the oldest daemon version served (heartbeat 426 below).
@@ -195,6 +202,8 @@ func (c Config) LogAttrs() []any {
 		slog.String("basePath", c.BasePath),
 		slog.Bool("debug", c.Debug),
 		slog.String("projectionFile", orDash(c.ProjectionFile)),
+		slog.String("grantKeyFile", orDash(c.GrantKeyFile)),
+		slog.String("policyFile", orDash(c.PolicyFile)),
 		slog.String("updateOffer", orDash(c.UpdateOffer)),
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
 		slog.String("sweepInterval", c.SweepInterval.String()),
@@ -360,6 +369,32 @@ var options = []option{
 			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
 		}
 		c.ProjectionFile = v
+		return nil
+	}},
+	{env: "RELAY_GRANT_KEY_FILE", flag: "grant-key-file", usage: "the built-in grant engine's Ed25519 signing key: the 32-byte seed in base64url, or a StoredKeys JSON of @byollm/protocol; its public half is what paired devices pin", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.GrantKeyFile = ""
+			return nil
+		}
+		if _, err := grantengine.LoadKeyFile(v); err != nil {
+			return fmt.Errorf("%v; write a key with `head -c 32 /dev/urandom | base64 > grant.key` (keep it private) or unset it", err)
+		}
+		c.GrantKeyFile = v
+		return nil
+	}},
+	{env: "RELAY_POLICY_FILE", flag: "policy-file", usage: "grant policy document (JSON) pushed to Valkey at start and whenever the file changes", apply: func(c *Config, v string) error {
+		if v == "" {
+			c.PolicyFile = ""
+			return nil
+		}
+		fi, err := os.Stat(v)
+		if err != nil {
+			return fmt.Errorf("cannot read %q (%v); point it at an existing JSON file or unset it", v, unwrapPathError(err))
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
+		}
+		c.PolicyFile = v
 		return nil
 	}},
 	{env: "RELAY_UPDATE_OFFER", flag: "update-offer", usage: "exact daemon version offered in heartbeat updateTo, e.g. 0.1.2", apply: func(c *Config, v string) error {
@@ -722,7 +757,7 @@ func EnvVars() []string {
 
 // Usage writes the option list: flag, variable, default and meaning.
 func Usage(out io.Writer) {
-	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n\n")
+	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n       relay policy push|get|status [flags] [FILE]       (see relay policy -h)\n\n")
 	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable, and an empty variable counts as unset.\n\n")
 	for _, o := range options {
 		def := o.def

@@ -69,6 +69,8 @@
 //	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
 //	                             withheld (raw JSON), lastSeenAt
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
+//	po:⟨O⟩                 SET   ⟨R⟩ of owner O's presence records (Advertised;
+//	                             entries of gone records dropped when read)
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
@@ -79,6 +81,15 @@
 //	projection, projection:approved    internal/projectionsync's document and
 //	                             the devices approved by code; pairing_approve
 //	                             writes the second and bumps the first's version
+//
+// The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
+//
+//	pol:c                  HASH  ⟨S⟩:⟨U⟩ -> mappings JSON: U consented to S
+//	pol:p                  SET   ⟨S⟩:⟨U⟩ of paused consents
+//	pol:t:⟨O⟩              SET   ⟨U⟩ of the people on O's team
+//	pol:towners            SET   ⟨O⟩ with a non-empty team (dump, replace)
+//	pol:d                  HASH  ⟨S⟩ -> declared purposes JSON (absent: all)
+//	pol:v                  STR   policy version, INCR on every write
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
 // wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a

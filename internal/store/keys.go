@@ -58,6 +58,9 @@ func (k keys) cancelled(runnerID string) string { return k.p + "cxl:" + enc(runn
 func (k keys) presence(runnerID string) string { return k.p + "p:" + enc(runnerID) }
 func (k keys) presenceIndex() string           { return k.p + "pidx" }
 func (k keys) presenceSeq() string             { return k.p + "pseq" }
+func (k keys) presenceByOwner(owner string) string {
+	return k.p + "po:" + enc(owner)
+}
 
 func (k keys) pairing(part string) string { return k.p + "pc:" + part }
 

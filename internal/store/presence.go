@@ -36,7 +36,7 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
 	msg, err := s.run(ctx, "presence_seen",
-		[]string{s.k.presence(p.RunnerID), s.k.presenceIndex(), s.k.presenceSeq()},
+		[]string{s.k.presence(p.RunnerID), s.k.presenceIndex(), s.k.presenceSeq(), s.k.presenceByOwner(p.Owner)},
 		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
 		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10))
 	if err != nil {
@@ -130,4 +130,31 @@ func (s *Store) DropPresence(ctx context.Context, runnerID string) error {
 		return fmt.Errorf("drop presence: %w", err)
 	}
 	return nil
+}
+
+// Advertised lists what one owner's devices advertise now: the capability
+// rows of every presence record of that owner (grantengine.Advertiser; the
+// built-in grant engine's satisfiable reads it). One script call, reading
+// only that owner's records.
+func (s *Store) Advertised(ctx context.Context, owner string) ([]protocol.Capability, error) {
+	if err := s.checkID("owner", owner); err != nil {
+		return nil, fmt.Errorf("advertised: %w", err)
+	}
+	msg, err := s.run(ctx, "presence_by_owner", []string{s.k.presenceByOwner(owner)}, owner)
+	if err != nil {
+		return nil, fmt.Errorf("advertised: %w", err)
+	}
+	blobs, err := msg.AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("advertised: reply: %w", err)
+	}
+	var out []protocol.Capability
+	for _, b := range blobs {
+		var caps []protocol.Capability
+		if err := json.Unmarshal([]byte(b), &caps); err != nil {
+			return nil, fmt.Errorf("advertised: stored capabilities: %w", err)
+		}
+		out = append(out, caps...)
+	}
+	return out, nil
 }

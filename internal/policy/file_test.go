@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A policy file is pushed at start; the same content pushed again (another
+// replica, a restart) writes nothing; an edit is picked up by the watcher;
+// a malformed edit is refused and the policy in force stays.
+func TestFileSource(t *testing.T) {
+	s, _, _ := newStore(t, "")
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "policy.json")
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	write(`{"consents":[{"siteId":"s","user":"alice","mappings":[]}],"teams":[{"owner":"bob","members":["carol","alice"]},{"owner":"x","members":[]}]}`)
+	f := NewFileSource(s, path, quiet)
+	v, changed, err := f.Push(ctx)
+	if err != nil || v != 1 || !changed {
+		t.Fatalf("first push: %d %v %v", v, changed, err)
+	}
+	// A second replica with the same file: nothing written.
+	v, changed, err = NewFileSource(s, path, quiet).Push(ctx)
+	if err != nil || v != 1 || changed {
+		t.Fatalf("same file again: %d %v %v", v, changed, err)
+	}
+
+	// An edit, picked up by a poll.
+	write(`{"consents":[{"siteId":"s","user":"alice","paused":true,"mappings":[]}]}`)
+	f.poll(ctx, true)
+	if snap, _ := s.Read(ctx, "s", "alice", "bob"); snap.Consented != "paused" || snap.Member {
+		t.Fatalf("after the edit: %+v", snap)
+	}
+	_, v, _ = s.Get(ctx)
+
+	// A malformed edit: refused, the policy in force stays.
+	write(`{"consents":[{"siteId":"s","user":"alice"}]}`)
+	if _, _, err := NewFileSource(s, path, quiet).Push(ctx); err == nil || !strings.Contains(err.Error(), "consents[0].mappings: required") {
+		t.Fatalf("bad file: %v", err)
+	}
+	f.poll(ctx, true)
+	if _, v2, _ := s.Get(ctx); v2 != v {
+		t.Fatalf("a refused file moved the version %d -> %d", v, v2)
+	}
+	if snap, _ := s.Read(ctx, "s", "alice", "bob"); snap.Consented != "paused" {
+		t.Fatalf("after the refused edit: %+v", snap)
+	}
+
+	// The watcher loop itself: a fixed file is pushed within a few ticks.
+	write(`{"consents":[]}`)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { f.Watch(wctx, 10*time.Millisecond); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if snap, _ := s.Read(ctx, "s", "alice", "bob"); snap.Consented == "no" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never pushed the fixed file")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
