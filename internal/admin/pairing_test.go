@@ -73,7 +73,9 @@ func newCluster(t *testing.T, n int) *cluster {
 		c.Close()
 	})
 	for range n {
-		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: quiet})
+		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: quiet,
+			// Every simulated daemon here pairs from the same loopback address.
+			PairingsPerSource: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
