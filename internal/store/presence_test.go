@@ -58,7 +58,7 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 		h.seen("runner_1", "alice", dev, caps, `[]`)
 		devJSON, _ := json.Marshal(dev)
 		msg, err := h.s.run(h.ctx, "presence_seen",
-			[]string{h.s.k.presence("runner_1"), h.s.k.presenceIndex(), h.s.k.presenceSeq()},
+			[]string{h.s.k.presence("runner_1"), h.s.k.presenceIndex(), h.s.k.presenceSeq(), h.s.k.presenceByOwner("alice")},
 			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0")
 		if err != nil {
 			t.Fatal(err)
