@@ -135,8 +135,16 @@ func runGrantSuite(t *testing.T, dir, config string, titles []string, relayEnv m
 			t.Logf("%s: passed in %.1fs", title, res.Duration/1000)
 		}
 	}
-	if len(results) != len(titles) {
-		t.Errorf("the suite reported %d tests, want %d", len(results), len(titles))
+	// One test file serves several modes; what a mode does not run is
+	// reported skipped.
+	ran := 0
+	for _, res := range results {
+		if res.Status != "skipped" && res.Status != "pending" {
+			ran++
+		}
+	}
+	if ran != len(titles) {
+		t.Errorf("the suite ran %d tests, want %d", ran, len(titles))
 	}
 	if runErr != nil && !t.Failed() {
 		t.Errorf("suite exited with %v although every scenario passed", runErr)
