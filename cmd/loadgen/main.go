@@ -59,6 +59,8 @@ func run() int {
 	flag.IntVar(&c.CancelEvery, "cancel-every", 0, "sites cancel every n-th job right after enqueuing it (0: none)")
 	flag.IntVar(&c.AbandonEvery, "abandon-every", 0, "daemons drop every n-th grant without a word, as a crashed daemon does (0: none)")
 	flag.IntVar(&c.ReleaseEvery, "release-every", 0, "daemons hand every n-th grant straight back (0: none)")
+	flag.BoolVar(&c.Team, "team", false, "every job is a teammate's (audience team, routed by a roster): the routing of -grants with nothing to grant")
+	flag.BoolVar(&c.Grants, "grants", false, "like -team against a relay with a grant engine (RELAY_GRANT_KEY_FILE): pushes the policy through POST /policy/merge and requires every claimed job to carry a grant that verifies against the key the pairing handed over")
 	flag.BoolVar(&c.AllowRemote, "allow-remote", false, "allow a target that is not this machine (only for relays you operate)")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -141,7 +141,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 
 	// The built-in grant engine's policy, beside the projection. The admin
-	// listener writes it; grantengine.New(pol, st, signer, nil) reads it.
+	// listener writes it; the engine (grantAuthority) reads it, and what
+	// devices advertise from st's presence records.
 	pol, err := policy.NewStore(client, cfg.Namespace)
 	if err != nil {
 		return fmt.Errorf("policy store: %w", err)
@@ -229,7 +230,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// One body budget for both listeners: the bytes of request bodies held
 	// at once, whatever any number of clients send.
 	bodies := httpserve.NewBudget(cfg.BodyBytesInFlight)
-	grants, err := grantAuthority(startCtx, cfg, log)
+	grants, controlPlanePublic, err := grantAuthority(startCtx, cfg, pol, st, log)
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Logger:          log,
 
 		Grants:             grants,
-		ControlPlanePublic: cfg.ControlPlanePublic,
+		ControlPlanePublic: controlPlanePublic,
 		GrantTimeout:       cfg.GrantTimeout,
 		GrantBudget:        cfg.GrantBudget,
 		GrantObserver:      metrics,

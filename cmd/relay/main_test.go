@@ -318,6 +318,7 @@ func TestProjectionFile(t *testing.T) {
 func TestStartRefusals(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"consents":[{"owner":1,"siteId":"s"}]}`), 0o600)
+	keyFile, _ := grantKey(t)
 	tests := []struct {
 		name string
 		env  map[string]string
@@ -326,8 +327,8 @@ func TestStartRefusals(t *testing.T) {
 	}{
 		{"control plane public without an authority", map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}, 2,
 			"controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job"},
-		{"remote signer without the built-in engine", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_CONTROL_PLANE_PUBLIC": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "RELAY_GRANT_SIGNER_URL needs the built-in grant engine"},
+		{"key file and remote signer", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_GRANT_KEY_FILE": keyFile,
+			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 2, "RELAY_GRANT_KEY_FILE and RELAY_GRANT_SIGNER_URL are both set; choose one"},
 		{"two problems at once", map[string]string{"RELAY_LEASE_MS": "x", "RELAY_BASE_PATH": "y"}, 2, "RELAY_BASE_PATH"},
 		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "e2e-badfile-unused", "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},

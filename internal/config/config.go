@@ -64,6 +64,9 @@ type Config struct {
 	// GrantKeyFile is the built-in grant engine's signing key (an Ed25519
 	// seed, or StoredKeys JSON; grantengine.ParseKey). Checked at start.
 	GrantKeyFile string
+	// GrantKeyPublic is the public half of GrantKeyFile's key (what devices
+	// pin), read when the file was checked; "" without a key file.
+	GrantKeyPublic string
 	// PolicyFile, when set, is the grant policy document, pushed to Valkey
 	// at start and whenever it changes.
 	PolicyFile string
@@ -130,13 +133,18 @@ type Config struct {
 // Grant modes (Config.GrantMode).
 const (
 	GrantsOff       = "off"
+	GrantsBuiltin   = "builtin"
 	GrantsAuthority = "authority"
 	GrantsSigner    = "signer"
 )
 
-// GrantMode says where grants come from.
+// GrantMode says where grants come from: the built-in engine signing with
+// the key file, the built-in engine with a remote signer, or a remote
+// authority. grantProblems refuses a start that names more than one.
 func (c Config) GrantMode() string {
 	switch {
+	case c.GrantKeyFile != "":
+		return GrantsBuiltin
 	case c.GrantAuthorityURL != "":
 		return GrantsAuthority
 	case c.GrantSignerURL != "":
@@ -152,7 +160,17 @@ func grantProblems(c Config) []string {
 	if c.GrantAuthorityURL != "" && c.GrantSignerURL != "" {
 		p = append(p, "RELAY_GRANT_AUTHORITY_URL and RELAY_GRANT_SIGNER_URL are both set; choose one: the authority URL when your own control plane decides and signs, the signer URL when this relay decides and only the signing is remote")
 	}
-	if c.ControlPlanePublic == "" {
+	if c.GrantKeyFile != "" {
+		if c.GrantAuthorityURL != "" {
+			p = append(p, "RELAY_GRANT_KEY_FILE and RELAY_GRANT_AUTHORITY_URL are both set; choose one: the key file when this relay decides and signs (built-in engine), the authority URL when your own control plane does")
+		}
+		if c.GrantSignerURL != "" {
+			p = append(p, "RELAY_GRANT_KEY_FILE and RELAY_GRANT_SIGNER_URL are both set; choose one: the key file when this relay holds the key, the signer URL when the key stays in your KMS/HSM")
+		}
+		if c.ControlPlanePublic != "" && c.GrantKeyPublic != "" && c.ControlPlanePublic != c.GrantKeyPublic {
+			p = append(p, fmt.Sprintf("RELAY_CONTROL_PLANE_PUBLIC is %s but the key in RELAY_GRANT_KEY_FILE has the public half %s: devices would pin a key that did not sign their grants and refuse every job; unset RELAY_CONTROL_PLANE_PUBLIC (the relay hands out the key file's public half) or set it to %s", c.ControlPlanePublic, c.GrantKeyPublic, c.GrantKeyPublic))
+		}
+	} else if c.ControlPlanePublic == "" {
 		switch {
 		case c.GrantAuthorityURL != "":
 			p = append(p, "RELAY_GRANT_AUTHORITY_URL is set but RELAY_CONTROL_PLANE_PUBLIC is not: devices would never learn the key the authority signs with and would ignore its grants; set RELAY_CONTROL_PLANE_PUBLIC to the authority's public key")
@@ -161,9 +179,9 @@ func grantProblems(c Config) []string {
 		}
 	} else if c.GrantMode() == GrantsOff {
 		// The reference's construction error (wire §2), then the fix.
-		p = append(p, "RELAY_CONTROL_PLANE_PUBLIC: controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job. Set RELAY_GRANT_AUTHORITY_URL (your control plane) or RELAY_GRANT_SIGNER_URL (remote signer), or unset it so daemons serve their owner's work in direct mode")
+		p = append(p, "RELAY_CONTROL_PLANE_PUBLIC: controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job. Set RELAY_GRANT_KEY_FILE (built-in engine), RELAY_GRANT_AUTHORITY_URL (your control plane) or RELAY_GRANT_SIGNER_URL (remote signer), or unset it so daemons serve their owner's work in direct mode")
 	}
-	if c.GrantAuthorityToken != "" && c.GrantMode() == GrantsOff {
+	if c.GrantAuthorityToken != "" && c.GrantAuthorityURL == "" && c.GrantSignerURL == "" {
 		p = append(p, "RELAY_GRANT_AUTHORITY_TOKEN is set but no remote grant authority or signer is; set RELAY_GRANT_AUTHORITY_URL or RELAY_GRANT_SIGNER_URL, or unset the token")
 	}
 	return p
@@ -203,6 +221,7 @@ func (c Config) LogAttrs() []any {
 		slog.Bool("debug", c.Debug),
 		slog.String("projectionFile", orDash(c.ProjectionFile)),
 		slog.String("grantKeyFile", orDash(c.GrantKeyFile)),
+		slog.String("grantKeyPublic", orDash(c.GrantKeyPublic)),
 		slog.String("policyFile", orDash(c.PolicyFile)),
 		slog.String("updateOffer", orDash(c.UpdateOffer)),
 		slog.String("daemonFloor", orDash(c.DaemonFloor)),
@@ -373,13 +392,15 @@ var options = []option{
 	}},
 	{env: "RELAY_GRANT_KEY_FILE", flag: "grant-key-file", usage: "the built-in grant engine's Ed25519 signing key: the 32-byte seed in base64url, or a StoredKeys JSON of @byollm/protocol; its public half is what paired devices pin", apply: func(c *Config, v string) error {
 		if v == "" {
-			c.GrantKeyFile = ""
+			c.GrantKeyFile, c.GrantKeyPublic = "", ""
 			return nil
 		}
-		if _, err := grantengine.LoadKeyFile(v); err != nil {
+		k, err := grantengine.LoadKeyFile(v)
+		if err != nil {
 			return fmt.Errorf("%v; write a key with `head -c 32 /dev/urandom | base64 > grant.key` (keep it private) or unset it", err)
 		}
 		c.GrantKeyFile = v
+		c.GrantKeyPublic = k.Public()
 		return nil
 	}},
 	{env: "RELAY_POLICY_FILE", flag: "policy-file", usage: "grant policy document (JSON) pushed to Valkey at start and whenever the file changes", apply: func(c *Config, v string) error {
@@ -564,7 +585,7 @@ var options = []option{
 		c.LogLevel = l
 		return nil
 	}},
-	{env: "RELAY_CONTROL_PLANE_PUBLIC", flag: "control-plane-public", usage: "grant-signing public key (base64url Ed25519) handed to devices at pairing; needs a grant authority (RELAY_GRANT_AUTHORITY_URL or RELAY_GRANT_SIGNER_URL)", apply: func(c *Config, v string) error {
+	{env: "RELAY_CONTROL_PLANE_PUBLIC", flag: "control-plane-public", usage: "grant-signing public key (base64url Ed25519) handed to devices at pairing; needs a grant authority (RELAY_GRANT_AUTHORITY_URL or RELAY_GRANT_SIGNER_URL); with RELAY_GRANT_KEY_FILE it is derived from the key, and if set must match it", apply: func(c *Config, v string) error {
 		if v == "" {
 			c.ControlPlanePublic = ""
 			return nil

@@ -191,7 +191,7 @@ func TestProblems(t *testing.T) {
 	}{
 		{"control plane public without an authority", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
 			[]string{"RELAY_CONTROL_PLANE_PUBLIC: controlPlanePublic is set but authorGrant is not: devices would be told to expect signed grants that nothing here can produce, and would refuse every job.",
-				"Set RELAY_GRANT_AUTHORITY_URL", "or unset it"}},
+				"Set RELAY_GRANT_KEY_FILE (built-in engine), RELAY_GRANT_AUTHORITY_URL", "or unset it"}},
 		{"control plane public not a key", nil, map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": "abc", "RELAY_GRANT_AUTHORITY_URL": "http://cp:8080"},
 			[]string{`RELAY_CONTROL_PLANE_PUBLIC: "abc" is not a base64url Ed25519 public key`}},
 		{"authority without a key", nil, map[string]string{"RELAY_GRANT_AUTHORITY_URL": "http://cp:8080"},

@@ -56,3 +56,57 @@ func TestPolicyFile(t *testing.T) {
 		}
 	}
 }
+
+// RELAY_GRANT_KEY_FILE selects the built-in engine: it excludes the remote
+// authority and the remote signer, needs no RELAY_CONTROL_PLANE_PUBLIC (the
+// key's public half is what devices pin), and refuses one that is another
+// key's, saying which to write.
+func TestBuiltinGrantMode(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "grant.key")
+	// The seed 00 01 02 … 1f; its public half is below.
+	if err := os.WriteFile(file, []byte("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const public = "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"
+
+	c, err := Load(nil, envOf(map[string]string{"RELAY_GRANT_KEY_FILE": file}), io.Discard)
+	if err != nil {
+		t.Fatalf("key file alone: %v", err)
+	}
+	if c.GrantMode() != GrantsBuiltin || c.GrantKeyPublic != public || c.ControlPlanePublic != "" {
+		t.Fatalf("key file alone: mode %q, public %q, controlPlanePublic %q", c.GrantMode(), c.GrantKeyPublic, c.ControlPlanePublic)
+	}
+	c, err = Load(nil, envOf(map[string]string{"RELAY_GRANT_KEY_FILE": file, "RELAY_CONTROL_PLANE_PUBLIC": public}), io.Discard)
+	if err != nil || c.GrantMode() != GrantsBuiltin {
+		t.Fatalf("key file with its own public half: %v, mode %q", err, c.GrantMode())
+	}
+
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want []string
+	}{
+		"another key's public half": {map[string]string{"RELAY_CONTROL_PLANE_PUBLIC": testCPKey},
+			[]string{"RELAY_CONTROL_PLANE_PUBLIC is " + testCPKey, "has the public half " + public, "unset RELAY_CONTROL_PLANE_PUBLIC", "set it to " + public}},
+		"with a remote authority": {map[string]string{"RELAY_GRANT_AUTHORITY_URL": "http://cp:8080", "RELAY_CONTROL_PLANE_PUBLIC": public},
+			[]string{"RELAY_GRANT_KEY_FILE and RELAY_GRANT_AUTHORITY_URL are both set; choose one"}},
+		"with a remote signer": {map[string]string{"RELAY_GRANT_SIGNER_URL": "http://kms/sign", "RELAY_CONTROL_PLANE_PUBLIC": public},
+			[]string{"RELAY_GRANT_KEY_FILE and RELAY_GRANT_SIGNER_URL are both set; choose one"}},
+		"with a token for nothing remote": {map[string]string{"RELAY_GRANT_AUTHORITY_TOKEN": "t0ken"},
+			[]string{"RELAY_GRANT_AUTHORITY_TOKEN is set but no remote"}},
+	} {
+		env := map[string]string{"RELAY_GRANT_KEY_FILE": file}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		_, err := Load(nil, envOf(env), io.Discard)
+		if err == nil {
+			t.Errorf("%s: started", name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\nwant %q", name, err, w)
+			}
+		}
+	}
+}

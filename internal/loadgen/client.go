@@ -211,3 +211,25 @@ func adminSend(ctx context.Context, hc *http.Client, adminURLs []string, token, 
 	}
 	return nil
 }
+
+// adminPost POSTs body to path on every admin listener (the policy routes).
+func adminPost(ctx context.Context, hc *http.Client, adminURLs []string, token, path string, body []byte) error {
+	for _, base := range adminURLs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+path, bytes.NewReader(body))
+		if err != nil {
+			return fmt.Errorf("POST %s: %w", path, err)
+		}
+		req.Header.Set("authorization", "Bearer "+token)
+		req.Header.Set("content-type", "application/json")
+		res, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("POST %s%s: %w", base, path, err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		res.Body.Close()
+		if res.StatusCode/100 != 2 {
+			return fmt.Errorf("POST %s%s: HTTP %d: %s", base, path, res.StatusCode, msg)
+		}
+	}
+	return nil
+}

@@ -83,6 +83,17 @@ type Config struct {
 	ReleaseEvery int
 	// History, if set, receives every operation with the relay's answer.
 	History History
+	// Team makes every job a teammate's: owner O's jobs are enqueued for
+	// O-mate with audience "team", routed to O's devices by a roster, and
+	// the devices offer their service to the team. Alone it is the
+	// baseline of a grant run: the same routing with nothing to grant.
+	Team bool
+	// Grants (implies Team) runs the team load against a relay with a grant
+	// engine: the policy that grants O-mate's jobs on O's devices is pushed
+	// through POST /policy/merge, every device pins the controlPlanePublic
+	// its pairing hands over, and every claimed job must carry a grant that
+	// verifies against it (anything else is an integrity failure).
+	Grants bool
 }
 
 // WithDefaults fills unset fields.
@@ -132,6 +143,9 @@ func (c Config) WithDefaults() Config {
 		c.Projection = ProjectionMerge
 	}
 	defD(&c.Timeout, 30*time.Second)
+	if c.Grants {
+		c.Team = true
+	}
 	return c
 }
 
@@ -165,6 +179,9 @@ func (c Config) Validate(ctx context.Context) error {
 	}
 	if c.Projection != ProjectionMerge && c.Projection != ProjectionPut {
 		add("projection mode %q: want %q or %q", c.Projection, ProjectionMerge, ProjectionPut)
+	}
+	if c.Grants && c.Pair != PairFixture {
+		add("grants need pair mode %q: the pair response is where a device learns the key grants are signed with", PairFixture)
 	}
 	if c.AdminToken == "" {
 		add("no admin token: the projection admin interface refuses every request without one (set -admin-token or RELAY_ADMIN_TOKEN)")

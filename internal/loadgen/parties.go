@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,8 +29,10 @@ type daemon struct {
 	owner    string
 	keys     *envelope.Identity
 	sig      signer
-	mu       sync.Mutex
-	held     map[string]*holding // by job id
+	// controlPlanePublic is the grant key the pairing handed over (Grants).
+	controlPlanePublic ed25519.PublicKey
+	mu                 sync.Mutex
+	held               map[string]*holding // by job id
 }
 
 type holding struct {
@@ -174,7 +177,8 @@ type (
 	}
 	claimedStub struct {
 		protocol.JobStub
-		Lease protocol.Lease `json:"lease"`
+		Lease protocol.Lease  `json:"lease"`
+		Grant json.RawMessage `json:"grant,omitempty"`
 	}
 	claimResponse struct {
 		Jobs    []claimedStub `json:"jobs"`
@@ -260,8 +264,9 @@ type (
 		Device          protocol.PublicIdentity `json:"device"`
 	}
 	pairResponse struct {
-		RunnerID string                             `json:"runnerId"`
-		Sites    map[string]protocol.PublicIdentity `json:"sites"`
+		RunnerID           string                             `json:"runnerId"`
+		Sites              map[string]protocol.PublicIdentity `json:"sites"`
+		ControlPlanePublic string                             `json:"controlPlanePublic"`
 	}
 )
 
@@ -270,6 +275,16 @@ var capabilities = []protocol.Capability{{
 	Kind: protocol.KindGenerate, Service: "loadgen", BackendID: "ollama", BackendClass: "http",
 	Model: "loadgen", OfferScope: "private",
 }}
+
+// teamCapabilities is the same offer made to the device owner's team (the
+// widening scope a teammate's grant needs).
+var teamCapabilities = func() []protocol.Capability {
+	c := append([]protocol.Capability(nil), capabilities...)
+	for i := range c {
+		c[i].OfferScope = "team"
+	}
+	return c
+}()
 
 // Projection records, in the RelayFixture shape.
 type (
@@ -286,9 +301,15 @@ type (
 		RunnerID string                  `json:"runnerId"`
 		Device   protocol.PublicIdentity `json:"device"`
 	}
+	fixtureRoster struct {
+		ID      string   `json:"id"`
+		Owner   string   `json:"owner"`
+		Members []string `json:"members"`
+	}
 	fixture struct {
 		Sites    []fixtureSite    `json:"sites"`
 		Consents []fixtureConsent `json:"consents"`
 		Devices  []fixtureDevice  `json:"devices"`
+		Rosters  []fixtureRoster  `json:"rosters,omitempty"`
 	}
 )

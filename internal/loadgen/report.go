@@ -52,6 +52,8 @@ type Settings struct {
 	Heartbeat    string   `json:"heartbeat"`
 	DaemonSlots  int      `json:"daemonSlots"`
 	Pair         string   `json:"pair"`
+	Team         bool     `json:"team"`
+	Grants       bool     `json:"grants"`
 }
 
 // JobCounts is the accounting every run must balance. Lost and RunTwice
@@ -76,6 +78,9 @@ type JobCounts struct {
 	Released      int64 `json:"released"`      // leases handed back at shutdown or refused
 	Abandoned     int64 `json:"abandoned"`     // grants dropped without a word (AbandonEvery)
 	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
+	// GrantsVerified counts claimed jobs whose grant the simulated daemon
+	// verified (Grants runs).
+	GrantsVerified int64 `json:"grantsVerified"`
 }
 
 func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Report {
@@ -133,6 +138,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 	jc.Collected = r.collected.Load()
 	jc.Integrity = r.integrity.Load()
 	jc.Foreign = r.foreign.Load()
+	jc.GrantsVerified = r.grantsVerified.Load()
 	jc.DupResults = r.duplicates.Load()
 	jc.LateSeals = r.lateSeals.Load()
 	jc.Aborted = r.aborted.Load()
@@ -148,7 +154,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 			Replicas: r.cfg.Replicas, Admin: r.cfg.AdminURLs, Sites: r.cfg.Sites, Daemons: r.cfg.Daemons, Owners: r.cfg.Owners,
 			Jobs: r.cfg.Jobs, Duration: r.cfg.Duration.String(), Rate: r.cfg.Rate, Concurrency: r.cfg.Concurrency,
 			PayloadChars: r.cfg.PayloadChars, TTL: r.cfg.TTL.String(), LeaseMs: r.cfg.LeaseMs, Heartbeat: r.cfg.Heartbeat.String(),
-			DaemonSlots: r.cfg.DaemonSlots, Pair: r.cfg.Pair,
+			DaemonSlots: r.cfg.DaemonSlots, Pair: r.cfg.Pair, Team: r.cfg.Team, Grants: r.cfg.Grants,
 		},
 		EnqueueSeconds: round3(enqueueEnded.Sub(started).Seconds()),
 		Jobs:           jc,
@@ -210,6 +216,11 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
 	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  abandoned %d  errors %d\n",
 		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, j.Abandoned, rep.Errors)
+	if rep.Settings.Grants {
+		fmt.Fprintf(w, "grants      every job a teammate's; %d grants verified against the pinned key\n", j.GrantsVerified)
+	} else if rep.Settings.Team {
+		fmt.Fprintf(w, "team        every job a teammate's (audience team), no grants asked for\n")
+	}
 
 	fmt.Fprintf(w, "\n%-14s %8s %9s %9s %9s %9s %9s\n", "phase (ms)", "count", "mean", "p50", "p90", "p99", "max")
 	for _, p := range phaseOrder {

@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,7 +40,7 @@ type runner struct {
 	duplicates, leasesLost, unexpected       atomic.Int64
 	lateSeals, aborted, heartbeats, released atomic.Int64
 	cancelled, settled, grantsSeen           atomic.Int64
-	abandoned                                atomic.Int64
+	abandoned, grantsVerified                atomic.Int64
 
 	problemsMu sync.Mutex
 	problems   []string
@@ -84,6 +86,12 @@ func (r *runner) setUp(ctx context.Context) error {
 	for o := range r.cfg.Owners {
 		for _, s := range r.sites {
 			fx.Consents = append(fx.Consents, fixtureConsent{Owner: r.owner(o), SiteID: s.id})
+			if r.cfg.Team {
+				fx.Consents = append(fx.Consents, fixtureConsent{Owner: r.mate(o), SiteID: s.id})
+			}
+		}
+		if r.cfg.Team {
+			fx.Rosters = append(fx.Rosters, fixtureRoster{ID: r.owner(o) + "-team", Owner: r.owner(o), Members: []string{r.mate(o)}})
 		}
 	}
 	for i := range r.cfg.Daemons {
@@ -104,6 +112,11 @@ func (r *runner) setUp(ctx context.Context) error {
 	if err := adminSend(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, r.cfg.Projection, body); err != nil {
 		return err
 	}
+	if r.cfg.Grants {
+		if err := r.pushPolicy(ctx); err != nil {
+			return err
+		}
+	}
 	const letters = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	p := make([]byte, 2*r.cfg.PayloadChars)
 	for i := range p {
@@ -114,9 +127,68 @@ func (r *runner) setUp(ctx context.Context) error {
 		return err
 	}
 	if r.cfg.Pair == PairFixture {
-		return r.pairAll(ctx)
+		if err := r.pairAll(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.Grants {
+		// The engine answers satisfiable at enqueue from what devices
+		// advertise; one heartbeat each puts the team offer on record
+		// before the first job, as a daemon's start-up heartbeat does.
+		for _, d := range r.daemons {
+			r.heartbeat(ctx, d)
+		}
 	}
 	return nil
+}
+
+// mate is owner o's teammate, whose jobs o's devices run in a Team run.
+func (r *runner) mate(o int) string { return r.owner(o) + "-mate" }
+
+// offer is what every simulated daemon advertises.
+func (r *runner) offer() []protocol.Capability {
+	if r.cfg.Team {
+		return teamCapabilities
+	}
+	return capabilities
+}
+
+// pushPolicy writes the grant policy of a Grants run: each teammate has
+// consented to every site with the slot mapped to its owner's service, and
+// is a member of that owner's team.
+func (r *runner) pushPolicy(ctx context.Context) error {
+	type mapping struct {
+		Purpose string `json:"purpose"`
+		Kind    string `json:"kind"`
+		Service string `json:"service"`
+		Owner   string `json:"owner"`
+	}
+	type consent struct {
+		SiteID   string    `json:"siteId"`
+		User     string    `json:"user"`
+		Mappings []mapping `json:"mappings"`
+	}
+	type team struct {
+		Owner   string   `json:"owner"`
+		Members []string `json:"members"`
+	}
+	var doc struct {
+		Consents []consent `json:"consents"`
+		Teams    []team    `json:"teams"`
+	}
+	for o := range r.cfg.Owners {
+		for _, s := range r.sites {
+			doc.Consents = append(doc.Consents, consent{SiteID: s.id, User: r.mate(o), Mappings: []mapping{{
+				Purpose: "default", Kind: protocol.KindGenerate, Service: capabilities[0].Service, Owner: r.owner(o),
+			}}})
+		}
+		doc.Teams = append(doc.Teams, team{Owner: r.owner(o), Members: []string{r.mate(o)}})
+	}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return adminPost(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, "/policy/merge", body)
 }
 
 // awaitProjection waits until every replica knows this run's sites. A
@@ -175,6 +247,14 @@ func (r *runner) pairAll(ctx context.Context) error {
 			}
 			if len(pr.Sites) != len(r.sites) {
 				errs <- fmt.Errorf("pair %s: relay pinned %d sites, want %d", d.runnerID, len(pr.Sites), len(r.sites))
+			}
+			if r.cfg.Grants {
+				key, err := base64.RawURLEncoding.DecodeString(pr.ControlPlanePublic)
+				if err != nil || len(key) != ed25519.PublicKeySize {
+					errs <- fmt.Errorf("pair %s: controlPlanePublic %q is not an Ed25519 key; a grant run needs a relay with a grant engine (RELAY_GRANT_KEY_FILE)", d.runnerID, pr.ControlPlanePublic)
+					return
+				}
+				d.controlPlanePublic = key
 			}
 		}()
 	}
@@ -352,6 +432,10 @@ func (r *runner) openLoop(ctx, reqCtx context.Context) {
 func (r *runner) enqueue(ctx context.Context, n int) (*job, bool) {
 	s := r.sites[n%len(r.sites)]
 	owner := r.owner((n / len(r.sites)) % r.cfg.Owners)
+	audience := protocol.AudiencePrivate
+	if r.cfg.Team {
+		owner, audience = r.mate((n/len(r.sites))%r.cfg.Owners), protocol.AudienceTeam
+	}
 	off := rand.IntN(len(r.prompt) - r.cfg.PayloadChars + 1) //nolint:gosec // filler text
 	prompt := r.prompt[off : off+r.cfg.PayloadChars]
 	id := uuid.NewString()
@@ -370,7 +454,7 @@ func (r *runner) enqueue(ctx context.Context, n int) (*job, bool) {
 	r.jobs.Store(id, j)
 	stub := protocol.JobStub{
 		ID: id, Kind: protocol.KindGenerate, Owner: owner, Site: s.keys.KeyID(),
-		Audience: protocol.AudiencePrivate, SizeClass: envelope.SizeClassOf(envelope.JSLength(prompt)),
+		Audience: audience, SizeClass: envelope.SizeClassOf(envelope.JSLength(prompt)),
 		DeadlineAt: j.deadlineAt,
 	}
 	res, err := r.cl.sitePost(ctx, s.sig, "enqueue", enqueueRequest{ProtocolVersion: protocol.ProtocolVersion, SiteID: s.id, Stub: stub})
@@ -483,7 +567,7 @@ func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
 			break
 		}
 		claimStart := time.Now()
-		res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: capabilities, Max: n})
+		res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: r.offer(), Max: n})
 		claimEnd := time.Now()
 		var cr claimResponse
 		switch {
@@ -542,6 +626,16 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 	j.mu.Unlock()
 	if cs.Lease.RunnerID != d.runnerID || cs.Site != j.site.keys.KeyID() || cs.Owner != j.owner {
 		r.integrityFailure(j, "claim of %s: stub or lease altered (runner %s site %s owner %s)", cs.ID, cs.Lease.RunnerID, cs.Site, cs.Owner)
+	}
+	if r.cfg.Grants {
+		// What the daemon does before it runs anybody's job: a grant for
+		// this job, this device's owner, signed with the pinned key.
+		if err := checkGrant(cs, d, time.Now().UnixMilli()); err != nil {
+			r.integrityFailure(j, "claim of %s: %v", cs.ID, err)
+			r.release(ctx, d, []protocol.GrantRef{{JobID: cs.ID, LeaseID: cs.Lease.ID}}, "refused")
+			return
+		}
+		r.grantsVerified.Add(1)
 	}
 	n := r.grantsSeen.Add(1)
 	if every := int64(r.cfg.AbandonEvery); every > 0 && n%every == 0 {
@@ -669,39 +763,44 @@ func (r *runner) heartbeatLoop(ctx context.Context, d *daemon) {
 	t := time.NewTicker(r.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		res, err := r.cl.daemon(ctx, d.sig, "heartbeat", heartbeatRequest{
-			ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, DaemonVersion: "0.1.1",
-			Capabilities: capabilities, ActiveLeases: d.activeLeases(),
-		})
-		var hr heartbeatResponse
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				r.problem("heartbeat: %v", err)
-			}
-		case res.status != http.StatusOK || json.Unmarshal(res.body, &hr) != nil:
-			r.problem("heartbeat: HTTP %d: %.200s", res.status, res.body)
-		default:
-			r.heartbeats.Add(1)
-			if len(hr.Sites) != len(r.sites) {
-				r.problem("heartbeat: %s pinned %d sites, want %d", d.runnerID, len(hr.Sites), len(r.sites))
-			}
-			at := time.Now()
-			for i, g := range append(hr.Lost, hr.Cancel...) {
-				kind := OpLost
-				if i >= len(hr.Lost) {
-					kind = OpNotice
-				}
-				r.record(Op{Kind: kind, Start: at, End: at, JobID: g.JobID, Runner: d.runnerID, LeaseID: g.LeaseID, Status: res.status, Outcome: OutcomeOK})
-				if d.abort(g) {
-					r.leasesLost.Add(1)
-				}
-			}
-		}
+		r.heartbeat(ctx, d)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// heartbeat sends one heartbeat and acts on its answer.
+func (r *runner) heartbeat(ctx context.Context, d *daemon) {
+	res, err := r.cl.daemon(ctx, d.sig, "heartbeat", heartbeatRequest{
+		ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, DaemonVersion: "0.1.1",
+		Capabilities: r.offer(), ActiveLeases: d.activeLeases(),
+	})
+	var hr heartbeatResponse
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("heartbeat: %v", err)
+		}
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &hr) != nil:
+		r.problem("heartbeat: HTTP %d: %.200s", res.status, res.body)
+	default:
+		r.heartbeats.Add(1)
+		if len(hr.Sites) != len(r.sites) {
+			r.problem("heartbeat: %s pinned %d sites, want %d", d.runnerID, len(hr.Sites), len(r.sites))
+		}
+		at := time.Now()
+		for i, g := range append(hr.Lost, hr.Cancel...) {
+			kind := OpLost
+			if i >= len(hr.Lost) {
+				kind = OpNotice
+			}
+			r.record(Op{Kind: kind, Start: at, End: at, JobID: g.JobID, Runner: d.runnerID, LeaseID: g.LeaseID, Status: res.status, Outcome: OutcomeOK})
+			if d.abort(g) {
+				r.leasesLost.Add(1)
+			}
 		}
 	}
 }
