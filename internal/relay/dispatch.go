@@ -42,20 +42,33 @@ func (r *Relay) serve(c echo.Context) (err error) {
 		}
 	}()
 	rep, herr := r.dispatch(hr)
-	switch {
-	case herr == nil:
-	case errors.Is(herr, store.ErrInvalidInput):
-		// The store's own limits (no U+0000 in ids, id and blob sizes) act
-		// as one more schema rule: a client error, never retryable.
-		rep = schemaFailed
-	case errors.Is(herr, context.Canceled):
-		// The client hung up; nobody reads this answer.
-		rep = storeDown
-	default:
-		r.log.Warn("relay: store unavailable", "err", herr, "path", hr.URL.Path)
-		rep = storeDown
+	if herr != nil {
+		rep = r.failure(hr, herr)
 	}
 	return r.write(c, rep)
+}
+
+// failure answers a handler error by whose fault it is (store.Classify,
+// the one place that decides): the client's input broke a store limit, the
+// store cannot answer now (retryable), or the relay itself is wrong (a
+// reply it does not understand, a broken invariant), which no retry fixes
+// and a person must look at.
+func (r *Relay) failure(hr *http.Request, err error) reply {
+	switch store.Classify(err) {
+	case store.ClassInvalidInput:
+		// The store's own limits (no U+0000 in ids, id and blob sizes) act
+		// as one more schema rule: a client error, never retryable.
+		return schemaFailed
+	case store.ClassUnavailable:
+		if !errors.Is(err, context.Canceled) { // else the client hung up; nobody reads this
+			r.log.WarnContext(hr.Context(), "relay: store unavailable", "err", err, "path", hr.URL.Path)
+		}
+		return storeDown
+	default:
+		// ErrorContext: the log line carries the request's trace id.
+		r.log.ErrorContext(hr.Context(), "relay: request failed on a bug, not on the store being down", "err", err, "path", hr.URL.Path)
+		return serverFailure
+	}
 }
 
 func (r *Relay) write(c echo.Context, rep reply) error {

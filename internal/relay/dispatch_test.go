@@ -2,14 +2,18 @@ package relay
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 const (
@@ -191,28 +195,82 @@ func TestNotReady(t *testing.T) {
 	expect(t, e.do("GET", "/byollm/nope?protocolVersion=2", nil, nil), 404, notFoundBody)
 }
 
-// downStore fails every call, as a store whose Valkey is unreachable does.
-type downStore struct{ *store.Store }
-
-var errDown = errors.New("dial tcp: connection refused")
-
-func (downStore) PresenceHead(context.Context, string) (*store.Presence, error) {
-	return nil, errDown
-}
-func (downStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
-	return store.Job{}, errDown
-}
-func (downStore) Now(context.Context) (int64, error) { return 0, errDown }
-
-// TestStoreDown: a store failure is a fast, retryable 503 server-error.
+// TestStoreDown: a store that cannot be reached is a fast, retryable 503
+// server-error. The store is a real one on a private server, killed.
 func TestStoreDown(t *testing.T) {
+	srv := startPrivateServer(t)
+	ctx := context.Background()
+	c, closeFn, _, err := valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // the server is still starting
+		c, closeFn, _, err = valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
+	}
+	if err != nil {
+		t.Fatalf("private server: %v", err)
+	}
+	t.Cleanup(closeFn)
+	// The server and its keys die with the test: no namespace cleanup.
+	st, err := store.New(ctx, c, store.Options{Namespace: "relaytest-down-" + randomHex(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t)
+	e := newEnvOn(t, st, func(cfg *Config) { cfg.Clock = func() int64 { return time.Now().UnixMilli() } })
+	w.install(e)
+	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
+	if err := srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.cmd.Wait()
+	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
+	// Signed on the local clock: the harness's default reads the store.
+	claim := claimJSON(t, "runner_alice", 1)
+	h := signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", time.Now().UnixMilli(), claim)
+	expect(t, e.do("POST", "/byollm/claim", h, claim), 503, down)
+	h = signed(protocol.HeaderSite, w.siteA, "site_a", "site/enqueue", time.Now().UnixMilli(), stub)
+	expect(t, e.do("POST", "/relay/site/enqueue", h, stub), 503, down)
+}
+
+// brokenStore answers as a store whose replies the code does not
+// understand. A double: a real Valkey cannot be made to answer a script
+// with a shape its header does not promise without changing the script
+// (store.TestClassify classifies real decode failures and script errors).
+type brokenStore struct{ *store.Store }
+
+var errBroken = fmt.Errorf("presence: %w: array of 2 elements, want at least 3", store.ErrUnexpectedReply)
+
+func (brokenStore) PresenceHead(context.Context, string) (*store.Presence, error) {
+	return nil, errBroken
+}
+func (brokenStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
+	return store.Job{}, errBroken
+}
+
+// TestStoreBug: a reply the relay does not understand is its own bug, not
+// an outage: 500 server-error (no retry fixes it) and an error-level log.
+func TestStoreBug(t *testing.T) {
 	base := newEnv(t)
 	w := newWorld(t)
+	var logs syncBuffer
 	e := newEnvOn(t, base.st, func(c *Config) {
-		c.Store = downStore{base.st}
+		c.Store = brokenStore{base.st}
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	w.install(e)
-	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
-	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 503, down)
-	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))), 503, down)
+	bug := `{"error":"server-error","message":"the relay failed to handle this request"}`
+	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 500, bug)
+	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))), 500, bug)
+	errorLines := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if l["level"] == "ERROR" && strings.Contains(fmt.Sprint(l["err"]), store.ErrUnexpectedReply.Error()) {
+			errorLines++
+		}
+	}
+	if errorLines != 2 {
+		t.Fatalf("want one error-level line per failed request, got %d in:\n%s", errorLines, logs.String())
+	}
 }
