@@ -186,8 +186,8 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 
 func TestOpenRoutesBypassToken(t *testing.T) {
 	s := New(Options{Logger: quiet})
-	s.HandleOpen("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	s.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
+	s.HandleOpen("GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	s.Handle("GET", "/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	if a := call(t, srv, "GET", "/healthz", "", ""); a.status != 200 || a.body != "ok" {

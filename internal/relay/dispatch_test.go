@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/telemetry"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
@@ -65,6 +69,8 @@ func TestDispatch(t *testing.T) {
 		{"method never checked (POST pending)", "POST", "/relay/site/pending?protocolVersion=2", nil, 401, notSignedBody},
 		{"PUT body is not read", "PUT", "/byollm/claim", v2, 400, noVersionBody},
 		{"lower-case post is POST", "post", "/byollm/claim", v2, 401, notSignedBody},
+		{"a method echo does not know routes too", "FOO", "/byollm/claim?protocolVersion=2", nil, 401, notSignedBody},
+		{"and on an unknown path", "FOO", "/nope", nil, 404, notFoundBody},
 		{"every daemon endpoint exists: pair", "POST", "/byollm/pair", v2, 400, `{"error":"bad-request","message":"pair request failed schema validation"}`},
 		{"fetch", "POST", "/byollm/fetch", v2, 401, notSignedBody},
 		{"result", "POST", "/byollm/result", v2, 401, notSignedBody},
@@ -81,6 +87,74 @@ func TestDispatch(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			expect(t, e.do(tc.method, tc.path, nil, tc.body), tc.status, tc.want)
+		})
+	}
+}
+
+// TestRouteOf: the route the dispatcher decides is the one the middleware
+// after it (telemetry) reads, from the echo context: one routing table.
+func TestRouteOf(t *testing.T) {
+	cases := []struct {
+		base, target string
+		hdr          map[string]string
+		route, plane string
+		caller       string
+	}{
+		{"/byollm", "/byollm/claim", map[string]string{"x-byollm-runner": "r"}, "/byollm/claim", "daemon", "runner"},
+		{"/byollm", "/byollm//claim", nil, "/byollm/claim", "daemon", "anonymous"},
+		{"/byollm", "/byollm/a/b/heartbeat", nil, "/byollm/heartbeat", "daemon", "anonymous"},
+		{"/byollm", "/byollm/pair", map[string]string{"x-byollm-runner": "r"}, "/byollm/pair", "daemon", "anonymous"},
+		{"/byollm", "/byollm/x/../release", nil, "/byollm/release", "daemon", "anonymous"},
+		{"/byollm", `/byollm\fetch`, nil, "/byollm/fetch", "daemon", "anonymous"},
+		{"/byollm", "/byollm/x/%2e%2e/result", nil, "/byollm/result", "daemon", "anonymous"},
+		{"/byollm", "/byollm/claim/", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm/cl%61im", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm%5Cclaim", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/literally/anything/claim", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm/x/debug", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/relay/site/results?siteId=x", map[string]string{"x-byollm-site": "s"}, "/relay/site/results", "site", "site"},
+		{"/byollm", "/relay/site/enqueue/", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/relay/site/Enqueue", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/debug", nil, "/debug", "debug", "anonymous"},
+		{"/byollm", "/byollm/debug", nil, "/debug", "debug", "anonymous"},
+		{"/custom/", "/custom/claim", nil, "/custom/claim", "daemon", "anonymous"},
+		{"/custom", "/custom/debug", nil, "/debug", "debug", "anonymous"},
+		{"/custom", "/byollm/claim", nil, "unmatched", "none", "anonymous"},
+	}
+	base := newEnv(t)
+	for _, tc := range cases {
+		t.Run(tc.base+" "+tc.target, func(t *testing.T) {
+			var seen telemetry.Route
+			e := newEnvOn(t, base.st, func(c *Config) {
+				c.BasePath = tc.base
+				c.Middleware = []echo.MiddlewareFunc{func(next echo.HandlerFunc) echo.HandlerFunc {
+					return func(c echo.Context) error {
+						seen, _ = telemetry.RouteOf(c)
+						return next(c)
+					}
+				}}
+			})
+			// A raw request line: the client libraries would clean the
+			// target up before sending it.
+			conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			req := "GET " + tc.target + " HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n"
+			for k, v := range tc.hdr {
+				req += k + ": " + v + "\r\n"
+			}
+			if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadAll(conn); err != nil {
+				t.Fatal(err)
+			}
+			if seen.Name != tc.route || seen.Plane != tc.plane || seen.CallerKind != tc.caller {
+				t.Errorf("route of %q under %q = %+v, want {%s %s %s}", tc.target, tc.base, seen, tc.route, tc.plane, tc.caller)
+			}
 		})
 	}
 }
@@ -247,30 +321,43 @@ func (brokenStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, erro
 }
 
 // TestStoreBug: a reply the relay does not understand is its own bug, not
-// an outage: 500 server-error (no retry fixes it) and an error-level log.
+// an outage: 500 server-error (no retry fixes it) and an error-level log
+// line carrying the request's trace id.
 func TestStoreBug(t *testing.T) {
 	base := newEnv(t)
 	w := newWorld(t)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs syncBuffer
 	e := newEnvOn(t, base.st, func(c *Config) {
 		c.Store = brokenStore{base.st}
-		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		c.Logger = telemetry.NewLogger(&logs, true, slog.LevelInfo)
+		c.Middleware = []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{})}
 	})
 	w.install(e)
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	traced := func(h http.Header) http.Header {
+		h.Set("traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
+		return h
+	}
 	bug := `{"error":"server-error","message":"the relay failed to handle this request"}`
-	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 500, bug)
-	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))), 500, bug)
+	claim := claimJSON(t, "runner_alice", 1)
+	expect(t, e.do("POST", "/byollm/claim", traced(signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", e.now(), claim)), claim), 500, bug)
+	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
+	expect(t, e.do("POST", "/relay/site/enqueue", traced(signed(protocol.HeaderSite, w.siteA, "site_a", "site/enqueue", e.now(), stub)), stub), 500, bug)
 	errorLines := 0
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var l map[string]any
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if l["level"] == "ERROR" && strings.Contains(fmt.Sprint(l["err"]), store.ErrUnexpectedReply.Error()) {
+		if l["level"] == "ERROR" && strings.Contains(fmt.Sprint(l["err"]), store.ErrUnexpectedReply.Error()) && l["trace_id"] == traceID {
 			errorLines++
 		}
 	}
 	if errorLines != 2 {
-		t.Fatalf("want one error-level line per failed request, got %d in:\n%s", errorLines, logs.String())
+		t.Fatalf("want one error-level line with the trace id per failed request, got %d in:\n%s", errorLines, logs.String())
 	}
 }
