@@ -354,7 +354,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	for i, s := range servers {
 		httpServers[i] = s.srv.HTTP
 	}
-	if err := checker.Drain(context.Background(), drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
+	if err := drain(context.Background(), checker, log, drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
 		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
 	}
 	return serveErr
