@@ -29,8 +29,12 @@
 //     rate) refuse enqueue and payload with 429 rate-limited, which the
 //     cloud lane retries.
 //   - Until a projection is loaded the planes answer 503
-//     {"error":"not-ready",...}; when the store fails, 503
+//     {"error":"not-ready",...}; when the store cannot answer (unreachable,
+//     overloaded, timed out: store.Classify), 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
+//     A failure that is the relay's own (a store reply it does not
+//     understand, a broken invariant, a panic) is 500 server-error, as §2
+//     says for a handler that throws, logged at error level.
 //   - A store input refusal (store.ErrInvalidInput: U+0000 or a lone
 //     surrogate in an id, an id or blob over the store's limits) is the
 //     schema refusal, on enqueue row 32 "that stub was not accepted", and on
