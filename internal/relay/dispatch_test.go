@@ -361,3 +361,30 @@ func TestStoreBug(t *testing.T) {
 		t.Fatalf("want one error-level line with the trace id per failed request, got %d in:\n%s", errorLines, logs.String())
 	}
 }
+
+// panickyStore panics where a store call would answer, as a bug would.
+type panickyStore struct{ *store.Store }
+
+func (panickyStore) PresenceHead(context.Context, string) (*store.Presence, error) {
+	panic("a broken invariant")
+}
+
+// TestHandlerPanic: a panic in a handler is recovered by the planes' echo
+// middleware and answered with the protocol's 500 server-error.
+func TestHandlerPanic(t *testing.T) {
+	base := newEnv(t)
+	w := newWorld(t)
+	var logs syncBuffer
+	e := newEnvOn(t, base.st, func(c *Config) {
+		c.Store = panickyStore{base.st}
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	w.install(e)
+	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 500,
+		`{"error":"server-error","message":"the relay failed to handle this request"}`)
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"relay: handler panic"`) {
+		t.Fatalf("no error line for the panic:\n%s", logs.String())
+	}
+	// The relay still serves.
+	expect(t, e.do("GET", "/nope", nil, nil), 404, notFoundBody)
+}
