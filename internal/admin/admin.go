@@ -234,7 +234,8 @@ func (s *Server) httpError(err error, c echo.Context) {
 			return
 		}
 	}
-	s.log.ErrorContext(c.Request().Context(), "admin request failed", slog.String("route", c.Path()), slog.Any("err", err))
+	// A panic was logged by Recover (with its stack); anything else here is
+	// a write to a client that went away.
 	_ = writeJSON(c, http.StatusInternalServerError, errorBody{Error: "server-error", Message: "the admin listener failed to handle this request"})
 }
 

@@ -141,7 +141,8 @@ func (r *Relay) httpError(err error, c echo.Context) {
 		_ = r.write(c, notFoundBare)
 		return
 	}
-	r.log.ErrorContext(c.Request().Context(), "relay: request failed", "err", err, "path", c.Request().URL.Path)
+	// A panic was logged by Recover (with its stack); anything else here is
+	// a write to a client that went away.
 	_ = r.write(c, serverFailure)
 }
 
