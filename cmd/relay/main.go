@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
@@ -253,6 +255,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		GrantTimeout:       cfg.GrantTimeout,
 		GrantBudget:        cfg.GrantBudget,
 		GrantObserver:      metrics,
+
+		// One debug line per refusal.
+		Middleware: []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{Logger: log})},
 	})
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
@@ -265,11 +270,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}
 	planesSrv, err := httpserve.Listen(cfg.Listen, httpserve.Options{
-		Name: "planes",
-		Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-			Classify: telemetry.ProtocolRoutes(cfg.BasePath),
-			Logger:   log, // one debug line per refusal
-		})(checker.CloseWhileDraining(planes.Handler())),
+		Name:        "planes",
+		Handler:     checker.CloseWhileDraining(planes.Handler()),
 		MaxConns:    cfg.MaxConns,
 		BodyTimeout: cfg.BodyTimeout,
 		TLS:         certs,
@@ -282,17 +284,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	adminAddr := ""
 	if cfg.AdminListen != "" {
 		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj), Policies: pol,
-			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log})
+			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log,
+			Middleware: []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{Plane: telemetry.PlaneAdmin})}})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
-		adm.HandleOpen("GET /healthz", checker.Healthz())
-		adm.HandleOpen("GET /readyz", checker.Readyz())
-		adm.HandleOpen("GET /metrics", tel.MetricsHandler())
+		adm.HandleOpen(http.MethodGet, "/healthz", checker.Healthz())
+		adm.HandleOpen(http.MethodGet, "/readyz", checker.Readyz())
+		adm.HandleOpen(http.MethodGet, "/metrics", tel.MetricsHandler())
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
-			Name: "admin",
-			Handler: tel.HTTPMiddleware(telemetry.MiddlewareConfig{
-				Classify: telemetry.AdminRoutes("/healthz", "/readyz", "/metrics", "/projection", "/projection/merge", "/projection/status", "/projection/approved/", "/pairings/",
-					"/policy", "/policy/merge", "/policy/status"),
-			})(checker.CloseWhileDraining(adm)),
+			Name:        "admin",
+			Handler:     checker.CloseWhileDraining(adm),
 			MaxConns:    cfg.MaxConns,
 			BodyTimeout: cfg.BodyTimeout,
 			Logger:      log,
@@ -355,7 +355,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	for i, s := range servers {
 		httpServers[i] = s.srv.HTTP
 	}
-	if err := checker.Drain(context.Background(), drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
+	if err := drain(context.Background(), checker, log, drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
 		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
 	}
 	return serveErr

@@ -2,11 +2,17 @@
 // (loopback by default) for operators and the control plane, never for
 // daemons or sites.
 //
-// Every route is behind a bearer token taken from the environment
-// (RELAY_ADMIN_TOKEN), compared in constant time. Without a configured token
-// the listener refuses every authenticated route, so forgetting the token
-// fails closed. Routes that must answer without a token (health probes) are
-// registered explicitly with HandleOpen.
+// The listener is an echo app: routes on echo's router, and echo middleware
+// for what every route shares: Options.Middleware (telemetry), recovery
+// (a panic is a 500 {"error":"server-error"}), one debug log line per
+// request, and the token check. Every route is behind a bearer token taken
+// from the environment (RELAY_ADMIN_TOKEN), compared in constant time.
+// Without a configured token the listener refuses every authenticated
+// route, so forgetting the token fails closed. Routes that must answer
+// without a token (health probes) are registered explicitly with
+// HandleOpen. Write routes read their body through the bodyLimit
+// middleware, charged to the body budget shared with the planes
+// (internal/httpserve).
 //
 // The projection routes mirror the reference host (test/reference/server.mjs)
 // so tools drive both relays the same way:
@@ -41,12 +47,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // DefaultMaxBody caps request bodies when Options.MaxBody is zero.
@@ -79,6 +90,8 @@ type Options struct {
 	// the admin listener one of its own.
 	Bodies *httpserve.Budget
 	Logger *slog.Logger
+	// Middleware runs around every request, outermost (telemetry).
+	Middleware []echo.MiddlewareFunc
 }
 
 // Server is the admin handler. Add routes with Handle or HandleOpen before
@@ -91,8 +104,10 @@ type Server struct {
 	proj     Projections
 	pol      Policies
 	log      *slog.Logger
-	open     *http.ServeMux
-	authed   *http.ServeMux
+	echo     *echo.Echo
+	// open holds the "METHOD /path" of the routes that answer without a
+	// token (the token middleware skips them).
+	open map[string]bool
 }
 
 // New builds the admin server with the projection routes registered.
@@ -116,76 +131,172 @@ func New(opts Options) *Server {
 		proj:     opts.Projections,
 		pol:      opts.Policies,
 		log:      opts.Logger.With(slog.String("component", "admin")),
-		open:     http.NewServeMux(),
-		authed:   http.NewServeMux(),
+		open:     map[string]bool{},
 	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.httpError
+	e.Use(opts.Middleware...)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.log.ErrorContext(c.Request().Context(), "admin: handler panic", slog.Any("err", err), slog.String("stack", string(stack)))
+			return err
+		},
+	}))
+	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogMethod: true, LogRoutePath: true, LogStatus: true, LogLatency: true, LogRemoteIP: true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			// Never the path itself: it may hold a user code.
+			s.log.DebugContext(c.Request().Context(), "admin request", slog.String("method", v.Method),
+				slog.String("route", v.RoutePath), slog.Int("status", v.Status), slog.Duration("took", v.Latency),
+				slog.String("remote", c.Request().RemoteAddr))
+			return nil
+		},
+	}))
+	// The token is checked before routing decides anything but which open
+	// route this is: without the token, an unknown path or a wrong method
+	// is 401, like every other request, and reveals no route.
+	e.Use(s.requireToken)
+	s.echo = e
 	if s.proj != nil {
-		s.authed.HandleFunc("GET /projection", s.getProjection)
-		s.authed.HandleFunc("PUT /projection", s.putProjection)
-		s.authed.HandleFunc("POST /projection/merge", s.mergeProjection)
-		s.authed.HandleFunc("GET /projection/status", s.projectionStatus)
-		s.authed.HandleFunc("DELETE /projection/approved/{runnerId}", s.unapprove)
+		e.GET("/projection", s.getProjection)
+		e.PUT("/projection", s.putProjection, s.bodyLimit(s.maxBody, tooLarge(s.maxBody)))
+		e.POST("/projection/merge", s.mergeProjection, s.bodyLimit(s.maxBody, tooLarge(s.maxBody)))
+		e.GET("/projection/status", s.projectionStatus)
+		e.DELETE("/projection/approved/:runnerId", s.unapprove)
 	}
 	if opts.Pairings != nil {
 		s.registerPairings(opts.Pairings)
 	}
 	if s.pol != nil {
-		s.authed.HandleFunc("GET /policy", s.getPolicy)
-		s.authed.HandleFunc("PUT /policy", s.putPolicy)
-		s.authed.HandleFunc("POST /policy/merge", s.mergePolicy)
-		s.authed.HandleFunc("GET /policy/status", s.policyStatus)
+		e.GET("/policy", s.getPolicy)
+		e.PUT("/policy", s.putPolicy, s.bodyLimit(s.maxBody, tooLarge(s.maxBody)))
+		e.POST("/policy/merge", s.mergePolicy, s.bodyLimit(s.maxBody, tooLarge(s.maxBody)))
+		e.GET("/policy/status", s.policyStatus)
 	}
 	return s
 }
 
-// Handle registers a route behind the token (ServeMux pattern syntax, e.g.
-// "GET /metrics").
-func (s *Server) Handle(pattern string, h http.Handler) { s.authed.Handle(pattern, h) }
+// Handle registers a route behind the token.
+func (s *Server) Handle(method, path string, h http.Handler) {
+	s.echo.Add(method, path, echo.WrapHandler(h))
+}
 
 // HandleOpen registers a route that answers without a token, for probes
 // such as /healthz that carry nothing secret.
-func (s *Server) HandleOpen(pattern string, h http.Handler) { s.open.Handle(pattern, h) }
+func (s *Server) HandleOpen(method, path string, h http.Handler) {
+	s.open[method+" "+path] = true
+	s.echo.Add(method, path, echo.WrapHandler(h))
+}
 
 // TokenConfigured reports whether authenticated routes can ever succeed.
 func (s *Server) TokenConfigured() bool { return s.hasToken }
 
-// ServeHTTP dispatches: open routes first, then the token check, then the
-// authenticated routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h, pattern := s.open.Handler(r); pattern != "" {
-		h.ServeHTTP(w, r)
-		return
-	}
-	if !s.hasToken {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
-		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized",
-			Message: "admin is disabled: RELAY_ADMIN_TOKEN is not set on this relay"})
-		return
-	}
-	if !s.authorized(r.Header.Values("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
-		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized", Message: "admin token required"})
-		return
-	}
-	h, pattern := s.authed.Handler(r)
-	if pattern == "" {
-		// ServeMux's own 404/405 answers are plain text; keep its status
-		// and Allow header but answer in JSON like every other route.
-		probe := &statusProbe{header: http.Header{}}
-		h.ServeHTTP(probe, r)
-		if allow := probe.header.Get("Allow"); allow != "" {
-			w.Header().Set("Allow", allow)
+// ServeHTTP serves the admin routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// requireToken answers 401 unless the request carries the token or is for
+// an open route (its method and echo's matched pattern).
+func (s *Server) requireToken(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.open[c.Request().Method+" "+c.Path()] {
+			return next(c)
 		}
-		if probe.status == http.StatusMethodNotAllowed {
-			writeJSON(w, probe.status, errorBody{Error: "method-not-allowed"})
+		if !s.hasToken {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
+			return writeJSON(c, http.StatusUnauthorized, errorBody{Error: "unauthorized",
+				Message: "admin is disabled: RELAY_ADMIN_TOKEN is not set on this relay"})
+		}
+		if !s.authorized(c.Request().Header.Values("Authorization")) {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
+			return writeJSON(c, http.StatusUnauthorized, errorBody{Error: "unauthorized", Message: "admin token required"})
+		}
+		return next(c)
+	}
+}
+
+// httpError answers, in JSON like every route, what echo's router and the
+// recovery middleware hand on: 404 (no route), 405 (with echo's Allow
+// header), anything else a 500.
+func (s *Server) httpError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			_ = writeJSON(c, http.StatusNotFound, errorBody{Error: "not-found"})
+			return
+		case http.StatusMethodNotAllowed:
+			_ = writeJSON(c, http.StatusMethodNotAllowed, errorBody{Error: "method-not-allowed"})
 			return
 		}
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found"})
-		return
 	}
-	// Through the mux, not h: only ServeMux.ServeHTTP sets the request's
-	// path values ({userCode}).
-	s.authed.ServeHTTP(w, r)
+	// A panic was logged by Recover (with its stack); anything else here is
+	// a write to a client that went away.
+	_ = writeJSON(c, http.StatusInternalServerError, errorBody{Error: "server-error", Message: "the admin listener failed to handle this request"})
+}
+
+// bodyKey is where bodyLimit leaves the request body for the handler.
+const bodyKey = "admin.body"
+
+// refusal is a status and body to answer with.
+type refusal struct {
+	status int
+	body   errorBody
+}
+
+func tooLarge(limit int64) refusal {
+	return refusal{http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
+		Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", limit)}}
+}
+
+// bodyLimit reads the request body, at most limit bytes, through the body
+// budget shared with the planes, and hands it to the handler (body); the
+// budget is released when the handler returns. A body over the limit is
+// refused with overLimit, one the budget cannot hold now with a retryable
+// 503, one that cannot be read with a 400.
+func (s *Server) bodyLimit(limit int64, overLimit refusal) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			raw, release, err := s.bodies.ReadAll(r.Body, r.ContentLength, limit)
+			defer release()
+			switch {
+			case errors.Is(err, httpserve.ErrTooLarge):
+				return writeJSON(c, overLimit.status, overLimit.body)
+			case errors.Is(err, httpserve.ErrBusy):
+				return writeJSON(c, http.StatusServiceUnavailable, errorBody{Error: "unavailable",
+					Message: "the relay is reading as many request bodies as RELAY_BODY_BYTES_IN_FLIGHT allows; try again shortly"})
+			case err != nil:
+				return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "cannot read body: " + err.Error()})
+			}
+			c.Set(bodyKey, raw)
+			return next(c)
+		}
+	}
+}
+
+// param is a path parameter, unescaped as net/http's PathValue does: echo
+// matches on the escaped path when there is one (URL.RawPath) and hands
+// its parameters on escaped.
+func param(c echo.Context, name string) string {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
+}
+
+// body is the request body bodyLimit read.
+func body(c echo.Context) []byte {
+	b, _ := c.Get(bodyKey).([]byte)
+	return b
 }
 
 // authorized checks the request's one Authorization header: the scheme
@@ -214,19 +325,17 @@ type errorBody struct {
 	Message string `json:"message,omitempty"`
 }
 
-func (s *Server) getProjection(w http.ResponseWriter, r *http.Request) {
-	doc, err := s.proj.Get(r.Context())
+func (s *Server) getProjection(c echo.Context) error {
+	doc, err := s.proj.Get(c.Request().Context())
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
-	w.Header().Set("X-Projection-Version", strconv.FormatInt(doc.Version, 10))
-	w.Header().Set("X-Projection-Updated-At", strconv.FormatInt(doc.UpdatedAt, 10))
+	h := c.Response().Header()
+	h.Set("X-Projection-Version", strconv.FormatInt(doc.Version, 10))
+	h.Set("X-Projection-Updated-At", strconv.FormatInt(doc.UpdatedAt, 10))
 	// How many of the devices are approved by code rather than the document's.
-	w.Header().Set("X-Projection-Approved", strconv.Itoa(doc.Approved))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(doc.JSON) //nolint:errcheck // the client went away; nothing to do
+	h.Set("X-Projection-Approved", strconv.Itoa(doc.Approved))
+	return c.Blob(http.StatusOK, "application/json", doc.JSON)
 }
 
 type statusBody struct {
@@ -241,11 +350,10 @@ type replicaStatus struct {
 	LoadedAt *int64 `json:"loadedAt,omitempty"`
 }
 
-func (s *Server) projectionStatus(w http.ResponseWriter, r *http.Request) {
-	doc, err := s.proj.Get(r.Context())
+func (s *Server) projectionStatus(c echo.Context) error {
+	doc, err := s.proj.Get(c.Request().Context())
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
 	st := s.proj.State()
 	body := statusBody{Version: doc.Version, UpdatedAt: doc.UpdatedAt,
@@ -254,74 +362,54 @@ func (s *Server) projectionStatus(w http.ResponseWriter, r *http.Request) {
 		ms := st.LoadedAt.UnixMilli()
 		body.Replica.LoadedAt = &ms
 	}
-	writeJSON(w, http.StatusOK, body)
+	return writeJSON(c, http.StatusOK, body)
 }
 
-func (s *Server) putProjection(w http.ResponseWriter, r *http.Request) {
-	s.write(w, r, "replace", s.proj.Replace)
+func (s *Server) putProjection(c echo.Context) error {
+	return s.write(c, "replace", s.proj.Replace)
 }
 
-func (s *Server) mergeProjection(w http.ResponseWriter, r *http.Request) {
-	s.write(w, r, "merge", s.proj.Merge)
+func (s *Server) mergeProjection(c echo.Context) error {
+	return s.write(c, "merge", s.proj.Merge)
 }
 
-func (s *Server) write(w http.ResponseWriter, r *http.Request, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) {
-	body, release, err := s.bodies.ReadAll(r.Body, r.ContentLength, s.maxBody)
-	defer release()
-	switch {
-	case errors.Is(err, httpserve.ErrTooLarge):
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
-			Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
-		return
-	case errors.Is(err, httpserve.ErrBusy):
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable",
-			Message: "the relay is reading as many request bodies as RELAY_BODY_BYTES_IN_FLIGHT allows; try again shortly"})
-		return
-	case err != nil:
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "cannot read body: " + err.Error()})
-		return
-	}
+func (s *Server) write(c echo.Context, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) error {
+	r := c.Request()
 	start := time.Now()
-	res, err := apply(r.Context(), body)
+	res, err := apply(r.Context(), body(c))
 	var invalid *projectionsync.InvalidError
 	switch {
 	case errors.As(err, &invalid):
 		s.log.Warn("projection "+op+" refused; the projection in force is unchanged",
 			slog.String("remote", r.RemoteAddr), slog.String("reason", invalid.Error()))
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: invalid.Error()})
+		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: invalid.Error()})
 	case errors.Is(err, projectionsync.ErrConflict):
-		writeJSON(w, http.StatusConflict, errorBody{Error: "conflict", Message: err.Error()})
+		return writeJSON(c, http.StatusConflict, errorBody{Error: "conflict", Message: err.Error()})
 	case err != nil:
-		s.unavailable(w, r, err)
-	default:
-		s.log.Info("projection "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", res.Version),
-			slog.Bool("changed", res.Changed), slog.Duration("took", time.Since(start)))
-		writeJSON(w, http.StatusOK, res)
+		return s.storeFailed(c, err)
 	}
+	s.log.Info("projection "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", res.Version),
+		slog.Bool("changed", res.Changed), slog.Duration("took", time.Since(start)))
+	return writeJSON(c, http.StatusOK, res)
 }
 
-func (s *Server) unavailable(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Error("admin request failed", slog.String("path", r.URL.Path), slog.Any("err", err))
-	writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable", Message: err.Error()})
+// storeFailed answers an error of the store behind a route by whose fault
+// it is (store.Classify): Valkey cannot answer now, the retryable 503
+// {"error":"unavailable"}; anything else is a bug here, a 500
+// {"error":"server-error"} and an error-level log line.
+func (s *Server) storeFailed(c echo.Context, err error) error {
+	if store.Classify(err) == store.ClassUnavailable {
+		s.log.WarnContext(c.Request().Context(), "admin request failed: the store is unavailable", slog.String("route", c.Path()), slog.Any("err", err))
+		return writeJSON(c, http.StatusServiceUnavailable, errorBody{Error: "unavailable", Message: err.Error()})
+	}
+	s.log.ErrorContext(c.Request().Context(), "admin request failed", slog.String("route", c.Path()), slog.Any("err", err))
+	return writeJSON(c, http.StatusInternalServerError, errorBody{Error: "server-error", Message: err.Error()})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(c echo.Context, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"server-error"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	w.Write(b) //nolint:errcheck // the client went away; nothing to do
+	return c.Blob(status, "application/json", b)
 }
-
-// statusProbe records what ServeMux's fallback handler would answer.
-type statusProbe struct {
-	header http.Header
-	status int
-}
-
-func (p *statusProbe) Header() http.Header         { return p.header }
-func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
-func (p *statusProbe) WriteHeader(code int)        { p.status = code }

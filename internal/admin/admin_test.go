@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
+	"github.com/byollm/relay-go/internal/store"
 )
 
 const token = "test-admin-token-0123456789"
@@ -36,8 +38,8 @@ func doc(owners ...string) string {
 	return `{"sites":[` + site1 + `],"consents":[` + strings.Join(cs, ",") + `]}`
 }
 
-// setup starts an admin server over a real Valkey in a fresh namespace.
-func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) {
+// newClient connects to the test Valkey.
+func newClient(t *testing.T) valkey.Client {
 	t.Helper()
 	u := os.Getenv("RELAY_TEST_VALKEY_URL")
 	if u == "" {
@@ -52,6 +54,13 @@ func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) 
 	if err != nil {
 		t.Fatalf("connect %s: %v", u, err)
 	}
+	return c
+}
+
+// setup starts an admin server over a real Valkey in a fresh namespace.
+func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) {
+	t.Helper()
+	c := newClient(t)
 	b := make([]byte, 6)
 	rand.Read(b)
 	ns := "admintest-" + hex.EncodeToString(b)
@@ -186,8 +195,8 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 
 func TestOpenRoutesBypassToken(t *testing.T) {
 	s := New(Options{Logger: quiet})
-	s.HandleOpen("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	s.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
+	s.HandleOpen("GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	s.Handle("GET", "/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	if a := call(t, srv, "GET", "/healthz", "", ""); a.status != 200 || a.body != "ok" {
@@ -432,5 +441,43 @@ func TestBodyBudgetSpent(t *testing.T) {
 	}
 	if a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")); a.status != 200 {
 		t.Fatalf("a small body within the budget: %d %s", a.status, a.body)
+	}
+}
+
+// brokenProjections answers like a projection store whose replies the code
+// does not understand. A double: a real Valkey cannot be made to answer a
+// script with a shape its header does not promise (store.TestClassify
+// classifies real failures).
+type brokenProjections struct{ Projections }
+
+func (brokenProjections) Get(context.Context) (projectionsync.Document, error) {
+	return projectionsync.Document{}, fmt.Errorf("projection: %w", store.ErrUnexpectedReply)
+}
+
+// Errors say whose fault: a store that cannot answer is the retryable 503
+// unavailable, a reply the code does not understand a 500 server-error,
+// and a panic in a handler the same 500, in JSON like every answer.
+func TestFailuresSayWhoseFault(t *testing.T) {
+	_, sync := setup(t, Options{Token: token})
+	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: quiet})
+	s.Handle("GET", "/panics", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	if a := call(t, srv, "GET", "/projection", "Bearer "+token, ""); a.status != 500 || !strings.HasPrefix(a.body, `{"error":"server-error","message":"projection: unexpected reply`) {
+		t.Errorf("a reply not understood: %d %s", a.status, a.body)
+	}
+	if a := call(t, srv, "GET", "/panics", "Bearer "+token, ""); a.status != 500 || a.body != `{"error":"server-error","message":"the admin listener failed to handle this request"}` {
+		t.Errorf("a panic: %d %s", a.status, a.body)
+	}
+
+	// A real store that cannot answer: its client is closed.
+	c := newClient(t)
+	down := projectionsync.New(c, projectionsync.Options{Namespace: "admintest-down", Logger: quiet})
+	c.Close()
+	s = New(Options{Token: token, Projections: down, Logger: quiet})
+	srv2 := httptest.NewServer(s)
+	defer srv2.Close()
+	if a := call(t, srv2, "GET", "/projection", "Bearer "+token, ""); a.status != 503 || !strings.HasPrefix(a.body, `{"error":"unavailable"`) {
+		t.Errorf("a store that cannot answer: %d %s", a.status, a.body)
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/byollm/relay-go/internal/pairings"
 )
@@ -27,51 +28,42 @@ const maxApprovalBody = 64 << 10
 // There is deliberately no route listing pending pairings: a code is only
 // ever looked up by the exact value a person read off their daemon.
 func (s *Server) registerPairings(p Pairings) {
-	s.authed.HandleFunc("GET /pairings/{userCode}", func(w http.ResponseWriter, r *http.Request) {
-		got, err := p.Show(r.Context(), r.PathValue("userCode"))
+	s.echo.GET("/pairings/:userCode", func(c echo.Context) error {
+		got, err := p.Show(c.Request().Context(), param(c, "userCode"))
 		if err != nil {
-			s.pairingError(w, r, err)
-			return
+			return s.pairingError(c, err)
 		}
-		writeJSON(w, http.StatusOK, got)
+		return writeJSON(c, http.StatusOK, got)
 	})
-	s.authed.HandleFunc("POST /pairings/{userCode}/approve", func(w http.ResponseWriter, r *http.Request) {
+	approvalTooLarge := refusal{http.StatusBadRequest, errorBody{Error: "bad-request",
+		Message: fmt.Sprintf("cannot read body (at most %d bytes): it is larger", maxApprovalBody)}}
+	s.echo.POST("/pairings/:userCode/approve", func(c echo.Context) error {
 		var a pairings.Approval
-		if msg := decodeApproval(w, r, &a); msg != "" {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: msg})
-			return
+		if msg := decodeApproval(body(c), &a); msg != "" {
+			return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: msg})
 		}
-		got, err := p.Approve(r.Context(), r.PathValue("userCode"), a)
+		got, err := p.Approve(c.Request().Context(), param(c, "userCode"), a)
 		if err != nil {
-			s.pairingError(w, r, err)
-			return
+			return s.pairingError(c, err)
 		}
-		s.log.Info("pairing approved", slog.String("remote", r.RemoteAddr), slog.String("runnerId", got.RunnerID),
+		s.log.Info("pairing approved", slog.String("remote", c.Request().RemoteAddr), slog.String("runnerId", got.RunnerID),
 			slog.String("keyId", got.KeyID), slog.Int64("version", got.Version))
-		writeJSON(w, http.StatusOK, got)
-	})
-	s.authed.HandleFunc("POST /pairings/{userCode}/deny", func(w http.ResponseWriter, r *http.Request) {
-		// The body is ignored, but bounded like every other.
-		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxApprovalBody)); err != nil {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large", Message: "deny takes no body"})
-			return
+		return writeJSON(c, http.StatusOK, got)
+	}, s.bodyLimit(maxApprovalBody, approvalTooLarge))
+	// The body is ignored, but bounded like every other.
+	denyTooLarge := refusal{http.StatusRequestEntityTooLarge, errorBody{Error: "too-large", Message: "deny takes no body"}}
+	s.echo.POST("/pairings/:userCode/deny", func(c echo.Context) error {
+		if err := p.Deny(c.Request().Context(), param(c, "userCode")); err != nil {
+			return s.pairingError(c, err)
 		}
-		if err := p.Deny(r.Context(), r.PathValue("userCode")); err != nil {
-			s.pairingError(w, r, err)
-			return
-		}
-		s.log.Info("pairing denied", slog.String("remote", r.RemoteAddr))
-		writeJSON(w, http.StatusOK, map[string]string{"status": "denied"})
-	})
+		s.log.Info("pairing denied", slog.String("remote", c.Request().RemoteAddr))
+		return writeJSON(c, http.StatusOK, map[string]string{"status": "denied"})
+	}, s.bodyLimit(maxApprovalBody, denyTooLarge))
 }
 
 // decodeApproval reads {"owner": string, "runnerId"?: string} strictly: no
 // other keys, no trailing data. It returns "" or what is wrong.
-func decodeApproval(w http.ResponseWriter, r *http.Request, a *pairings.Approval) string {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxApprovalBody))
-	if err != nil {
-		return fmt.Sprintf("cannot read body (at most %d bytes): %v", maxApprovalBody, err)
-	}
+func decodeApproval(body []byte, a *pairings.Approval) string {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var raw struct {
@@ -97,35 +89,32 @@ func decodeApproval(w http.ResponseWriter, r *http.Request, a *pairings.Approval
 	return ""
 }
 
-func (s *Server) pairingError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) pairingError(c echo.Context, err error) error {
 	var conflict *pairings.ConflictError
 	var invalid *pairings.InvalidError
 	switch {
 	case errors.Is(err, pairings.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found", Message: err.Error()})
+		return writeJSON(c, http.StatusNotFound, errorBody{Error: "not-found", Message: err.Error()})
 	case errors.As(err, &conflict):
-		writeJSON(w, http.StatusConflict, errorBody{Error: "conflict", Message: err.Error()})
+		return writeJSON(c, http.StatusConflict, errorBody{Error: "conflict", Message: err.Error()})
 	case errors.As(err, &invalid):
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
-	default:
-		s.unavailable(w, r, err)
+		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
 	}
+	return s.storeFailed(c, err)
 }
 
 // unapprove forgets a device approved through /pairings (the way to unpair
 // one the control plane's document does not name). 404 when there is none.
-func (s *Server) unapprove(w http.ResponseWriter, r *http.Request) {
-	runner := r.PathValue("runnerId")
-	removed, version, err := s.proj.Unapprove(r.Context(), runner)
+func (s *Server) unapprove(c echo.Context) error {
+	runner := param(c, "runnerId")
+	removed, version, err := s.proj.Unapprove(c.Request().Context(), runner)
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
 	if !removed {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "not-found",
+		return writeJSON(c, http.StatusNotFound, errorBody{Error: "not-found",
 			Message: fmt.Sprintf("no device approved by code has runner id %q (records of the projection document are changed with PUT or merge)", runner)})
-		return
 	}
-	s.log.Info("approved device forgotten", slog.String("remote", r.RemoteAddr), slog.String("runnerId", runner), slog.Int64("version", version))
-	writeJSON(w, http.StatusOK, map[string]any{"runnerId": runner, "removed": true, "version": version})
+	s.log.Info("approved device forgotten", slog.String("remote", c.Request().RemoteAddr), slog.String("runnerId", runner), slog.Int64("version", version))
+	return writeJSON(c, http.StatusOK, map[string]any{"runnerId": runner, "removed": true, "version": version})
 }

@@ -2,12 +2,11 @@ package admin
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/projection"
@@ -33,55 +32,40 @@ type policyResult struct {
 	DriftCount int      `json:"driftCount"`
 }
 
-func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	doc, version, err := s.pol.Get(r.Context())
+func (s *Server) getPolicy(c echo.Context) error {
+	doc, version, err := s.pol.Get(c.Request().Context())
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
 	b, err := protocol.Marshal(doc)
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
-	w.Header().Set("X-Policy-Version", strconv.FormatInt(version, 10))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(b) //nolint:errcheck // the client went away
+	c.Response().Header().Set("X-Policy-Version", strconv.FormatInt(version, 10))
+	return c.Blob(http.StatusOK, "application/json", b)
 }
 
-func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) {
-	s.writePolicy(w, r, false)
+func (s *Server) putPolicy(c echo.Context) error {
+	return s.writePolicy(c, false)
 }
 
-func (s *Server) mergePolicy(w http.ResponseWriter, r *http.Request) {
-	s.writePolicy(w, r, true)
+func (s *Server) mergePolicy(c echo.Context) error {
+	return s.writePolicy(c, true)
 }
 
 // writePolicy validates the whole body before anything is written; a refused
 // document leaves the policy as it was (one script applies an accepted one).
-func (s *Server) writePolicy(w http.ResponseWriter, r *http.Request, merge bool) {
+func (s *Server) writePolicy(c echo.Context, merge bool) error {
+	r := c.Request()
 	op := "replace"
 	if merge {
 		op = "merge"
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "too-large",
-				Message: fmt.Sprintf("body exceeds %d bytes (raise RELAY_ADMIN_MAX_BODY to accept more)", s.maxBody)})
-			return
-		}
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "cannot read body: " + err.Error()})
-		return
-	}
-	doc, err := policy.Parse(body, merge)
+	doc, err := policy.Parse(body(c), merge)
 	if err != nil {
 		s.log.Warn("policy "+op+" refused; the policy in force is unchanged",
 			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
-		return
+		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
 	}
 	apply := s.pol.Put
 	if merge {
@@ -89,21 +73,19 @@ func (s *Server) writePolicy(w http.ResponseWriter, r *http.Request, merge bool)
 	}
 	version, err := apply(r.Context(), doc)
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
 	res := s.policyCheck(r.Context(), version)
 	s.log.Info("policy "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", version), slog.Int("drift", res.DriftCount))
-	writeJSON(w, http.StatusOK, res)
+	return writeJSON(c, http.StatusOK, res)
 }
 
-func (s *Server) policyStatus(w http.ResponseWriter, r *http.Request) {
-	_, version, err := s.pol.Get(r.Context())
+func (s *Server) policyStatus(c echo.Context) error {
+	_, version, err := s.pol.Get(c.Request().Context())
 	if err != nil {
-		s.unavailable(w, r, err)
-		return
+		return s.storeFailed(c, err)
 	}
-	writeJSON(w, http.StatusOK, s.policyCheck(r.Context(), version))
+	return writeJSON(c, http.StatusOK, s.policyCheck(c.Request().Context(), version))
 }
 
 // policyCheck compares the stored policy with the stored projection and

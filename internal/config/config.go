@@ -29,8 +29,12 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/grantengine"
+	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/sweeper"
 )
 
 // Config is the validated configuration. Zero values never reach the rest of
@@ -298,8 +302,8 @@ var options = []option{
 		c.ValkeyURL = v
 		return nil
 	}},
-	{env: "RELAY_NAMESPACE", flag: "namespace", def: "byollm", usage: "prefix of every Valkey key this relay writes; replicas of one relay share it", apply: func(c *Config, v string) error {
-		if !namespaceRE.MatchString(v) {
+	{env: "RELAY_NAMESPACE", flag: "namespace", def: store.DefaultNamespace, usage: "prefix of every Valkey key this relay writes; replicas of one relay share it", apply: func(c *Config, v string) error {
+		if !store.NamespacePattern.MatchString(v) {
 			return fmt.Errorf("%q is not a usable namespace; use 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit (it is part of every key name, so braces and colons would break the hash tags)", v)
 		}
 		c.Namespace = v
@@ -337,7 +341,7 @@ var options = []option{
 		c.AdminToken = v
 		return nil
 	}},
-	{env: "RELAY_LEASE_MS", flag: "lease-ms", def: "60000", usage: "lease granted to a device at claim and renewal, in milliseconds", apply: func(c *Config, v string) error {
+	{env: "RELAY_LEASE_MS", flag: "lease-ms", def: strconv.Itoa(relay.DefaultLeaseMs), usage: "lease granted to a device at claim and renewal, in milliseconds", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n > maxSafeInteger {
 			return fmt.Errorf("%q is not a positive whole number of milliseconds; use e.g. 60000 (one minute)", v)
@@ -357,7 +361,7 @@ var options = []option{
 		c.VerificationURL = v
 		return nil
 	}},
-	{env: "RELAY_BASE_PATH", flag: "base-path", def: "/byollm", usage: "where the daemon plane is mounted; trailing slashes are stripped. Real daemons always call {origin}/byollm/...", apply: func(c *Config, v string) error {
+	{env: "RELAY_BASE_PATH", flag: "base-path", def: relay.DefaultBasePath, usage: "where the daemon plane is mounted; trailing slashes are stripped. Real daemons always call {origin}/byollm/...", apply: func(c *Config, v string) error {
 		if !strings.HasPrefix(v, "/") {
 			return fmt.Errorf("%q must start with '/', e.g. /byollm", v)
 		}
@@ -432,7 +436,7 @@ var options = []option{
 		c.DaemonFloor = v
 		return nil
 	}},
-	{env: "RELAY_SWEEP_INTERVAL", flag: "sweep-interval", def: "1s", alias: "RELAY_SWEEP_MS", fromAlias: msToDuration, usage: `mean period of the background sweeper (jittered); "off" or 0 disables it (the planes still sweep on claim, heartbeat and pending)`, apply: func(c *Config, v string) error {
+	{env: "RELAY_SWEEP_INTERVAL", flag: "sweep-interval", def: sweeper.DefaultInterval.String(), alias: "RELAY_SWEEP_MS", fromAlias: msToDuration, usage: `mean period of the background sweeper (jittered); "off" or 0 disables it (the planes still sweep on claim, heartbeat and pending)`, apply: func(c *Config, v string) error {
 		if strings.EqualFold(v, "off") || v == "0" || v == "0ms" {
 			c.SweepInterval = 0
 			return nil
@@ -444,7 +448,7 @@ var options = []option{
 		c.SweepInterval = d
 		return nil
 	}},
-	{env: "RELAY_SWEEP_BATCH", flag: "sweep-batch", def: "24", usage: "due jobs settled per sweep call (one Lua script run); 24 keeps each call under about 1 ms", apply: func(c *Config, v string) error {
+	{env: "RELAY_SWEEP_BATCH", flag: "sweep-batch", def: strconv.Itoa(store.DefaultSweepBatch), usage: "due jobs settled per sweep call (one Lua script run); 24 keeps each call under about 1 ms", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
 			return fmt.Errorf("%q is not a batch size; use a whole number from 1 to 10000, e.g. 24", v)
@@ -452,7 +456,7 @@ var options = []option{
 		c.SweepBatch = n
 		return nil
 	}},
-	{env: "RELAY_STORE_TIMEOUT", flag: "store-timeout", def: "500ms", usage: "longest a plane waits on one store call before answering the retryable 503 server-error (a frozen or failing-over Valkey)", apply: func(c *Config, v string) error {
+	{env: "RELAY_STORE_TIMEOUT", flag: "store-timeout", def: relay.DefaultStoreTimeout.String(), usage: "longest a plane waits on one store call before answering the retryable 503 server-error (a frozen or failing-over Valkey)", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minStoreTimeout || d > maxStoreTimeout {
 			return fmt.Errorf("%q is not a usable store timeout; write a Go duration from %v to %v, e.g. 500ms (a healthy store answers in about a millisecond)", v, minStoreTimeout, maxStoreTimeout)
@@ -488,7 +492,7 @@ var options = []option{
 		c.OTLPEndpoint = v
 		return nil
 	}},
-	{env: "RELAY_ADMIN_MAX_BODY", flag: "admin-max-body", def: "16777216", usage: "largest admin request body accepted, in bytes (projection documents)", apply: func(c *Config, v string) error {
+	{env: "RELAY_ADMIN_MAX_BODY", flag: "admin-max-body", def: strconv.Itoa(admin.DefaultMaxBody), usage: "largest admin request body accepted, in bytes (projection documents)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1024 {
 			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024, e.g. 16777216 (16 MiB)", v)
@@ -496,7 +500,7 @@ var options = []option{
 		c.AdminMaxBody = n
 		return nil
 	}},
-	{env: "RELAY_MAX_CONNS", flag: "max-conns", def: "2048", usage: "open connections allowed on each listener; one more is answered 503 (retryable) and closed, or just closed on a TLS listener", apply: func(c *Config, v string) error {
+	{env: "RELAY_MAX_CONNS", flag: "max-conns", def: strconv.Itoa(httpserve.DefaultMaxConns), usage: "open connections allowed on each listener; one more is answered 503 (retryable) and closed, or just closed on a TLS listener", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1_000_000 {
 			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to 1000000, e.g. 2048", v)
@@ -504,7 +508,7 @@ var options = []option{
 		c.MaxConns = n
 		return nil
 	}},
-	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: "134217728", usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
+	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: strconv.Itoa(httpserve.DefaultBodyBytesInFlight), usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
 			return fmt.Errorf("%q is not a byte count; use a whole number, e.g. 134217728 (128 MiB)", v)
@@ -512,7 +516,7 @@ var options = []option{
 		c.BodyBytesInFlight = n
 		return nil
 	}},
-	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: "10s", usage: "longest pause in a request body, and how long one may take beyond one second per 64 KiB received (a stalled or trickling body is cut off with 400)", apply: func(c *Config, v string) error {
+	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: httpserve.DefaultBodyTimeout.String(), usage: "longest pause in a request body, and how long one may take beyond one second per 64 KiB received (a stalled or trickling body is cut off with 400)", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second || d > 10*time.Minute {
 			return fmt.Errorf("%q is not a body timeout; write a Go duration from 1s to 10m, e.g. 10s", v)
@@ -553,7 +557,7 @@ var options = []option{
 		}
 		return nil
 	}},
-	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: "5", usage: "live device-code pairings one client address may hold (of the 500 the relay holds at most); IPv6 clients count per /64", apply: func(c *Config, v string) error {
+	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: strconv.Itoa(store.DefaultPairingsPerSource), usage: "live device-code pairings one client address may hold (of the 500 the relay holds at most); IPv6 clients count per /64", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
 			return fmt.Errorf("%q is not a count; use a whole number from 1 to 500, e.g. 5", v)
@@ -619,7 +623,7 @@ var options = []option{
 		c.GrantAuthorityToken = v
 		return nil
 	}},
-	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: "2s", usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is retried 30 s later) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
+	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: relay.DefaultGrantTimeout.String(), usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is retried 30 s later) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
 			return fmt.Errorf("%q is not a usable grant timeout; write a Go duration from %v to %v, e.g. 2s", v, minGrantTimeout, maxGrantTimeout)
@@ -627,7 +631,7 @@ var options = []option{
 		c.GrantTimeout = d
 		return nil
 	}},
-	{env: "RELAY_GRANT_BUDGET", flag: "grant-budget", def: "5s", usage: "longest all grant calls of one claim may take together; jobs left when it is spent are transient declines, so a claim always answers", apply: func(c *Config, v string) error {
+	{env: "RELAY_GRANT_BUDGET", flag: "grant-budget", def: relay.DefaultGrantBudget.String(), usage: "longest all grant calls of one claim may take together; jobs left when it is spent are transient declines, so a claim always answers", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
 			return fmt.Errorf("%q is not a usable grant budget; write a Go duration from %v to %v, e.g. 5s (keep it well under the daemon's 30 s request timeout)", v, minGrantTimeout, maxGrantTimeout)
@@ -654,7 +658,6 @@ const (
 )
 
 var (
-	namespaceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	// Same patterns as the reference's heartbeat (wire §14.4).
 	updateOfferRE = regexp.MustCompile(`^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
 	versionRE     = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$`)
@@ -844,17 +847,8 @@ func redactURL(s string) string {
 }
 
 // DefaultSiteLimit is every site's limit unless RELAY_SITE_LIMITS says
-// otherwise. Generous on purpose: it is there to keep one site from filling
-// Valkey for everyone, not to shape ordinary traffic.
-//   - 10,000 unfinished jobs: about 21 MB of Valkey at the measured 2.1 KB
-//     per queued job, and far more than devices drain in a lease period.
-//   - 1 GiB of stubs, payloads and results: enough for thousands of
-//     ordinary jobs or 80 jobs carrying two 6 MiB envelopes each; a hub
-//     sizes Valkey at (sites that may fill it) x this.
-//   - 200 enqueues a second with bursts of 400: close to what one 2-core
-//     hub completes in all (about 250 jobs/s in the benchmarks), so only a
-//     runaway loop meets it.
-var DefaultSiteLimit = store.SiteLimit{Jobs: 10_000, Bytes: 1 << 30, Rate: 200, Burst: 400}
+// otherwise (store.DefaultSiteLimit, which says why these figures).
+var DefaultSiteLimit = store.DefaultSiteLimit
 
 // ParseSiteLimits reads RELAY_SITE_LIMITS: entries "site=field:value,..."
 // separated by ';'. The site "*" changes the default; a named site starts

@@ -8,7 +8,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"github.com/byollm/relay-go/internal/store"
 	"io"
 	"log/slog"
 	"math/big"
@@ -19,7 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/admin"
+	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/relay"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/sweeper"
 )
 
 // writeCert writes a fresh self-signed certificate and its key as PEM files.
@@ -351,5 +354,51 @@ func TestLogAttrsHideSecrets(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "adminToken=true") {
 		t.Fatalf("log line should say a token is set: %s", b.String())
+	}
+}
+
+// Every default comes from the package that owns the value: the
+// configuration with nothing set is the owners' defaults, so a default
+// changed in its package cannot disagree with what the binary runs.
+func TestDefaultsComeFromOwners(t *testing.T) {
+	cfg, err := Load(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"RELAY_NAMESPACE", cfg.Namespace, store.DefaultNamespace},
+		{"RELAY_LEASE_MS", cfg.LeaseMs, int64(relay.DefaultLeaseMs)},
+		{"RELAY_BASE_PATH", cfg.BasePath, relay.DefaultBasePath},
+		{"RELAY_SWEEP_INTERVAL", cfg.SweepInterval, sweeper.DefaultInterval},
+		{"RELAY_SWEEP_BATCH", cfg.SweepBatch, store.DefaultSweepBatch},
+		{"sweeper.DefaultBatch", sweeper.DefaultBatch, store.DefaultSweepBatch},
+		{"RELAY_STORE_TIMEOUT", cfg.StoreTimeout, relay.DefaultStoreTimeout},
+		{"RELAY_ADMIN_MAX_BODY", cfg.AdminMaxBody, int64(admin.DefaultMaxBody)},
+		{"RELAY_MAX_CONNS", cfg.MaxConns, httpserve.DefaultMaxConns},
+		{"RELAY_BODY_BYTES_IN_FLIGHT", cfg.BodyBytesInFlight, int64(httpserve.DefaultBodyBytesInFlight)},
+		{"RELAY_BODY_TIMEOUT", cfg.BodyTimeout, httpserve.DefaultBodyTimeout},
+		{"RELAY_PAIRINGS_PER_ADDRESS", cfg.PairingsPerAddress, store.DefaultPairingsPerSource},
+		{"RELAY_SITE_LIMITS", cfg.SiteLimits.Default, store.DefaultSiteLimit},
+		{"RELAY_GRANT_TIMEOUT", cfg.GrantTimeout, relay.DefaultGrantTimeout},
+		{"RELAY_GRANT_BUDGET", cfg.GrantBudget, relay.DefaultGrantBudget},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s defaults to %v (%T), its owner's default is %v (%T)", c.name, c.got, c.got, c.want, c.want)
+		}
+	}
+}
+
+// The namespace rule is one regular expression (store.NamespacePattern):
+// what configuration accepts is exactly what the store accepts.
+func TestNamespaceRuleIsTheStores(t *testing.T) {
+	for _, ns := range []string{"byollm", "a", "A9", "a.b_c-d", strings.Repeat("n", 64),
+		"", "_x", "-x", ".x", "a:b", "{a}", "a b", strings.Repeat("n", 65)} {
+		_, err := Load([]string{"-namespace", ns}, func(string) string { return "" }, io.Discard)
+		if (err == nil) != (store.CheckNamespace(ns) == nil) {
+			t.Errorf("namespace %q: configuration says %v, the store says %v", ns, err, store.CheckNamespace(ns))
+		}
 	}
 }

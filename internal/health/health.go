@@ -1,5 +1,6 @@
 // Package health serves the relay's liveness and readiness endpoints on the
-// admin listener and runs the graceful-drain sequence on SIGTERM.
+// admin listener and holds the draining flag readiness reports (the
+// graceful shutdown that sets it is the binary's, cmd/relay).
 //
 // /healthz answers 200 while the process can serve HTTP at all: a liveness
 // probe that failed on a Valkey outage would have the orchestrator restart
@@ -16,7 +17,6 @@ package health
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -85,7 +85,7 @@ func (c *Checker) Add(name string, fn CheckFunc) {
 // SetDraining marks the replica as draining (readiness fails) or not.
 func (c *Checker) SetDraining(v bool) { c.draining.Store(v) }
 
-// Draining reports whether Drain (or SetDraining) has started draining.
+// Draining reports whether SetDraining has started draining.
 func (c *Checker) Draining() bool { return c.draining.Load() }
 
 // Status values in Report.
@@ -224,53 +224,6 @@ func (c *Checker) CloseWhileDraining(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// Drain takes the replica out of service gracefully: readiness fails at
-// once (so load balancers move to other replicas), the servers keep serving
-// in-flight and arriving requests for drainPeriod (cut short if ctx ends,
-// e.g. on a second signal; wrap their handlers with CloseWhileDraining so
-// clients stop reusing connections), then every server shuts down, waiting
-// at most deadline for requests still running before closing their
-// connections. It returns when all servers are down.
-func (c *Checker) Drain(ctx context.Context, drainPeriod, deadline time.Duration, servers ...*http.Server) error {
-	c.SetDraining(true)
-	c.log.InfoContext(ctx, "draining: readiness failing, still serving", slog.Duration("drainPeriod", drainPeriod))
-	if drainPeriod > 0 {
-		t := time.NewTimer(drainPeriod)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			c.log.InfoContext(ctx, "drain period cut short")
-		}
-	}
-
-	c.log.Info("draining: shutting down listeners", slog.Duration("deadline", deadline))
-	// A fresh context: ctx may already be done, and the deadline must still
-	// give in-flight requests their chance to finish.
-	sctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	errs := make([]error, len(servers))
-	var wg sync.WaitGroup
-	for i, srv := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Shutdown(sctx); err != nil {
-				// Past the deadline: cut the connections still open.
-				closeErr := srv.Close()
-				errs[i] = errors.Join(fmt.Errorf("shutdown %s: %w", srv.Addr, err), closeErr)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		c.log.Warn("drain deadline passed; remaining connections closed", slog.Any("error", err))
-		return err
-	}
-	c.log.Info("drained")
-	return nil
 }
 
 // Probe GETs url (typically http://127.0.0.1:8081/healthz) and returns nil

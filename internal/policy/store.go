@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
+
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/lua"
 )
 
@@ -31,8 +32,6 @@ type Store struct {
 	write *valkey.Lua
 }
 
-var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
-
 // NewStore prepares the policy scripts for namespace ("" is the routing
 // store's default, "byollm").
 func NewStore(c valkey.Client, namespace string) (*Store, error) {
@@ -40,10 +39,10 @@ func NewStore(c valkey.Client, namespace string) (*Store, error) {
 		return nil, errors.New("policy store: nil valkey client")
 	}
 	if namespace == "" {
-		namespace = "byollm"
+		namespace = store.DefaultNamespace
 	}
-	if !namespacePattern.MatchString(namespace) {
-		return nil, fmt.Errorf("policy store: namespace %q: want 1-64 of [A-Za-z0-9_.-]", namespace)
+	if err := store.CheckNamespace(namespace); err != nil {
+		return nil, fmt.Errorf("policy store: %w", err)
 	}
 	common, err := fs.ReadFile(lua.FS, "lib/common.lua")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/byollm/relay-go/internal/protocol"
-	"github.com/byollm/relay-go/internal/store"
 )
 
 // Projection answers the lookups of wire.md §11.2–11.3 over one fixture.
@@ -26,7 +25,7 @@ type Projection struct {
 
 	// Derived answers per owner, memoised: a Projection never changes.
 	sitesCache  sync.Map // owner -> []SiteRecord
-	routesCache sync.Map // owner -> []store.Route
+	routesCache sync.Map // owner -> []protocol.Route
 }
 
 // pair is an (owner, siteId) key. A struct, not a joined string: any
@@ -231,19 +230,19 @@ func (p *Projection) MayRunFor(deviceOwner, jobOwner string) bool {
 // and every owner O runnable by deviceOwner such that both deviceOwner and O
 // may route for S. No duplicates; sites in fixture order, then owners in
 // OwnersRunnableBy order. The slice is the caller's.
-func (p *Projection) RoutesFor(deviceOwner string) []store.Route {
+func (p *Projection) RoutesFor(deviceOwner string) []protocol.Route {
 	if v, ok := p.routesCache.Load(deviceOwner); ok {
-		return slices.Clone(v.([]store.Route))
+		return slices.Clone(v.([]protocol.Route))
 	}
-	out := []store.Route{}
-	seen := map[store.Route]bool{}
+	out := []protocol.Route{}
+	seen := map[protocol.Route]bool{}
 	owners := p.OwnersRunnableBy(deviceOwner)
 	for _, s := range p.f.Sites {
 		if !p.MayRouteFor(deviceOwner, s.SiteID) {
 			continue
 		}
 		for _, o := range owners {
-			r := store.Route{SiteID: s.SiteID, Owner: o}
+			r := protocol.Route{SiteID: s.SiteID, Owner: o}
 			if seen[r] || !p.MayRouteFor(o, s.SiteID) {
 				continue
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
-	"github.com/byollm/relay-go/internal/store"
 )
 
 // Appendix A identities (wire.md): device and site keys from fixed seeds.
@@ -280,21 +279,21 @@ func TestRostersAndRoutes(t *testing.T) {
 			t.Errorf("MayRunFor(%s,%s) = %v", c.dev, c.job, got)
 		}
 	}
-	r := func(site, owner string) store.Route { return store.Route{SiteID: site, Owner: owner} }
+	r := func(site, owner string) protocol.Route { return protocol.Route{SiteID: site, Owner: owner} }
 	routes := []struct {
 		owner string
-		want  []store.Route
+		want  []protocol.Route
 	}{
 		// alice may route site_b and site_a (site_c paused, site_d revoked).
 		// On site_b: bob is paused, carol revoked. On site_a: bob and carol
 		// are live, dave has no consent. site_a appears twice in the fixture
 		// but each route once.
-		{"alice", []store.Route{r("site_b", "alice"), r("site_a", "alice"), r("site_a", "bob"), r("site_a", "carol")}},
+		{"alice", []protocol.Route{r("site_b", "alice"), r("site_a", "alice"), r("site_a", "bob"), r("site_a", "carol")}},
 		// bob: site_a and site_d live (site_b paused); alice is on his roster
 		// but revoked on site_d.
-		{"bob", []store.Route{r("site_a", "bob"), r("site_a", "alice"), r("site_d", "bob")}},
-		{"carol", []store.Route{r("site_a", "carol")}},
-		{"dave", []store.Route{}},
+		{"bob", []protocol.Route{r("site_a", "bob"), r("site_a", "alice"), r("site_d", "bob")}},
+		{"carol", []protocol.Route{r("site_a", "carol")}},
+		{"dave", []protocol.Route{}},
 	}
 	for _, c := range routes {
 		if got := p.RoutesFor(c.owner); !reflect.DeepEqual(got, c.want) {

@@ -91,3 +91,11 @@ type Succession struct {
 	Identity  PublicIdentity `json:"identity"`
 	Signature string         `json:"signature"`
 }
+
+// Route is one (site, job owner) pair a device may take work from: a job
+// stub is routed by its siteId and owner. The projection decides which
+// routes a device has (projection.RoutesFor); the store claims by them.
+type Route struct {
+	SiteID string
+	Owner  string
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/telemetry"
 )
 
 // request is what a handler sees of one HTTP request, already normalised the
@@ -32,30 +33,140 @@ type request struct {
 
 const sitePrefix = "/relay/site/"
 
-// serve answers every request (wire.md §3, in order).
-func (r *Relay) serve(c echo.Context) (err error) {
-	hr := c.Request()
-	defer func() {
-		if p := recover(); p != nil {
-			r.log.Error("relay: handler panic", "panic", p, "path", hr.URL.Path)
-			err = r.write(c, serverFailure)
+// handler is one endpoint of the planes.
+type handler func(*Relay, *request) (reply, error)
+
+// endpoint is one row of the planes' routing table.
+type endpoint struct {
+	plane string
+	h     handler
+}
+
+// routes is the planes' one routing table, keyed by route name: the name
+// telemetry labels a request with is the key its handler is found under.
+// Site routes are exact paths; daemon routes are basePath + "/" + the
+// endpoint, found by the path's last segment (see routeOf).
+func (r *Relay) routeTable() map[string]endpoint {
+	t := map[string]endpoint{"/debug": {telemetry.PlaneDebug, (*Relay).debugPage}}
+	for name, h := range map[string]handler{
+		"enqueue": (*Relay).enqueue, "payload": (*Relay).payload, "cancel": (*Relay).cancel,
+		"pending": (*Relay).pending, "results": (*Relay).results,
+	} {
+		t[sitePrefix+name] = endpoint{telemetry.PlaneSite, h}
+	}
+	for name, h := range map[string]handler{
+		"pair": (*Relay).pair, "claim": (*Relay).claim, "fetch": (*Relay).fetch,
+		"result": (*Relay).result, "heartbeat": (*Relay).heartbeat, "release": (*Relay).release,
+	} {
+		t[r.basePath+"/"+name] = endpoint{telemetry.PlaneDaemon, h}
+	}
+	return t
+}
+
+var unmatched = telemetry.Route{Name: telemetry.RouteUnmatched, Plane: telemetry.PlaneNone, CallerKind: telemetry.CallerAnonymous}
+
+// routeOf decides which route a request path belongs to, as the
+// reference's dispatch does (wire.md §3): /debug (at the root or under
+// basePath) first, then the exact site paths, then the daemon endpoints by
+// the last path segment under basePath, whatever segments sit in between.
+// The caller kind is what the request claims to be (never its id).
+func (r *Relay) routeOf(path string, h http.Header) telemetry.Route {
+	if path == "/debug" || path == r.basePath+"/debug" {
+		return telemetry.Route{Name: "/debug", Plane: telemetry.PlaneDebug, CallerKind: telemetry.CallerAnonymous}
+	}
+	if ep, ok := r.routes[path]; ok && ep.plane == telemetry.PlaneSite {
+		kind := telemetry.CallerAnonymous
+		if h.Get(protocol.HeaderSite) != "" {
+			kind = telemetry.CallerSite
 		}
-	}()
-	rep, herr := r.dispatch(hr)
-	switch {
-	case herr == nil:
-	case errors.Is(herr, store.ErrInvalidInput):
-		// The store's own limits (no U+0000 in ids, id and blob sizes) act
-		// as one more schema rule: a client error, never retryable.
-		rep = schemaFailed
-	case errors.Is(herr, context.Canceled):
-		// The client hung up; nobody reads this answer.
-		rep = storeDown
-	default:
-		r.log.Warn("relay: store unavailable", "err", herr, "path", hr.URL.Path)
-		rep = storeDown
+		return telemetry.Route{Name: path, Plane: telemetry.PlaneSite, CallerKind: kind}
+	}
+	if strings.HasPrefix(path, r.basePath+"/") {
+		name := r.basePath + path[strings.LastIndexByte(path, '/'):]
+		if ep, ok := r.routes[name]; ok && ep.plane == telemetry.PlaneDaemon {
+			kind := telemetry.CallerAnonymous
+			if name != r.basePath+"/pair" && h.Get(protocol.HeaderRunner) != "" {
+				kind = telemetry.CallerRunner
+			}
+			return telemetry.Route{Name: name, Plane: telemetry.PlaneDaemon, CallerKind: kind}
+		}
+	}
+	return unmatched
+}
+
+// pathKey is where route keeps the request's WHATWG pathname for serve.
+const pathKey = "relay.pathname"
+
+// route is the planes' first middleware: it decides the request's route
+// once, and records it where telemetry and serve both read it.
+func (r *Relay) route(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		path := pathname(c.Request())
+		c.Set(pathKey, path)
+		telemetry.SetRoute(c, r.routeOf(path, c.Request().Header))
+		return next(c)
+	}
+}
+
+// serve is the planes' one echo route. The planes cannot use echo's router:
+// the reference dispatches by the last path segment under basePath
+// (/byollm/a/b/claim is claim), never checks the method (Fetch accepts
+// "post" for POST, and GET /byollm/claim is routed like POST), resolves dot
+// segments in their %2e spellings and keeps other escapes (WHATWG URL
+// pathname, see pathname), and orders debug, body, version handshake and
+// routing as wire.md §3 says, so a bad body or version is refused before
+// an unknown endpoint is. serve runs that dispatch on the route recorded
+// by route.
+func (r *Relay) serve(c echo.Context) error {
+	hr := c.Request()
+	rt, _ := telemetry.RouteOf(c)
+	path, _ := c.Get(pathKey).(string)
+	rep, err := r.dispatch(hr, path, rt.Name)
+	if err != nil {
+		rep = r.failure(hr, err)
 	}
 	return r.write(c, rep)
+}
+
+// httpError answers what reaches echo's error handler: a panic recovered by
+// the Recover middleware (500 server-error), or a request echo's router
+// matched to nothing (a target that is not a path, such as "OPTIONS *"),
+// which the dispatch would answer 404.
+func (r *Relay) httpError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) && he.Code == http.StatusNotFound {
+		_ = r.write(c, notFoundBare)
+		return
+	}
+	// A panic was logged by Recover (with its stack); anything else here is
+	// a write to a client that went away.
+	_ = r.write(c, serverFailure)
+}
+
+// failure answers a handler error by whose fault it is (store.Classify,
+// the one place that decides): the client's input broke a store limit, the
+// store cannot answer now (retryable), or the relay itself is wrong (a
+// reply it does not understand, a broken invariant), which no retry fixes
+// and a person must look at.
+func (r *Relay) failure(hr *http.Request, err error) reply {
+	switch store.Classify(err) {
+	case store.ClassInvalidInput:
+		// The store's own limits (no U+0000 in ids, id and blob sizes) act
+		// as one more schema rule: a client error, never retryable.
+		return schemaFailed
+	case store.ClassUnavailable:
+		if !errors.Is(err, context.Canceled) { // else the client hung up; nobody reads this
+			r.log.WarnContext(hr.Context(), "relay: store unavailable", "err", err, "path", hr.URL.Path)
+		}
+		return storeDown
+	default:
+		// ErrorContext: the log line carries the request's trace id.
+		r.log.ErrorContext(hr.Context(), "relay: request failed on a bug, not on the store being down", "err", err, "path", hr.URL.Path)
+		return serverFailure
+	}
 }
 
 func (r *Relay) write(c echo.Context, rep reply) error {
@@ -66,17 +177,19 @@ func (r *Relay) write(c echo.Context, rep reply) error {
 	return c.Blob(rep.status, ct, rep.body)
 }
 
-func (r *Relay) dispatch(hr *http.Request) (reply, error) {
+// dispatch answers one request (wire.md §3, in order) on its route.
+func (r *Relay) dispatch(hr *http.Request, path, route string) (reply, error) {
 	req := &request{
 		ctx:    hr.Context(),
-		path:   pathname(hr),
+		path:   path,
 		query:  protocol.ParseQuery(hr.URL.RawQuery),
 		header: hr.Header,
 		source: clientAddress(hr, r.proxies),
 	}
+	ep, routed := r.routes[route]
 
 	// 1. Debug, before the body and the handshake.
-	if req.path == "/debug" || req.path == r.basePath+"/debug" {
+	if routed && ep.plane == telemetry.PlaneDebug {
 		return r.debugPage(req)
 	}
 
@@ -84,7 +197,11 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 	// "post" counts), bounded before it is read and charged to the shared
 	// body budget while the request is handled.
 	if strings.EqualFold(hr.Method, http.MethodPost) {
-		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, r.bodyLimit(req.path))
+		limit := int64(MaxBodyBytes)
+		if route == r.basePath+"/pair" {
+			limit = MaxPairBodyBytes
+		}
+		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, limit)
 		defer release()
 		if err == nil && len(raw) > 0 {
 			// Parsing may take many times the body's size; charge that
@@ -120,39 +237,15 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 		}
 	}
 
-	// 5. Site plane, exact paths.
-	if site, isSite := siteEndpoint(req.path); isSite {
-		if req.proj = r.projections.Current(); req.proj == nil {
-			return notReady, nil
-		}
-		return r.decide(req, site)
-	}
-
-	// 6-7. Daemon plane, by last segment under basePath.
-	if !strings.HasPrefix(req.path, r.basePath+"/") {
-		return notFoundBare, nil
-	}
-	var h func(*Relay, *request) (reply, error)
-	switch req.endpoint {
-	case "pair":
-		h = (*Relay).pair
-	case "claim":
-		h = (*Relay).claim
-	case "fetch":
-		h = (*Relay).fetch
-	case "result":
-		h = (*Relay).result
-	case "heartbeat":
-		h = (*Relay).heartbeat
-	case "release":
-		h = (*Relay).release
-	default:
+	// 5. Site plane, exact paths; 6-7. daemon plane, by last segment under
+	// basePath (routeOf); anything else is not found.
+	if !routed {
 		return notFoundBare, nil
 	}
 	if req.proj = r.projections.Current(); req.proj == nil {
 		return notReady, nil
 	}
-	return r.decide(req, h)
+	return r.decide(req, ep.h)
 }
 
 // decide runs h on the projection in force and, when h answers with
@@ -166,7 +259,7 @@ func (r *Relay) dispatch(hr *http.Request) (reply, error) {
 // retryable 503, never a refusal the client would believe. Every recheck
 // refusal comes before the handler writes anything, except "revoked",
 // which follows the presence reconciliation that running again repeats.
-func (r *Relay) decide(req *request, h func(*Relay, *request) (reply, error)) (reply, error) {
+func (r *Relay) decide(req *request, h handler) (reply, error) {
 	rep, err := h(r, req)
 	if err != nil || !rep.recheck {
 		return rep, err
@@ -186,32 +279,6 @@ func (r *Relay) decide(req *request, h func(*Relay, *request) (reply, error)) (r
 	}
 	req.proj = latest
 	return h(r, req)
-}
-
-func siteEndpoint(path string) (func(*Relay, *request) (reply, error), bool) {
-	switch path {
-	case sitePrefix + "enqueue":
-		return (*Relay).enqueue, true
-	case sitePrefix + "payload":
-		return (*Relay).payload, true
-	case sitePrefix + "cancel":
-		return (*Relay).cancel, true
-	case sitePrefix + "pending":
-		return (*Relay).pending, true
-	case sitePrefix + "results":
-		return (*Relay).results, true
-	}
-	return nil, false
-}
-
-// bodyLimit is the largest body the request's route takes: the pair route
-// (routed by its last segment under basePath, as dispatch does) has its own
-// small bound, everything else MaxBodyBytes.
-func (r *Relay) bodyLimit(path string) int64 {
-	if strings.HasPrefix(path, r.basePath+"/") && path[strings.LastIndexByte(path, '/')+1:] == "pair" {
-		return MaxPairBodyBytes
-	}
-	return MaxBodyBytes
 }
 
 // pathname approximates the WHATWG URL pathname of the request target:

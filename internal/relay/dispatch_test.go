@@ -2,14 +2,22 @@ package relay
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/telemetry"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 const (
@@ -61,6 +69,8 @@ func TestDispatch(t *testing.T) {
 		{"method never checked (POST pending)", "POST", "/relay/site/pending?protocolVersion=2", nil, 401, notSignedBody},
 		{"PUT body is not read", "PUT", "/byollm/claim", v2, 400, noVersionBody},
 		{"lower-case post is POST", "post", "/byollm/claim", v2, 401, notSignedBody},
+		{"a method echo does not know routes too", "FOO", "/byollm/claim?protocolVersion=2", nil, 401, notSignedBody},
+		{"and on an unknown path", "FOO", "/nope", nil, 404, notFoundBody},
 		{"every daemon endpoint exists: pair", "POST", "/byollm/pair", v2, 400, `{"error":"bad-request","message":"pair request failed schema validation"}`},
 		{"fetch", "POST", "/byollm/fetch", v2, 401, notSignedBody},
 		{"result", "POST", "/byollm/result", v2, 401, notSignedBody},
@@ -77,6 +87,74 @@ func TestDispatch(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			expect(t, e.do(tc.method, tc.path, nil, tc.body), tc.status, tc.want)
+		})
+	}
+}
+
+// TestRouteOf: the route the dispatcher decides is the one the middleware
+// after it (telemetry) reads, from the echo context: one routing table.
+func TestRouteOf(t *testing.T) {
+	cases := []struct {
+		base, target string
+		hdr          map[string]string
+		route, plane string
+		caller       string
+	}{
+		{"/byollm", "/byollm/claim", map[string]string{"x-byollm-runner": "r"}, "/byollm/claim", "daemon", "runner"},
+		{"/byollm", "/byollm//claim", nil, "/byollm/claim", "daemon", "anonymous"},
+		{"/byollm", "/byollm/a/b/heartbeat", nil, "/byollm/heartbeat", "daemon", "anonymous"},
+		{"/byollm", "/byollm/pair", map[string]string{"x-byollm-runner": "r"}, "/byollm/pair", "daemon", "anonymous"},
+		{"/byollm", "/byollm/x/../release", nil, "/byollm/release", "daemon", "anonymous"},
+		{"/byollm", `/byollm\fetch`, nil, "/byollm/fetch", "daemon", "anonymous"},
+		{"/byollm", "/byollm/x/%2e%2e/result", nil, "/byollm/result", "daemon", "anonymous"},
+		{"/byollm", "/byollm/claim/", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm/cl%61im", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm%5Cclaim", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/literally/anything/claim", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/byollm/x/debug", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/relay/site/results?siteId=x", map[string]string{"x-byollm-site": "s"}, "/relay/site/results", "site", "site"},
+		{"/byollm", "/relay/site/enqueue/", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/relay/site/Enqueue", nil, "unmatched", "none", "anonymous"},
+		{"/byollm", "/debug", nil, "/debug", "debug", "anonymous"},
+		{"/byollm", "/byollm/debug", nil, "/debug", "debug", "anonymous"},
+		{"/custom/", "/custom/claim", nil, "/custom/claim", "daemon", "anonymous"},
+		{"/custom", "/custom/debug", nil, "/debug", "debug", "anonymous"},
+		{"/custom", "/byollm/claim", nil, "unmatched", "none", "anonymous"},
+	}
+	base := newEnv(t)
+	for _, tc := range cases {
+		t.Run(tc.base+" "+tc.target, func(t *testing.T) {
+			var seen telemetry.Route
+			e := newEnvOn(t, base.st, func(c *Config) {
+				c.BasePath = tc.base
+				c.Middleware = []echo.MiddlewareFunc{func(next echo.HandlerFunc) echo.HandlerFunc {
+					return func(c echo.Context) error {
+						seen, _ = telemetry.RouteOf(c)
+						return next(c)
+					}
+				}}
+			})
+			// A raw request line: the client libraries would clean the
+			// target up before sending it.
+			conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			req := "GET " + tc.target + " HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n"
+			for k, v := range tc.hdr {
+				req += k + ": " + v + "\r\n"
+			}
+			if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadAll(conn); err != nil {
+				t.Fatal(err)
+			}
+			if seen.Name != tc.route || seen.Plane != tc.plane || seen.CallerKind != tc.caller {
+				t.Errorf("route of %q under %q = %+v, want {%s %s %s}", tc.target, tc.base, seen, tc.route, tc.plane, tc.caller)
+			}
 		})
 	}
 }
@@ -191,28 +269,122 @@ func TestNotReady(t *testing.T) {
 	expect(t, e.do("GET", "/byollm/nope?protocolVersion=2", nil, nil), 404, notFoundBody)
 }
 
-// downStore fails every call, as a store whose Valkey is unreachable does.
-type downStore struct{ *store.Store }
-
-var errDown = errors.New("dial tcp: connection refused")
-
-func (downStore) PresenceHead(context.Context, string) (*store.Presence, error) {
-	return nil, errDown
-}
-func (downStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
-	return store.Job{}, errDown
-}
-func (downStore) Now(context.Context) (int64, error) { return 0, errDown }
-
-// TestStoreDown: a store failure is a fast, retryable 503 server-error.
+// TestStoreDown: a store that cannot be reached is a fast, retryable 503
+// server-error. The store is a real one on a private server, killed.
 func TestStoreDown(t *testing.T) {
+	srv := startPrivateServer(t)
+	ctx := context.Background()
+	c, closeFn, _, err := valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // the server is still starting
+		c, closeFn, _, err = valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
+	}
+	if err != nil {
+		t.Fatalf("private server: %v", err)
+	}
+	t.Cleanup(closeFn)
+	// The server and its keys die with the test: no namespace cleanup.
+	st, err := store.New(ctx, c, store.Options{Namespace: "relaytest-down-" + randomHex(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t)
+	e := newEnvOn(t, st, func(cfg *Config) { cfg.Clock = func() int64 { return time.Now().UnixMilli() } })
+	w.install(e)
+	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
+	if err := srv.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.cmd.Wait()
+	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
+	// Signed on the local clock: the harness's default reads the store.
+	claim := claimJSON(t, "runner_alice", 1)
+	h := signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", time.Now().UnixMilli(), claim)
+	expect(t, e.do("POST", "/byollm/claim", h, claim), 503, down)
+	h = signed(protocol.HeaderSite, w.siteA, "site_a", "site/enqueue", time.Now().UnixMilli(), stub)
+	expect(t, e.do("POST", "/relay/site/enqueue", h, stub), 503, down)
+}
+
+// brokenStore answers as a store whose replies the code does not
+// understand. A double: a real Valkey cannot be made to answer a script
+// with a shape its header does not promise without changing the script
+// (store.TestClassify classifies real decode failures and script errors).
+type brokenStore struct{ *store.Store }
+
+var errBroken = fmt.Errorf("presence: %w: array of 2 elements, want at least 3", store.ErrUnexpectedReply)
+
+func (brokenStore) PresenceHead(context.Context, string) (*store.Presence, error) {
+	return nil, errBroken
+}
+func (brokenStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, error) {
+	return store.Job{}, errBroken
+}
+
+// TestStoreBug: a reply the relay does not understand is its own bug, not
+// an outage: 500 server-error (no retry fixes it) and an error-level log
+// line carrying the request's trace id.
+func TestStoreBug(t *testing.T) {
 	base := newEnv(t)
 	w := newWorld(t)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
 	e := newEnvOn(t, base.st, func(c *Config) {
-		c.Store = downStore{base.st}
+		c.Store = brokenStore{base.st}
+		c.Logger = telemetry.NewLogger(&logs, true, slog.LevelInfo)
+		c.Middleware = []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{})}
 	})
 	w.install(e)
-	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
-	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 503, down)
-	expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))), 503, down)
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	traced := func(h http.Header) http.Header {
+		h.Set("traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
+		return h
+	}
+	bug := `{"error":"server-error","message":"the relay failed to handle this request"}`
+	claim := claimJSON(t, "runner_alice", 1)
+	expect(t, e.do("POST", "/byollm/claim", traced(signed(protocol.HeaderRunner, w.alice, "runner_alice", "claim", e.now(), claim)), claim), 500, bug)
+	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
+	expect(t, e.do("POST", "/relay/site/enqueue", traced(signed(protocol.HeaderSite, w.siteA, "site_a", "site/enqueue", e.now(), stub)), stub), 500, bug)
+	errorLines := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if l["level"] == "ERROR" && strings.Contains(fmt.Sprint(l["err"]), store.ErrUnexpectedReply.Error()) && l["trace_id"] == traceID {
+			errorLines++
+		}
+	}
+	if errorLines != 2 {
+		t.Fatalf("want one error-level line with the trace id per failed request, got %d in:\n%s", errorLines, logs.String())
+	}
+}
+
+// panickyStore panics where a store call would answer, as a bug would.
+type panickyStore struct{ *store.Store }
+
+func (panickyStore) PresenceHead(context.Context, string) (*store.Presence, error) {
+	panic("a broken invariant")
+}
+
+// TestHandlerPanic: a panic in a handler is recovered by the planes' echo
+// middleware and answered with the protocol's 500 server-error.
+func TestHandlerPanic(t *testing.T) {
+	base := newEnv(t)
+	w := newWorld(t)
+	var logs syncBuffer
+	e := newEnvOn(t, base.st, func(c *Config) {
+		c.Store = panickyStore{base.st}
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	w.install(e)
+	expect(t, e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 1)), 500,
+		`{"error":"server-error","message":"the relay failed to handle this request"}`)
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"relay: handler panic"`) {
+		t.Fatalf("no error line for the panic:\n%s", logs.String())
+	}
+	// The relay still serves.
+	expect(t, e.do("GET", "/nope", nil, nil), 404, notFoundBody)
 }

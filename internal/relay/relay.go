@@ -29,8 +29,12 @@
 //     rate) refuse enqueue and payload with 429 rate-limited, which the
 //     cloud lane retries.
 //   - Until a projection is loaded the planes answer 503
-//     {"error":"not-ready",...}; when the store fails, 503
+//     {"error":"not-ready",...}; when the store cannot answer (unreachable,
+//     overloaded, timed out: store.Classify), 503
 //     {"error":"server-error",...}. Both clients retry both (§7.1, §17.40).
+//     A failure that is the relay's own (a store reply it does not
+//     understand, a broken invariant, a panic) is 500 server-error, as §2
+//     says for a handler that throws, logged at error level.
 //   - A store input refusal (store.ErrInvalidInput: U+0000 or a lone
 //     surrogate in an id, an id or blob over the store's limits) is the
 //     schema refusal, on enqueue row 32 "that stub was not accepted", and on
@@ -64,6 +68,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projection"
@@ -176,6 +181,9 @@ type Config struct {
 	GrantTimeout, GrantBudget time.Duration
 	// GrantObserver, if set, counts authority calls by outcome.
 	GrantObserver GrantObserver
+	// Middleware runs around every request after its route is decided
+	// (telemetry reads the route with telemetry.RouteOf).
+	Middleware []echo.MiddlewareFunc
 	// Clock is the plane clock in epoch ms (signature freshness, pairing
 	// expiry, serverTime, retryAfter). Default: the local clock corrected by
 	// its offset to Valkey TIME, re-sampled every few seconds via Store.Now,
@@ -197,6 +205,7 @@ type Relay struct {
 	log         *slog.Logger
 	now         func() int64
 	echo        *echo.Echo
+	routes      map[string]endpoint
 	presence    presenceChecks
 	bodies      *httpserve.Budget
 	proxies     []netip.Prefix
@@ -282,13 +291,26 @@ func New(cfg Config) (*Relay, error) {
 	if r.now == nil {
 		r.now = newStoreClock(cfg.Store, r.log).now
 	}
+	r.routes = r.routeTable()
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	// Dispatch follows the reference's own order (wire.md §3), not a router:
-	// the method is never checked and routing goes by the last path segment,
-	// so one pre-routing handler answers every request.
-	e.Pre(func(echo.HandlerFunc) echo.HandlerFunc { return r.serve })
+	e.HTTPErrorHandler = r.httpError
+	// The route is decided first (route), so every later middleware
+	// (telemetry) reads it; panics become the 500 server-error.
+	e.Use(r.route)
+	e.Use(cfg.Middleware...)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			r.log.ErrorContext(c.Request().Context(), "relay: handler panic", "err", err, "path", c.Request().URL.Path, "stack", string(stack))
+			return err
+		},
+	}))
+	// One route for every path and method (see serve): Any covers the
+	// methods echo knows, RouteNotFound on the same pattern every other
+	// method, which echo's router would otherwise answer 405.
+	e.Any("/*", r.serve)
+	e.RouteNotFound("/*", r.serve)
 	r.echo = e
 	return r, nil
 }

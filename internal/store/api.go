@@ -87,11 +87,9 @@ type Job struct {
 	SweptAway bool `json:"sweptAway,omitempty"`
 }
 
-// Route is one (site, job owner) pair a claimant may take work from.
-type Route struct {
-	SiteID string
-	Owner  string
-}
+// Route is one (site, job owner) pair a claimant may take work from
+// (protocol.Route; the projection decides them, the store claims by them).
+type Route = protocol.Route
 
 // ClaimInput is what the daemon plane asks of claim. Routes and Kinds are
 // sets; duplicates are harmless.

@@ -64,7 +64,7 @@ func (e *benchEnv) targets(tb testing.TB, n int) []Route {
 		owner := fmt.Sprintf("o%d_%d", e.round, i)
 		stubs[i] = stub(fmt.Sprintf("j%d_%d", e.round, i), owner)
 		stubs[i].Audience = protocol.AudienceTeam
-		rs[i] = Route{site, owner}
+		rs[i] = Route{SiteID: site, Owner: owner}
 	}
 	enqueueMany(tb, e.s, e.b.client, site, stubs)
 	return rs

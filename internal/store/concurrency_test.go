@@ -67,7 +67,7 @@ func TestClaimAtomicUnderConcurrency(t *testing.T) {
 		site := fmt.Sprintf("site_%d", si)
 		for oi := range owners {
 			owner := fmt.Sprintf("owner_%d", oi)
-			routesAll = append(routesAll, Route{site, owner})
+			routesAll = append(routesAll, Route{SiteID: site, Owner: owner})
 			var stubs []protocol.JobStub
 			for j := range perPair {
 				st := stub(fmt.Sprintf("job_%d_%s", j, owner), owner) // same ids on every site: keyed per site
@@ -226,7 +226,7 @@ func TestConcurrentSweepersSettleOnce(t *testing.T) {
 	var routesAll []Route
 	for p := range pairs {
 		owner := fmt.Sprintf("owner_%d", p)
-		routesAll = append(routesAll, Route{site, owner})
+		routesAll = append(routesAll, Route{SiteID: site, Owner: owner})
 		var stubs []protocol.JobStub
 		for j := range perPair {
 			st := stub(fmt.Sprintf("%s_job_%d", owner, j), owner)

@@ -237,7 +237,7 @@ func (h *h) enqueue(id, owner string) Job { return h.enqueueStub(site, stub(id, 
 
 func claimArgs(mods ...func(*ClaimInput)) ClaimInput {
 	in := ClaimInput{RunnerID: "runner_1", Owner: "alice", Device: freshDevice(),
-		Routes: []Route{{site, "alice"}}, Kinds: []string{protocol.KindGenerate}, Max: 10, LeaseMs: 60000}
+		Routes: []Route{{SiteID: site, Owner: "alice"}}, Kinds: []string{protocol.KindGenerate}, Max: 10, LeaseMs: 60000}
 	for _, m := range mods {
 		m(&in)
 	}
@@ -254,7 +254,7 @@ func routes(sites, owners []string) func(*ClaimInput) {
 		in.Routes = nil
 		for _, s := range sites {
 			for _, o := range owners {
-				in.Routes = append(in.Routes, Route{s, o})
+				in.Routes = append(in.Routes, Route{SiteID: s, Owner: o})
 			}
 		}
 	}

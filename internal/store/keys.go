@@ -1,26 +1,19 @@
 package store
 
-import (
-	"encoding/base64"
-	"fmt"
-	"regexp"
-)
+import "encoding/base64"
 
 // enc is the key-part encoding of store.md §9.2: base64url without padding.
 // Its alphabet has no ':', '{', '}' or ';', so every key splits unambiguously
 // and a hash tag built from it stays well-formed, whatever bytes the id holds.
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
-// namespacePattern keeps the namespace usable inside a hash tag.
-var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
-
 // keys builds every key name of one namespace. All of them start with
 // "<ns>:{<ns>}:", so they share one hash tag and one cluster slot (mode G).
 type keys struct{ p string }
 
 func newKeys(namespace string) (keys, error) {
-	if !namespacePattern.MatchString(namespace) {
-		return keys{}, fmt.Errorf("namespace %q: want 1-64 of [A-Za-z0-9_.-]", namespace)
+	if err := CheckNamespace(namespace); err != nil {
+		return keys{}, err
 	}
 	return keys{p: namespace + ":{" + namespace + "}:"}, nil
 }

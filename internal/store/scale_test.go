@@ -184,7 +184,7 @@ func TestClaimContinuesAcrossCalls(t *testing.T) {
 		h.enqueueStub("site_b", bob)
 		h.enqueue("a3", "alice")
 		got, stats, err := h.s.claim(h.ctx, claimArgs(maxJobs(3), func(in *ClaimInput) {
-			in.Routes = []Route{{site, "alice"}, {"site_b", "bob"}}
+			in.Routes = []Route{{SiteID: site, Owner: "alice"}, {SiteID: "site_b", Owner: "bob"}}
 		}))
 		if err != nil {
 			t.Fatal(err)

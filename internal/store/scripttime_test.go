@@ -53,7 +53,7 @@ func BenchmarkScriptTime(b *testing.B) {
 			owner := fmt.Sprintf("fo%d_%d", uniq, i)
 			stubs[i] = stub(fmt.Sprintf("f%d", i), owner)
 			stubs[i].Audience = protocol.AudienceTeam
-			rs[i] = Route{siteID, owner}
+			rs[i] = Route{SiteID: siteID, Owner: owner}
 		}
 		enqueueMany(b, e.s, be.client, siteID, stubs)
 		for len(rs) > 0 {
@@ -83,7 +83,7 @@ func BenchmarkScriptTime(b *testing.B) {
 			owner := fmt.Sprintf("ao%d_%d", uniq, i)
 			stubs[i] = stub(fmt.Sprintf("a%d", i), owner)
 			stubs[i].Audience = protocol.AudienceTeam
-			rs[i] = Route{siteID, owner}
+			rs[i] = Route{SiteID: siteID, Owner: owner}
 		}
 		enqueueMany(b, e.s, be.client, siteID, stubs)
 		for len(rs) > 0 {
@@ -207,7 +207,7 @@ func BenchmarkScriptTime(b *testing.B) {
 			}
 			enqueueMany(b, e.s, be.client, site, stubs)
 			runnerID := fmt.Sprint("refuser_", uniq)
-			in := claimArgs(deviceOwner(owner), runner(runnerID), maxJobs(2), func(in *ClaimInput) { in.Routes = []Route{{site, owner}} })
+			in := claimArgs(deviceOwner(owner), runner(runnerID), maxJobs(2), func(in *ClaimInput) { in.Routes = []Route{{SiteID: site, Owner: owner}} })
 			for {
 				got, err := e.s.Claim(ctx, in)
 				if err != nil {

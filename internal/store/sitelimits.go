@@ -114,3 +114,17 @@ func limitArgs(l SiteLimit) []string {
 		strconv.FormatFloat(max(l.Rate, 0), 'f', -1, 64), strconv.FormatInt(max(l.Burst, 1), 10),
 	}
 }
+
+// DefaultSiteLimit is every site's limit in the relay unless
+// RELAY_SITE_LIMITS says otherwise (Options.SiteLimits left zero limits
+// nothing). Generous on purpose: it is there to keep one site from filling
+// Valkey for everyone, not to shape ordinary traffic.
+//   - 10,000 unfinished jobs: about 21 MB of Valkey at the measured 2.1 KB
+//     per queued job, and far more than devices drain in a lease period.
+//   - 1 GiB of stubs, payloads and results: enough for thousands of
+//     ordinary jobs or 80 jobs carrying two 6 MiB envelopes each; a hub
+//     sizes Valkey at (sites that may fill it) x this.
+//   - 200 enqueues a second with bursts of 400: close to what one 2-core
+//     hub completes in all (about 250 jobs/s in the benchmarks), so only a
+//     runaway loop meets it.
+var DefaultSiteLimit = SiteLimit{Jobs: 10_000, Bytes: 1 << 30, Rate: 200, Burst: 400}

@@ -132,7 +132,7 @@ func TestSiteBytesLimit(t *testing.T) {
 			t.Fatalf("first seal: %+v", r)
 		}
 		h.checkSiteUse(site, siteB)
-		h.claim(maxJobs(1), deviceOwner("bob"), runner("runner_bob"), func(in *ClaimInput) { in.Routes = []Route{{site, "bob"}} })
+		h.claim(maxJobs(1), deviceOwner("bob"), runner("runner_bob"), func(in *ClaimInput) { in.Routes = []Route{{SiteID: site, Owner: "bob"}} })
 		before := dump(t, b, h.s)
 		if r := h.seal("a1"); r.Refused != RefusedSiteLimit || r.Limit != LimitBytes {
 			t.Fatalf("seal past the limit: %+v", r)
@@ -201,7 +201,7 @@ func TestSiteUseStaysExact(t *testing.T) {
 				}
 			case 2:
 				for _, g := range h.claim(maxJobs(3), deviceOwner(owner), runner("r_"+owner), func(in *ClaimInput) {
-					in.Routes = []Route{{site, owner}, {siteB, owner}}
+					in.Routes = []Route{{SiteID: site, Owner: owner}, {SiteID: siteB, Owner: owner}}
 				}) {
 					grants[g.Lease.ID] = g
 				}

@@ -110,7 +110,7 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 				grants := map[string]ClaimedStub{}
 				for _, o := range []string{"alice", "bob", "carol", "dave", "erin"} {
 					for _, g := range h.claim(maxJobs(20), deviceOwner(o), runner("runner_"+o), func(in *ClaimInput) {
-						in.Routes = []Route{{site, o}}
+						in.Routes = []Route{{SiteID: site, Owner: o}}
 					}) {
 						grants[stubID(g)] = g
 					}
@@ -182,7 +182,7 @@ func TestResultJobsSitesAndCacheBound(t *testing.T) {
 				h := newH(t, b, Options{ResultCacheBytes: cacheBytes})
 				for _, siteID := range []string{site, "site_other"} {
 					h.enqueueStub(siteID, stub("x", "alice"))
-					g := h.claim(func(in *ClaimInput) { in.Routes = []Route{{siteID, "alice"}} })
+					g := h.claim(func(in *ClaimInput) { in.Routes = []Route{{SiteID: siteID, Owner: "alice"}} })
 					if len(g) != 1 {
 						t.Fatalf("claim at %s: %d", siteID, len(g))
 					}

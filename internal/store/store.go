@@ -52,7 +52,7 @@ const (
 // Options configures a Store. Zero values mean the defaults named below.
 type Options struct {
 	// Namespace prefixes every key ("<ns>:{<ns>}:..."); default "byollm".
-	// 1-64 of [A-Za-z0-9_.-]. Two stores share state exactly when they share
+	// NamespacePattern says what one may be. Two stores share state exactly when they share
 	// a Valkey database and a namespace.
 	Namespace string
 	// OnChurn is told when a (site, owner) pair lets CHURN_EXPIRIES grants

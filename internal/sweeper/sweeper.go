@@ -28,7 +28,9 @@ type Store interface {
 // Defaults.
 const (
 	DefaultInterval = time.Second
-	DefaultBatch    = 100
+	// DefaultBatch is the store's own batch, which keeps one sweep script
+	// near 1 ms.
+	DefaultBatch = store.DefaultSweepBatch
 	// DefaultBudget bounds one tick's wall time.
 	DefaultBudget = 250 * time.Millisecond
 	// DefaultJitter spreads replicas' ticks over ±20% of the interval so

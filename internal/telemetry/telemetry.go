@@ -1,8 +1,10 @@
 // Package telemetry wires OpenTelemetry into the relay: a tracer provider that
 // exports over OTLP/HTTP only when an endpoint is configured, a meter provider
 // read by a Prometheus exporter on a private registry (served at /metrics on
-// the admin listener), an HTTP middleware, a store-script observer and a
-// slog handler that stamps trace ids on log lines.
+// the admin listener), an echo middleware (labelling each request with the
+// route its listener decided: recorded with SetRoute by the planes'
+// dispatcher, echo's own pattern on the admin listener), a store-script
+// observer and a slog handler that stamps trace ids on log lines.
 //
 // Nothing here ever records a payload, a key, a signature or a caller id:
 // labels and span attributes come from small closed sets (route, plane,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -92,27 +93,59 @@ next:
 	return nil
 }
 
-// fakeRelay answers like the relay would, and runs a store script inside the
-// request so the script span has the request span as parent.
-func fakeRelay(obs telemetry.ScriptObserver) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case strings.HasSuffix(r.URL.EscapedPath(), "/claim"):
-			_, end := obs(r.Context(), "claim")
-			end(nil)
-			w.Header().Set("content-type", "application/json")
-			_, _ = w.Write([]byte(`{"jobs":[]}`))
-		case r.URL.Path == "/relay/site/pending":
-			_, end := obs(r.Context(), "awaiting")
-			end(errors.New("valkey: connection refused"))
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"error":"server-error"}`))
-		case r.URL.Path == "/relay/site/enqueue":
-			w.WriteHeader(http.StatusForbidden)
-		default:
-			w.WriteHeader(http.StatusNotFound)
+// fakeRoutes stands in for the relay's dispatcher, which decides the route
+// of every request before the telemetry middleware runs (its own test,
+// internal/relay TestRouteOf, covers the real decision): the route of the
+// few targets these tests send.
+var fakeRoutes = map[string]telemetry.Route{
+	"/byollm/claim":          {Name: "/byollm/claim", Plane: telemetry.PlaneDaemon},
+	"/byollm/anything/claim": {Name: "/byollm/claim", Plane: telemetry.PlaneDaemon},
+	"/byollm/x/claim":        {Name: "/byollm/claim", Plane: telemetry.PlaneDaemon},
+	"/relay/site/pending":    {Name: "/relay/site/pending", Plane: telemetry.PlaneSite},
+	"/relay/site/enqueue":    {Name: "/relay/site/enqueue", Plane: telemetry.PlaneSite},
+}
+
+// fakeRelay answers like the relay would: it records the route first, then
+// the telemetry middleware runs, then a handler that runs a store script
+// inside the request so the script span has the request span as parent.
+func fakeRelay(tel *telemetry.Telemetry, cfg telemetry.MiddlewareConfig) http.Handler {
+	obs := tel.ScriptObserver()
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if r, ok := fakeRoutes[c.Request().URL.EscapedPath()]; ok {
+				r.CallerKind = telemetry.CallerAnonymous
+				if r.Plane == telemetry.PlaneDaemon && c.Request().Header.Get("x-byollm-runner") != "" {
+					r.CallerKind = telemetry.CallerRunner
+				}
+				if r.Plane == telemetry.PlaneSite && c.Request().Header.Get("x-byollm-site") != "" {
+					r.CallerKind = telemetry.CallerSite
+				}
+				telemetry.SetRoute(c, r)
+			}
+			return next(c)
 		}
 	})
+	e.Use(tel.Middleware(cfg))
+	h := func(c echo.Context) error {
+		r, _ := telemetry.RouteOf(c)
+		switch r.Name {
+		case "/byollm/claim":
+			_, end := obs(c.Request().Context(), "claim")
+			end(nil)
+			return c.Blob(http.StatusOK, "application/json", []byte(`{"jobs":[]}`))
+		case "/relay/site/pending":
+			_, end := obs(c.Request().Context(), "awaiting")
+			end(errors.New("valkey: connection refused"))
+			return c.Blob(http.StatusServiceUnavailable, "application/json", []byte(`{"error":"server-error"}`))
+		case "/relay/site/enqueue":
+			return c.NoContent(http.StatusForbidden)
+		}
+		return c.NoContent(http.StatusNotFound)
+	}
+	e.Any("/*", h)
+	e.RouteNotFound("/*", h)
+	return e
 }
 
 const (
@@ -140,7 +173,7 @@ func do(t *testing.T, method, url string, hdr map[string]string) *http.Response 
 
 func TestMiddlewareMetricsScrape(t *testing.T) {
 	tel, _ := setup(t)
-	srv := httptest.NewServer(tel.HTTPMiddleware(telemetry.MiddlewareConfig{})(fakeRelay(tel.ScriptObserver())))
+	srv := httptest.NewServer(fakeRelay(tel, telemetry.MiddlewareConfig{}))
 	defer srv.Close()
 
 	runner := map[string]string{"x-byollm-runner": secretRunner, "x-byollm-signature": secretSignature}
@@ -209,7 +242,7 @@ func TestMiddlewareMetricsScrape(t *testing.T) {
 
 func TestSpansFollowTraceparent(t *testing.T) {
 	tel, exp := setup(t)
-	srv := httptest.NewServer(tel.HTTPMiddleware(telemetry.MiddlewareConfig{})(fakeRelay(tel.ScriptObserver())))
+	srv := httptest.NewServer(fakeRelay(tel, telemetry.MiddlewareConfig{}))
 	defer srv.Close()
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -431,7 +464,7 @@ func TestRefusalLogsCarryTraceIDs(t *testing.T) {
 			}
 			var buf syncBuffer
 			logger := telemetry.NewLogger(&buf, true, slog.LevelDebug)
-			h := tel.HTTPMiddleware(telemetry.MiddlewareConfig{Logger: logger})(fakeRelay(tel.ScriptObserver()))
+			h := fakeRelay(tel, telemetry.MiddlewareConfig{Logger: logger})
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 
@@ -481,66 +514,43 @@ func TestLoggerWithoutSpanHasNoTraceIDs(t *testing.T) {
 	}
 }
 
-func TestClassifier(t *testing.T) {
-	cases := []struct {
-		base, path   string
-		hdr          map[string]string
-		route, plane string
-		caller       string
-	}{
-		{"/byollm", "/byollm/claim", map[string]string{"x-byollm-runner": "r"}, "/byollm/claim", "daemon", "runner"},
-		{"/byollm", "/byollm//claim", nil, "/byollm/claim", "daemon", "anonymous"},
-		{"/byollm", "/byollm/a/b/heartbeat", nil, "/byollm/heartbeat", "daemon", "anonymous"},
-		{"/byollm", "/byollm/pair", map[string]string{"x-byollm-runner": "r"}, "/byollm/pair", "daemon", "anonymous"},
-		{"/byollm", "/byollm/x/../release", nil, "/byollm/release", "daemon", "anonymous"},
-		{"/byollm", `/byollm\fetch`, nil, "/byollm/fetch", "daemon", "anonymous"},
-		{"/byollm", "/byollm/x/%2e%2e/result", nil, "/byollm/result", "daemon", "anonymous"},
-		{"/byollm", "/byollm/claim/", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/byollm/cl%61im", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/byollm%5Cclaim", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/literally/anything/claim", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/byollm", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/relay/site/results", map[string]string{"x-byollm-site": "s"}, "/relay/site/results", "site", "site"},
-		{"/byollm", "/relay/site/enqueue/", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/relay/site/Enqueue", nil, "unmatched", "none", "anonymous"},
-		{"/byollm", "/debug", nil, "/debug", "debug", "anonymous"},
-		{"/byollm", "/byollm/debug", nil, "/debug", "debug", "anonymous"},
-		{"/custom/", "/custom/claim", nil, "/custom/claim", "daemon", "anonymous"},
-		{"/custom", "/custom/debug", nil, "/debug", "debug", "anonymous"},
-		{"/custom", "/byollm/claim", nil, "unmatched", "none", "anonymous"},
+// On a listener routed by echo's router (the admin listener) the route is
+// echo's pattern, and whatever matched no route is one label.
+func TestRoutedListenerLabels(t *testing.T) {
+	tel, _ := setup(t)
+	e := echo.New()
+	e.Use(tel.Middleware(telemetry.MiddlewareConfig{Plane: telemetry.PlaneAdmin}))
+	ok := func(c echo.Context) error { return c.NoContent(http.StatusOK) }
+	e.GET("/metrics", ok)
+	e.GET("/pairings/:userCode", ok)
+	g := e.Group("", func(next echo.HandlerFunc) echo.HandlerFunc { return next })
+	g.GET("/projection", ok)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	for _, p := range []string{"/metrics", "/pairings/ABCD-EFGH", "/pairings/WXYZ-1234", "/projection", "/x", "/some/random/path/1234"} {
+		do(t, "GET", srv.URL+p, nil)
 	}
-	for _, c := range cases {
-		t.Run(c.path, func(t *testing.T) {
-			r := httptest.NewRequest("POST", "http://relay"+strings.ReplaceAll(c.path, `\`, "%5C"), nil)
-			r.RequestURI = c.path + "?siteId=x" // as the server records the request target
-			for k, v := range c.hdr {
-				r.Header.Set(k, v)
-			}
-			got := telemetry.ProtocolRoutes(c.base)(r)
-			if got.Name != c.route || got.Plane != c.plane || got.CallerKind != c.caller {
-				t.Errorf("ProtocolRoutes(%q)(%q) = %+v, want {%s %s %s}", c.base, c.path, got, c.route, c.plane, c.caller)
-			}
-		})
-	}
-	admin := telemetry.AdminRoutes("/metrics", "/healthz", "/readyz", "/admin/")
-	for path, want := range map[string]string{
-		"/metrics": "/metrics", "/readyz": "/readyz", "/admin/projection": "/admin/*", "/x": "unmatched",
-	} {
-		if got := admin(httptest.NewRequest("GET", path, nil)); got.Name != want || got.Plane != "admin" {
-			t.Errorf("AdminRoutes(%s) = %+v, want %s", path, got, want)
+	fams := scrape(t, tel)
+	for route, want := range map[string]float64{"/metrics": 1, "/pairings/:userCode": 2, "/projection": 1, "unmatched": 2} {
+		m := find(fams, "relay_http_requests_total", map[string]string{"route": route, "plane": "admin"})
+		if m == nil || m.GetCounter().GetValue() != want {
+			t.Errorf("relay_http_requests_total{route=%s,plane=admin} = %v, want %v", route, m, want)
 		}
+	}
+	if n := len(fams["relay_http_requests_total"].GetMetric()); n != 4 {
+		t.Errorf("relay_http_requests_total has %d series, want 4 (unbounded labels?)", n)
 	}
 }
 
 func TestHandlerCanCorrectRoute(t *testing.T) {
 	tel, exp := setup(t)
-	h := tel.HTTPMiddleware(telemetry.MiddlewareConfig{Classify: telemetry.AdminRoutes()})(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			telemetry.SetRoute(r.Context(), "/admin/projection", telemetry.PlaneAdmin)
-			telemetry.SetCallerKind(r.Context(), "operator")
-			w.WriteHeader(http.StatusNoContent)
-		}))
-	srv := httptest.NewServer(h)
+	e := echo.New()
+	e.Use(tel.Middleware(telemetry.MiddlewareConfig{Plane: telemetry.PlaneAdmin}))
+	e.PUT("/admin/*", func(c echo.Context) error {
+		telemetry.SetRoute(c, telemetry.Route{Name: "/admin/projection", Plane: telemetry.PlaneAdmin, CallerKind: "operator"})
+		return c.NoContent(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(e)
 	defer srv.Close()
 	do(t, "PUT", srv.URL+"/admin/projection", nil)
 	fams := scrape(t, tel)
@@ -582,7 +592,7 @@ func TestOTLPExport(t *testing.T) {
 	if !tel.Tracing() {
 		t.Fatal("tracing off with an endpoint configured")
 	}
-	srv := httptest.NewServer(tel.HTTPMiddleware(telemetry.MiddlewareConfig{})(fakeRelay(tel.ScriptObserver())))
+	srv := httptest.NewServer(fakeRelay(tel, telemetry.MiddlewareConfig{}))
 	defer srv.Close()
 	do(t, "POST", srv.URL+"/byollm/claim", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
