@@ -107,8 +107,8 @@ type ValkeyInfo struct {
 	MaxMemory        int64   `json:"maxMemory"` // 0: no limit
 	OpsPerSec        int64   `json:"opsPerSec"`
 	Clients          int64   `json:"connectedClients"`
-	Keys             int64   `json:"keys"`       // all databases' keys on the node answering
-	LatencyMicros    int64   `json:"latencyUs"`  // one PING round trip from this replica
+	Keys             int64   `json:"keys"`      // all databases' keys on the node answering
+	LatencyMicros    int64   `json:"latencyUs"` // one PING round trip from this replica
 	Clustered        bool    `json:"clustered"`
 	Topology         string  `json:"topology"` // "single node" or "cluster: N primaries"
 	Primaries        []Shard `json:"primaries,omitempty"`

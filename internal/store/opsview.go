@@ -35,10 +35,10 @@ func init() {
 // out first; they are then lower bounds).
 type SiteStates struct {
 	Live, Queued, AwaitingPayload, Ready, Running, Done int64
-	Partial                                            bool
-	OldestQueuedID                                     string // "" when none queued
-	OldestQueuedSeq                                    int64
-	Scripts                                            int // script calls the read took
+	Partial                                             bool
+	OldestQueuedID                                      string // "" when none queued
+	OldestQueuedSeq                                     int64
+	Scripts                                             int // script calls the read took
 }
 
 // OpsSiteStates reads a site's jobs by state in at most maxPages pages of
