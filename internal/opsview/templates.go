@@ -105,7 +105,7 @@ input,button{font:inherit;padding:.4rem .6rem}
 <h2>Devices that may serve it ({{.DevicesTotal}})</h2>
 <table id="devices"><tr><th>device</th><th>owner</th><th>now</th><th class="hide-s">capabilities</th></tr>
 {{range .Devices}}<tr><td><a href="/ui/device/{{.RunnerID}}">{{.RunnerID}}</a></td><td>{{.Owner}}</td>
-<td>{{if .Paused}}<span class="bad">paused</span>{{else if .Online}}<span class="ok">online</span>{{else}}<span class="muted">offline</span>{{end}}<br><span class="muted">{{ago $.Data.Now .LastSeenAt}}</span></td>
+<td style="white-space:nowrap">{{if .Paused}}<span class="bad">paused</span>{{else if .Online}}<span class="ok">online</span>{{else}}<span class="muted">offline</span>{{end}}<br><span class="muted">{{ago $.Data.Now .LastSeenAt}}</span></td>
 <td class="hide-s">{{printf "%s" .Capabilities}}</td></tr>{{end}}</table>
 {{if .NextPage}}<a href="?page={{.NextPage}}">next page</a>{{end}}
 {{end}}{{template "foot" .}}{{end}}
