@@ -67,7 +67,7 @@ type replicas struct {
 	ns      string
 }
 
-func startReplicas(ctx context.Context, t *testing.T, n int) replicas {
+func startReplicas(ctx context.Context, t *testing.T, n int, env ...string) replicas {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "relay")
@@ -98,6 +98,7 @@ func startReplicas(ctx context.Context, t *testing.T, n int) replicas {
 			"RELAY_LISTEN=127.0.0.1:0", "RELAY_ADMIN_LISTEN=127.0.0.1:0",
 			"RELAY_ADMIN_TOKEN="+adminToken, "RELAY_LOG_LEVEL=warn",
 			"RELAY_OPS_HEARTBEAT=200ms")
+		cmd.Env = append(cmd.Env, env...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		s, err := reference.Launch(ctx, cmd)
