@@ -26,6 +26,7 @@ type Source interface {
 	Churn(ctx context.Context, siteID string, owners []string) (map[string]int64, error)
 	Job(ctx context.Context, siteID, jobID string) (*store.Job, error)
 	Presence(ctx context.Context, runnerID string) (*store.Presence, error)
+	PresenceMany(ctx context.Context, runnerIDs []string) (map[string]store.PresenceSeen, error)
 	DeviceLeases(ctx context.Context, runnerID string) (store.DeviceLeases, error)
 	Replicas(ctx context.Context) ([]Replica, error)
 	Valkey(ctx context.Context) (ValkeyInfo, error)
@@ -39,12 +40,11 @@ type Source interface {
 
 // Bounds of one refresh.
 const (
-	sitePageSize   = 256 // live jobs per ops_site script
-	sitePages      = 16  // ... at most this many scripts per site page
-	heldLimit      = 64  // held entries a device page examines
-	replicaLimit   = 64  // replica records the fleet page reads
-	ListPage       = 50  // sites or devices per HTML/JSON page
-	presenceBudget = ListPage
+	sitePageSize = 128 // live jobs per ops_site script (about 0.3 ms of Valkey time)
+	sitePages    = 16  // ... at most this many per site page: 2048 live jobs, beyond that counts say "at least"
+	heldLimit    = 64  // held entries a device page examines
+	replicaLimit = 64  // replica records the fleet page reads
+	ListPage     = 50  // sites or devices per HTML/JSON page (one presence script per page)
 )
 
 // StoreSource implements Source over the routing store, the projection in
@@ -67,6 +67,9 @@ func (s StoreSource) Job(ctx context.Context, siteID, jobID string) (*store.Job,
 }
 func (s StoreSource) Presence(ctx context.Context, runnerID string) (*store.Presence, error) {
 	return s.Store.Presence(ctx, runnerID)
+}
+func (s StoreSource) PresenceMany(ctx context.Context, runnerIDs []string) (map[string]store.PresenceSeen, error) {
+	return s.Store.OpsPresence(ctx, runnerIDs)
 }
 func (s StoreSource) DeviceLeases(ctx context.Context, runnerID string) (store.DeviceLeases, error) {
 	return s.Store.OpsDeviceLeases(ctx, runnerID, heldLimit)

@@ -359,15 +359,19 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request, p principal) {
 	if more {
 		v.NextPage = v.Page + 1
 	}
+	ids := make([]string, len(pageDevs))
+	for i, d := range pageDevs {
+		ids[i] = d.RunnerID
+	}
+	presence, err := h.src.PresenceMany(ctx, ids)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	v.Devices = []DeviceRow{}
 	for _, d := range pageDevs {
 		row := DeviceRow{RunnerID: d.RunnerID, Owner: d.Owner, Paused: proj.PausedFor(d.Owner, siteID)}
-		pr, err := h.src.Presence(ctx, d.RunnerID)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		if pr != nil && pr.Owner == d.Owner {
+		if pr, ok := presence[d.RunnerID]; ok && pr.Owner == d.Owner {
 			row.LastSeenAt, row.Capabilities = pr.LastSeenAt, pr.Capabilities
 			row.Online = v.Now-pr.LastSeenAt <= h.online
 		}

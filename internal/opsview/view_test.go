@@ -37,11 +37,13 @@ const fixture = `{"sites":[
  {"owner":"bob","runnerId":"bob-laptop","device":{"identity":"ZGV2LWI","encryption":"ZS1i","encryptionSig":"cy1i"}}]}`
 
 type env struct {
-	srv *httptest.Server
-	st  *store.Store
+	srv    *httptest.Server
+	st     *store.Store
+	client valkey.Client
+	ns     string
 }
 
-func setup(t *testing.T) env {
+func setup(t testing.TB) env {
 	t.Helper()
 	u := os.Getenv("RELAY_TEST_VALKEY_URL")
 	if u == "" {
@@ -80,10 +82,10 @@ func setup(t *testing.T) env {
 	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: quiet})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return env{srv: srv, st: st}
+	return env{srv: srv, st: st, client: c, ns: ns}
 }
 
-func enqueue(t *testing.T, st *store.Store, site, id, owner string) {
+func enqueue(t testing.TB, st *store.Store, site, id, owner string) {
 	t.Helper()
 	_, err := st.Enqueue(context.Background(), store.EnqueueInput{SiteID: site, ID: id, Stub: protocol.JobStub{
 		ID: id, Kind: protocol.KindGenerate, Owner: owner, Site: site, Audience: protocol.AudiencePrivate, SizeClass: "small", DeadlineAt: 4_000_000_000_000}})
@@ -92,7 +94,7 @@ func enqueue(t *testing.T, st *store.Store, site, id, owner string) {
 	}
 }
 
-func claim(t *testing.T, st *store.Store, runner, owner string, routes ...store.Route) []store.ClaimedStub {
+func claim(t testing.TB, st *store.Store, runner, owner string, routes ...store.Route) []store.ClaimedStub {
 	t.Helper()
 	dev := protocol.PublicIdentity{Identity: "ZGV2LWE", Encryption: "ZS1h", EncryptionSig: "cy1h"}
 	got, err := st.Claim(context.Background(), store.ClaimInput{RunnerID: runner, Owner: owner, Device: dev,

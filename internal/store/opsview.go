@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	for _, n := range []string{"ops_site", "ops_churn", "ops_device", "ops_replicas", "ops_token_get", "ops_token_list"} {
+	for _, n := range []string{"ops_site", "ops_churn", "ops_presence", "ops_device", "ops_replicas", "ops_token_get", "ops_token_list"} {
 		readOnlyScripts[n] = true
 	}
 }
@@ -112,6 +112,55 @@ func (s *Store) OpsChurn(ctx context.Context, siteID string, owners []string) (m
 	}
 	for i, o := range owners {
 		out[o] = vals[i]
+	}
+	return out, nil
+}
+
+// PresenceSeen is what a device list shows of a runner's presence.
+type PresenceSeen struct {
+	Owner        string
+	LastSeenAt   int64
+	Capabilities json.RawMessage
+}
+
+// OpsPresence reads several runners' presence in one script; runners
+// without a record are absent from the map.
+func (s *Store) OpsPresence(ctx context.Context, runnerIDs []string) (map[string]PresenceSeen, error) {
+	out := map[string]PresenceSeen{}
+	if len(runnerIDs) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(runnerIDs))
+	for i, r := range runnerIDs {
+		if err := s.checkID("runner id", r); err != nil {
+			return nil, fmt.Errorf("ops presence: %w", err)
+		}
+		keys[i] = s.k.presence(r)
+	}
+	msg, err := s.run(ctx, "ops_presence", keys)
+	if err != nil {
+		return nil, fmt.Errorf("ops presence: %w", err)
+	}
+	parts, err := elems(msg, 3*len(runnerIDs))
+	if err != nil {
+		return nil, fmt.Errorf("ops presence: %w", err)
+	}
+	for i, r := range runnerIDs {
+		var f [3]string
+		for j := range f {
+			if f[j], err = str(parts[3*i+j]); err != nil {
+				return nil, fmt.Errorf("ops presence: %w", err)
+			}
+		}
+		if f[0] == "" {
+			continue
+		}
+		seen, _ := strconv.ParseInt(f[1], 10, 64)
+		p := PresenceSeen{Owner: f[0], LastSeenAt: seen}
+		if f[2] != "" {
+			p.Capabilities = json.RawMessage(f[2])
+		}
+		out[r] = p
 	}
 	return out, nil
 }
