@@ -140,9 +140,13 @@ func (s StoreSource) Valkey(ctx context.Context) (ValkeyInfo, error) {
 	}
 	kv := parseInfo(txt)
 	i := func(k string) int64 { n, _ := strconv.ParseInt(kv[k], 10, 64); return n }
-	out.Version = kv["valkey_version"]
-	if out.Version == "" {
+	switch {
+	case kv["valkey_version"] != "":
+		out.Version = "valkey " + kv["valkey_version"]
+	case kv["redis_version"] != "":
 		out.Version = "redis " + kv["redis_version"]
+	default:
+		out.Version = "unknown (embedded store)"
 	}
 	out.UsedMemory, out.MaxMemory = i("used_memory"), i("maxmemory")
 	out.OpsPerSec, out.Clients = i("instantaneous_ops_per_sec"), i("connected_clients")

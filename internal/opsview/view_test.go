@@ -43,20 +43,33 @@ type env struct {
 	ns     string
 }
 
-func setup(t testing.TB) env {
+func setup(t testing.TB) env { return setupOn(t, false) }
+
+// setupOn serves the view over a fresh namespace of the test Valkey, or of
+// the embedded store the relay uses without RELAY_VALKEY_URL.
+func setupOn(t testing.TB, embedded bool) env {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
+	var c valkey.Client
+	if embedded {
+		ec, closeStore, _, err := valkeyconn.Open(context.Background(), "", quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeStore)
+		c = ec
+	} else {
+		u := os.Getenv("RELAY_TEST_VALKEY_URL")
+		if u == "" {
+			u = "redis://127.0.0.1:6379/0"
+		}
+		vo, err := valkey.ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vo.DisableCache = true
+		if c, err = valkey.NewClient(vo); err != nil {
+			t.Fatalf("connect %s: %v", u, err)
+		}
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -65,7 +78,9 @@ func setup(t testing.TB) env {
 		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		c.Close()
+		if !embedded {
+			c.Close()
+		}
 	})
 	ctx := context.Background()
 	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: quiet})
@@ -278,9 +293,16 @@ func TestTokenLifecycle(t *testing.T) {
 }
 
 // The site page's counts are the store's, whichever pages the live set is
-// read in; the job page never carries payload bytes.
+// read in; the job page never carries payload bytes. On the real server and
+// on the embedded one (a relay without RELAY_VALKEY_URL).
 func TestSiteCountsMatchTheStore(t *testing.T) {
-	e := setup(t)
+	for _, embedded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "valkey", true: "embedded"}[embedded], func(t *testing.T) { siteCounts(t, embedded) })
+	}
+}
+
+func siteCounts(t *testing.T, embedded bool) {
+	e := setupOn(t, embedded)
 	ctx := context.Background()
 	for _, id := range []string{"q1", "q2", "q3", "q4", "q5"} {
 		enqueue(t, e.st, "site-a", id, "alice")
