@@ -309,7 +309,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		// to move if the admin listener's routing changes.
 		adm.HandleOpen("/ui/", opsview.New(opsview.Options{
 			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current},
-			AdminToken: cfg.AdminToken, Secure: certs != nil, Logger: log,
+			AdminToken: cfg.AdminToken, Logger: log,
 		}))
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
 			Name: "admin",

@@ -253,7 +253,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/ui/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil, MaxAge: 12 * 3600})
+		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: 12 * 3600})
 	to := "/ui/"
 	if !p.Admin {
 		to = "/ui/site/" + url.PathEscape(p.Site)
@@ -268,6 +268,13 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: -1})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// secureFor marks the cookie Secure when the browser reached the view over
+// TLS: here, or at a proxy that says so. Not on plain HTTP, where a browser
+// would drop a Secure cookie and the login would never stick.
+func (h *Handler) secureFor(r *http.Request) bool {
+	return h.secure || r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }

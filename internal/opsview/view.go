@@ -20,7 +20,7 @@ import (
 type Options struct {
 	Source     Source
 	AdminToken string // "" disables admin access (site tokens still need one to be minted)
-	Secure     bool   // mark the login cookie Secure even without TLS seen here (TLS ends at a proxy)
+	Secure     bool   // always mark the login cookie Secure (TLS ends at a proxy that sends no X-Forwarded-Proto)
 	Logger     *slog.Logger
 	// OnlineWithinMs is how recent a presence must be to count as online
 	// (default 90 s: daemons heartbeat every few seconds).

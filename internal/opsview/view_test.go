@@ -283,6 +283,21 @@ func TestTokenLifecycle(t *testing.T) {
 	if a := do(t, nil, req); a.status != 404 {
 		t.Errorf("revoke twice: %d %s", a.status, a.body)
 	}
+	// The cookie's flags: HttpOnly and SameSite=Strict always, Secure when
+	// the browser came over TLS (here: a proxy that says so).
+	for _, proto := range []string{"", "https"} {
+		req, _ = http.NewRequest(http.MethodPost, base+"/ui/login", strings.NewReader("token="+adminToken))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if proto != "" {
+			req.Header.Set("X-Forwarded-Proto", proto)
+		}
+		a := do(t, nil, req)
+		sc := a.header.Get("Set-Cookie")
+		if a.status != http.StatusSeeOther || !strings.Contains(sc, "HttpOnly") || !strings.Contains(sc, "SameSite=Strict") ||
+			!strings.Contains(sc, "Path=/ui/") || strings.Contains(sc, "Secure") != (proto == "https") {
+			t.Errorf("login (proto %q): %d Set-Cookie %q", proto, a.status, sc)
+		}
+	}
 	// A login posted from another origin is refused.
 	req, _ = http.NewRequest(http.MethodPost, base+"/ui/login", strings.NewReader("token="+adminToken))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
