@@ -167,8 +167,10 @@ func (s *Store) OpsPresence(ctx context.Context, runnerIDs []string) (map[string
 
 // HeldJob is a job a runner holds that is not done.
 type HeldJob struct {
-	SiteID, JobID, State string
-	LeaseExpiresAt       int64
+	SiteID         string `json:"siteId"`
+	JobID          string `json:"jobId"`
+	State          string `json:"state"`
+	LeaseExpiresAt int64  `json:"leaseExpiresAt"`
 }
 
 // DeviceLeases is what a runner holds: Held counts its grants, done jobs
