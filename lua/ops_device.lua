@@ -2,6 +2,7 @@
 -- bounded: the first ARGV[4] entries of held:<eR> in seq order, one HMGET
 -- each; never a payload or result. It reads the current key layout
 -- (internal/store/doc.go).
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
 --
 -- KEYS[1]  held:<eR>  jobs R holds, done included
 -- KEYS[2]  cxl:<eR>   cancelled jobs R holds

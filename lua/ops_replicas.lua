@@ -1,6 +1,7 @@
 -- ops_replicas: the replicas' heartbeat records, newest first, for the
 -- operations view. Pure read, bounded by ARGV[4]; records that expired are
 -- skipped.
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
 --
 -- KEYS[1]  ops:rs  ZSET replica id (base64url) -> last write (ms)
 -- ARGV[1..3] prefix, offset, churn (unused)

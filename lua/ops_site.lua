@@ -2,6 +2,7 @@
 -- operations view (internal/opsview). Pure read, bounded: SSCAN of the
 -- site's live set sl:<eS> (one set, never the keyspace) with COUNT ARGV[6],
 -- one HMGET per member. It reads the current key layout (internal/store/doc.go).
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
 --
 -- KEYS[1]  sl:<eS>   the site's live jobs (not done, not cancelled)
 -- KEYS[2]  aw:<eS>   its awaiting-payload index

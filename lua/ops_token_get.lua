@@ -1,4 +1,5 @@
 -- ops_token_get: the record of a scoped view token by its digest. Pure read.
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
 --
 -- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
 -- ARGV[1..3] prefix, offset, churn (unused)
