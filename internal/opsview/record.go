@@ -68,6 +68,9 @@ func (w *refusalWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *refusalWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()

@@ -370,3 +370,38 @@ func siteCounts(t *testing.T, embedded bool) {
 		}
 	}
 }
+
+// A site-plane refusal is counted under the site it names, by its error
+// code, only for a site the projection knows; other routes and unknown
+// sites count nothing.
+func TestRefusalsCounted(t *testing.T) {
+	a := NewActivity(func(s string) bool { return s == "site-a" })
+	h := a.Refusals(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("ok") != "" {
+			w.Write([]byte(`{}`))
+			return
+		}
+		writeError(w, http.StatusTooManyRequests, "rate-limited", "slow down")
+	}))
+	send := func(path, site string) {
+		req := httptest.NewRequest(http.MethodPost, path, nil)
+		if site != "" {
+			req.Header.Set("x-byollm-site", site)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send("/relay/site/enqueue", "site-a")
+	send("/relay/site/pending", "site-a")
+	send("/relay/site/enqueue?ok=1", "site-a")
+	send("/relay/site/enqueue", "made-up")
+	send("/byollm/claim", "site-a")
+	send("/relay/site/enqueue", "")
+	sites, _ := a.snapshot()
+	if len(sites) != 1 || len(sites["site-a"]) != 1 || sites["site-a"][0].Refusals["rate-limited"] != 2 || len(sites["site-a"][0].Refusals) != 1 {
+		t.Fatalf("counted %+v", sites)
+	}
+	mins, reasons := siteActivity([]Replica{{Sites: sites}, {Sites: sites}}, "site-a", nowFunc().UnixMilli())
+	if len(mins) != 1 || reasons["rate-limited"] != 4 {
+		t.Fatalf("summed over two replicas: %+v %v", mins, reasons)
+	}
+}
