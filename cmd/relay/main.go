@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/pairings"
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/projectionsync"
@@ -119,6 +122,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}()
 	metrics := tel.Metrics()
+	// Per-site activity for the operations view, counted in memory and
+	// published in this replica's heartbeat record (internal/opsview).
+	// Only the projection's sites are counted; proj is set just below.
+	var proj *projectionsync.Sync
+	activity := opsview.NewActivity(func(siteID string) bool {
+		p := proj.Current()
+		return p != nil && p.SiteFor(siteID) != nil
+	})
 
 	client, closeStore, embedded, err := valkeyconn.Open(bg, cfg.ValkeyURL, log)
 	if err != nil {
@@ -135,6 +146,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		SiteLimits:        cfg.SiteLimits,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
+			activity.Churned(r)
 			log.Warn("unsealed churn: a site keeps letting grants expire unsealed", slog.Any("report", r))
 		},
 	})
@@ -150,7 +162,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return fmt.Errorf("policy store: %w", err)
 	}
 
-	proj := projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
+	proj = projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
 	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelStart()
 	if err := proj.Refresh(startCtx); err != nil {
@@ -237,7 +249,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	planes, err := relay.New(relay.Config{
-		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
+		Store: &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics, act: activity,
+			siteOfKey: func(keyID string) (string, bool) {
+				if p := proj.Current(); p != nil {
+					return p.SiteIDForKey(keyID)
+				}
+				return "", false
+			}},
 		Projection:      proj,
 		BasePath:        cfg.BasePath,
 		LeaseMs:         cfg.LeaseMs,
@@ -271,7 +289,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	planesSrv, err := httpserve.Listen(cfg.Listen, httpserve.Options{
 		Name:        "planes",
-		Handler:     checker.CloseWhileDraining(planes.Handler()),
+		Handler:     checker.CloseWhileDraining(activity.Refusals(planes.Handler())),
 		MaxConns:    cfg.MaxConns,
 		BodyTimeout: cfg.BodyTimeout,
 		TLS:         certs,
@@ -290,6 +308,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		adm.HandleOpen(http.MethodGet, "/healthz", checker.Healthz())
 		adm.HandleOpen(http.MethodGet, "/readyz", checker.Readyz())
 		adm.HandleOpen(http.MethodGet, "/metrics", tel.MetricsHandler())
+		// The operations view checks tokens itself (the admin token, or a
+		// read-only site token), so it is mounted on the open side.
+		ui := opsview.New(opsview.Options{
+			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current},
+			AdminToken: cfg.AdminToken, Logger: log,
+		})
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			adm.HandleOpen(method, "/ui", ui)
+			adm.HandleOpen(method, "/ui/*", ui)
+		}
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
 			Name:        "admin",
 			Handler:     checker.CloseWhileDraining(adm),
@@ -318,10 +346,36 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	if cfg.SweepInterval > 0 {
 		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: log,
-			OnSweep: func(requeued, removed int) { metrics.RecordSweep(bg, requeued, removed) }})
+			OnSweep: func(requeued, removed int) {
+				metrics.RecordSweep(bg, requeued, removed)
+				activity.Swept(requeued, removed)
+			}})
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.Run(bg) }()
 	}
+	// This replica's heartbeat record for the operations view's fleet page.
+	replicaID := replicaName()
+	startedAt := time.Now().UnixMilli()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		opsview.Heartbeat(bg, opsview.HeartbeatOptions{Store: st, Activity: activity, Logger: log,
+			Interval: cfg.HeartbeatInterval,
+			Fill: func(ctx context.Context, r *opsview.Replica) {
+				ps := proj.State()
+				r.ID, r.Version, r.StartedAt = replicaID, buildVersion(), startedAt
+				r.Draining = checker.Draining()
+				r.Ready = ps.Loaded && !r.Draining
+				if !ps.Loaded {
+					r.NotReady = []string{"projection"}
+				}
+				r.ProjectionVersion = ps.Version
+				if !ps.LoadedAt.IsZero() {
+					r.ProjectionAgeSec = time.Since(ps.LoadedAt).Seconds()
+				}
+				r.Listen = planesSrv.Addr().String()
+			}})
+	}()
 	defer wg.Wait()
 	defer stopBackground()
 
@@ -424,4 +478,29 @@ func healthcheck(ctx context.Context, args []string, getenv func(string) string,
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// replicaName names this replica in the fleet view: host and process, plus
+// a few random bytes so a restart on the same host is a new record.
+func replicaName() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
+}
+
+// buildVersion is the module version the binary was built as ("devel" for
+// a source build) and its VCS revision when known.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
 }

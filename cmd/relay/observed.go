@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
@@ -20,6 +21,11 @@ type observedStore struct {
 	relay.Store
 	obs telemetry.ScriptObserver
 	m   *telemetry.Metrics
+	// act counts per-site enqueues and completions in memory for the
+	// operations view (nil: not counted); siteOfKey maps a result's
+	// recipient key id to its site.
+	act       *opsview.Activity
+	siteOfKey func(keyID string) (string, bool)
 }
 
 func observe[T any](o *observedStore, ctx context.Context, op string, f func(context.Context) (T, error)) (T, error) {
@@ -47,6 +53,9 @@ func (o *observedStore) Enqueue(ctx context.Context, in store.EnqueueInput) (sto
 	if limited != nil {
 		o.m.RecordSiteLimit(ctx, in.SiteID, limited.Limit)
 		return job, fmt.Errorf("enqueue: %w", limited)
+	}
+	if err == nil {
+		o.act.Enqueued(in.SiteID)
 	}
 	return job, err
 }
@@ -76,7 +85,13 @@ func (o *observedStore) TakePayload(ctx context.Context, in store.HolderInput) (
 }
 
 func (o *observedStore) Complete(ctx context.Context, in store.CompleteInput) (store.CompleteResult, error) {
-	return observe(o, ctx, "complete", func(ctx context.Context) (store.CompleteResult, error) { return o.Store.Complete(ctx, in) })
+	r, err := observe(o, ctx, "complete", func(ctx context.Context) (store.CompleteResult, error) { return o.Store.Complete(ctx, in) })
+	if err == nil && r.Accepted && !r.Duplicate && o.act != nil && o.siteOfKey != nil {
+		if site, ok := o.siteOfKey(opsview.RecipientKeyID(in.Envelope)); ok {
+			o.act.Completed(site)
+		}
+	}
+	return r, err
 }
 
 func (o *observedStore) ReleaseLeases(ctx context.Context, in store.ReleaseInput) ([]string, error) {

@@ -80,6 +80,10 @@ type Config struct {
 	DaemonFloor string
 	// SweepInterval is the background sweeper's mean period; 0 disables it.
 	SweepInterval time.Duration
+	// HeartbeatInterval is how often the replica writes its record for the
+	// operations view's fleet page (internal/opsview); the record expires
+	// after five intervals without one.
+	HeartbeatInterval time.Duration
 	// SweepBatch is how many due jobs one sweep call settles at most.
 	SweepBatch int
 	// StoreTimeout bounds each store call the planes make; a slower call
@@ -446,6 +450,14 @@ var options = []option{
 			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval)
 		}
 		c.SweepInterval = d
+		return nil
+	}},
+	{env: "RELAY_OPS_HEARTBEAT", flag: "ops-heartbeat", def: "3s", usage: "how often this replica writes its record for the operations view at /ui/ (one script call); it expires after five intervals without one", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			return fmt.Errorf("%q is not a heartbeat interval; write a Go duration from 100ms to 1m, e.g. 3s", v)
+		}
+		c.HeartbeatInterval = d
 		return nil
 	}},
 	{env: "RELAY_SWEEP_BATCH", flag: "sweep-batch", def: strconv.Itoa(store.DefaultSweepBatch), usage: "due jobs settled per sweep call (one Lua script run); 24 keeps each call under about 1 ms", apply: func(c *Config, v string) error {

@@ -1,0 +1,280 @@
+package opsview
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/byollm/relay-go/internal/store"
+)
+
+// cookieName carries the token a person logged in with. HttpOnly and
+// SameSite=Strict, so no script reads it and no other site's page sends
+// it; the view answers GET only with it, so a forged cross-site request has
+// nothing to change.
+const cookieName = "relay_ui"
+
+// principal is who a request is: the admin, or a site's read-only token.
+type principal struct {
+	Admin   bool
+	Site    string // the one site a scoped token sees
+	TokenID string
+}
+
+// sees reports whether the principal may see siteID.
+func (p principal) sees(siteID string) bool { return p.Admin || p.Site == siteID }
+
+type tokenRecord struct {
+	ID        string `json:"id"`
+	Site      string `json:"site"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+func digest(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(d[:])
+}
+
+// bearer is the token of the one Authorization header ("Bearer" in any
+// case, then spaces), "" when absent or malformed.
+func bearer(r *http.Request) (string, bool) {
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(vals[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimLeft(tok, " ")
+	return tok, tok != ""
+}
+
+// identify resolves the request's token: the Authorization header first,
+// then the login cookie. ok is false when there is no valid token.
+func (h *Handler) identify(ctx context.Context, r *http.Request, allowCookie bool) (principal, bool, error) {
+	tok, ok := bearer(r)
+	if !ok && allowCookie {
+		if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+			tok, ok = c.Value, true
+		}
+	}
+	if !ok {
+		return principal{}, false, nil
+	}
+	return h.check(ctx, tok)
+}
+
+func (h *Handler) check(ctx context.Context, tok string) (principal, bool, error) {
+	if len(tok) > 512 {
+		return principal{}, false, nil
+	}
+	if h.adminSet {
+		got := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(got[:], h.adminSum[:]) == 1 {
+			return principal{Admin: true}, true, nil
+		}
+	}
+	raw, err := h.src.Token(ctx, digest(tok))
+	if err != nil {
+		return principal{}, false, err
+	}
+	if raw == nil {
+		return principal{}, false, nil
+	}
+	var rec tokenRecord
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.Site == "" {
+		return principal{}, false, fmt.Errorf("view token record: %v", err)
+	}
+	return principal{Site: rec.Site, TokenID: rec.ID}, true, nil
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // the OS has no randomness: nothing is safe
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// adminOnly answers the token API: the admin token in the Authorization
+// header, never the cookie, so a page on another origin cannot mint or
+// revoke with a logged-in browser's cookie.
+func (h *Handler) adminOnly(w http.ResponseWriter, r *http.Request) bool {
+	p, ok, err := h.identify(r.Context(), r, false)
+	if err != nil {
+		h.fail(w, r, err)
+		return false
+	}
+	if !ok || !p.Admin {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="relay-admin"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the admin token is required (Authorization: Bearer)")
+		return false
+	}
+	return true
+}
+
+// mintToken is POST /ui/tokens {"site":"..."}: a new read-only token for
+// one site. The token is shown once; Valkey keeps only its SHA-256.
+func (h *Handler) mintToken(w http.ResponseWriter, r *http.Request) {
+	if !h.adminOnly(w, r) {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "payload-too-large", "the body is over 4096 bytes")
+		return
+	}
+	var in struct {
+		Site *string `json:"site"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || dec.More() || in.Site == nil {
+		writeError(w, http.StatusBadRequest, "invalid-request", `expected {"site":"<site id>"}`)
+		return
+	}
+	site := *in.Site
+	if site == "" || len(site) > 256 || !utf8.ValidString(site) || strings.ContainsRune(site, 0) {
+		writeError(w, http.StatusBadRequest, "invalid-request", "site: a non-empty site id of at most 256 bytes")
+		return
+	}
+	p := h.src.Projection()
+	if p == nil || p.SiteFor(site) == nil {
+		writeError(w, http.StatusBadRequest, "invalid-request", "site: no such site in the projection in force")
+		return
+	}
+	now, err := h.src.Now(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rec := tokenRecord{ID: "vt_" + randomString(9), Site: site, CreatedAt: now}
+	tok := "rvt_" + randomString(32)
+	b, _ := json.Marshal(rec)
+	if err := h.src.PutToken(r.Context(), digest(tok), rec.ID, b); err != nil {
+		if errors.Is(err, store.ErrTokenRefused) {
+			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("at most %d view tokens exist at once: revoke some first", store.MaxViewTokens))
+			return
+		}
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": rec.ID, "site": rec.Site, "createdAt": rec.CreatedAt, "token": tok})
+}
+
+// revokeToken is DELETE /ui/tokens/{id}.
+func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if !h.adminOnly(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	if id == "" || len(id) > 64 {
+		writeError(w, http.StatusNotFound, "not-found", "no such token")
+		return
+	}
+	ok, err := h.src.DropToken(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "not-found", "no such token")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "revoked": true})
+}
+
+// listTokens is GET /ui/tokens: every token's id, site and creation time.
+func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) {
+	if !h.adminOnly(w, r) {
+		return
+	}
+	raws, err := h.src.Tokens(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := []tokenRecord{}
+	for _, raw := range raws {
+		var rec tokenRecord
+		if json.Unmarshal(raw, &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+}
+
+// sameOrigin refuses a form post whose Origin (or Referer) names another
+// host: with SameSite=Strict this is belt and braces against login CSRF.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		o = r.Header.Get("Referer")
+	}
+	if o == "" || o == "null" {
+		return o == ""
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+// login is POST /ui/login (form field "token"): sets the cookie.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, "forbidden", "cross-origin login refused")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid-request", "a form with a token field of at most 4096 bytes")
+		return
+	}
+	tok := strings.TrimSpace(r.PostForm.Get("token"))
+	p, ok, err := h.check(r.Context(), tok)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok || tok == "" {
+		w.WriteHeader(http.StatusUnauthorized)
+		h.render(w, r, "login", page{Title: "Log in", Message: "That token is not valid (or was revoked)."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: 12 * 3600})
+	to := "/ui/"
+	if !p.Admin {
+		to = "/ui/site/" + url.PathEscape(p.Site)
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// logout is POST /ui/logout: drops the cookie.
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, "forbidden", "cross-origin logout refused")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: -1})
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// secureFor marks the cookie Secure when the browser reached the view over
+// TLS: here, or at a proxy that says so. Not on plain HTTP, where a browser
+// would drop a Secure cookie and the login would never stick.
+func (h *Handler) secureFor(r *http.Request) bool {
+	return h.secure || r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}

@@ -1,0 +1,322 @@
+package store
+
+// Reads and records for the operations view (internal/opsview). They read
+// the CURRENT key layout (doc.go: one hash tag, j:⟨S⟩:⟨J⟩, sl:⟨S⟩, aw:⟨S⟩,
+// fin:⟨S⟩, held:⟨R⟩, cxl:⟨R⟩, churn:⟨S⟩:⟨O⟩) and keep their own keys under
+// ops:; everything the view needs from the store is in this file and in
+// lua/ops_*.lua, so a change of layout ports them in one place. Every read
+// is bounded (pages of one set or index, never SCAN or KEYS) and runs with
+// EVALSHA_RO.
+//
+//	ops:rs                 ZSET  replica id -> last heartbeat (ms)
+//	ops:r:⟨id⟩             STR   the replica's heartbeat record (JSON), PX TTL
+//	ops:tk                 HASH  SHA-256 of a scoped view token -> record JSON
+//	ops:ti                 HASH  token id -> SHA-256
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+func init() {
+	for _, n := range []string{"ops_site", "ops_churn", "ops_presence", "ops_device", "ops_replicas", "ops_token_get", "ops_token_list"} {
+		readOnlyScripts[n] = true
+	}
+}
+
+// SiteStates is a site's jobs by state. Live, AwaitingPayload and Done are
+// exact (one SCARD/ZCARD each); Queued, Ready and Running come from reading
+// the live set in pages and are exact unless Partial (the page budget ran
+// out first; they are then lower bounds).
+type SiteStates struct {
+	Live, Queued, AwaitingPayload, Ready, Running, Done int64
+	Partial                                             bool
+	OldestQueuedID                                      string // "" when none queued
+	OldestQueuedSeq                                     int64
+	Scripts                                             int // script calls the read took
+}
+
+// OpsSiteStates reads a site's jobs by state in at most maxPages pages of
+// about pageSize live jobs each.
+func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxPages int) (SiteStates, error) {
+	if err := s.checkID("site id", siteID); err != nil {
+		return SiteStates{}, fmt.Errorf("ops site: %w", err)
+	}
+	eS := enc(siteID)
+	keys := []string{s.k.siteLive(siteID), s.k.awaiting(siteID), s.k.finished(siteID)}
+	var out SiteStates
+	cursor := "0"
+	for {
+		msg, err := s.run(ctx, "ops_site", keys, eS, cursor, strconv.Itoa(pageSize))
+		if err != nil {
+			return SiteStates{}, fmt.Errorf("ops site: %w", err)
+		}
+		out.Scripts++
+		parts, err := elems(msg, 11)
+		if err != nil {
+			return SiteStates{}, fmt.Errorf("ops site: %w", err)
+		}
+		var v [11]string
+		for i := range v {
+			if v[i], err = parts[i].ToString(); err != nil {
+				n, err2 := parts[i].AsInt64()
+				if err2 != nil {
+					return SiteStates{}, fmt.Errorf("ops site: item %d: %w", i, err)
+				}
+				v[i] = strconv.FormatInt(n, 10)
+			}
+		}
+		n := func(i int) int64 { x, _ := strconv.ParseInt(v[i], 10, 64); return x }
+		out.Live, out.AwaitingPayload, out.Done = n(1), n(2), n(3)
+		out.Queued += n(5)
+		out.Ready += n(6)
+		out.Running += n(7)
+		if v[9] != "" && (out.OldestQueuedID == "" || n(9) < out.OldestQueuedSeq) {
+			out.OldestQueuedSeq, out.OldestQueuedID = n(9), v[10]
+		}
+		cursor = v[0]
+		if cursor == "0" {
+			return out, nil
+		}
+		if out.Scripts >= maxPages {
+			out.Partial = true
+			return out, nil
+		}
+	}
+}
+
+// OpsChurn is, for each owner, how many awaiting-payload timeouts the
+// (site, owner) pair has on record in its churn window: the site's unsealed
+// lapses. One O(1) read per owner, in one script.
+func (s *Store) OpsChurn(ctx context.Context, siteID string, owners []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(owners) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(owners))
+	for i, o := range owners {
+		keys[i] = s.k.p + "churn:" + enc(siteID) + ":" + enc(o)
+	}
+	msg, err := s.run(ctx, "ops_churn", keys)
+	if err != nil {
+		return nil, fmt.Errorf("ops churn: %w", err)
+	}
+	vals, err := msg.AsIntSlice()
+	if err != nil || len(vals) != len(owners) {
+		return nil, fmt.Errorf("ops churn: unexpected reply %v: %v", msg, err)
+	}
+	for i, o := range owners {
+		out[o] = vals[i]
+	}
+	return out, nil
+}
+
+// PresenceSeen is what a device list shows of a runner's presence.
+type PresenceSeen struct {
+	Owner        string
+	LastSeenAt   int64
+	Capabilities json.RawMessage
+}
+
+// OpsPresence reads several runners' presence in one script; runners
+// without a record are absent from the map.
+func (s *Store) OpsPresence(ctx context.Context, runnerIDs []string) (map[string]PresenceSeen, error) {
+	out := map[string]PresenceSeen{}
+	if len(runnerIDs) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(runnerIDs))
+	for i, r := range runnerIDs {
+		if err := s.checkID("runner id", r); err != nil {
+			return nil, fmt.Errorf("ops presence: %w", err)
+		}
+		keys[i] = s.k.presence(r)
+	}
+	msg, err := s.run(ctx, "ops_presence", keys)
+	if err != nil {
+		return nil, fmt.Errorf("ops presence: %w", err)
+	}
+	parts, err := elems(msg, 3*len(runnerIDs))
+	if err != nil {
+		return nil, fmt.Errorf("ops presence: %w", err)
+	}
+	for i, r := range runnerIDs {
+		var f [3]string
+		for j := range f {
+			if f[j], err = str(parts[3*i+j]); err != nil {
+				return nil, fmt.Errorf("ops presence: %w", err)
+			}
+		}
+		if f[0] == "" {
+			continue
+		}
+		seen, _ := strconv.ParseInt(f[1], 10, 64)
+		p := PresenceSeen{Owner: f[0], LastSeenAt: seen}
+		if f[2] != "" {
+			p.Capabilities = json.RawMessage(f[2])
+		}
+		out[r] = p
+	}
+	return out, nil
+}
+
+// HeldJob is a job a runner holds that is not done.
+type HeldJob struct {
+	SiteID         string `json:"siteId"`
+	JobID          string `json:"jobId"`
+	State          string `json:"state"`
+	LeaseExpiresAt int64  `json:"leaseExpiresAt"`
+}
+
+// DeviceLeases is what a runner holds: Held counts its grants, done jobs
+// included (as held:⟨R⟩ keeps them), Cancelled the cancelled ones, Active
+// lists the not-done jobs among the first `limit` it holds.
+type DeviceLeases struct {
+	Held, Cancelled int64
+	Active          []HeldJob
+}
+
+// OpsDeviceLeases reads a runner's leases, bounded by limit.
+func (s *Store) OpsDeviceLeases(ctx context.Context, runnerID string, limit int) (DeviceLeases, error) {
+	if err := s.checkID("runner id", runnerID); err != nil {
+		return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
+	}
+	msg, err := s.run(ctx, "ops_device", []string{s.k.held(runnerID), s.k.cancelled(runnerID)}, strconv.Itoa(limit))
+	if err != nil {
+		return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
+	}
+	parts, err := elems(msg, 2)
+	if err != nil || (len(parts)-2)%4 != 0 {
+		return DeviceLeases{}, fmt.Errorf("ops device: reply of %d items: %v", len(parts), err)
+	}
+	var out DeviceLeases
+	if out.Held, err = num(parts[0]); err != nil {
+		return out, fmt.Errorf("ops device: %w", err)
+	}
+	if out.Cancelled, err = num(parts[1]); err != nil {
+		return out, fmt.Errorf("ops device: %w", err)
+	}
+	out.Active = []HeldJob{}
+	for i := 2; i < len(parts); i += 4 {
+		var f [4]string
+		for j := range f {
+			if f[j], err = str(parts[i+j]); err != nil {
+				return out, fmt.Errorf("ops device: %w", err)
+			}
+		}
+		ce, _ := strconv.ParseInt(f[3], 10, 64)
+		out.Active = append(out.Active, HeldJob{SiteID: f[0], JobID: f[1], State: f[2], LeaseExpiresAt: ce})
+	}
+	return out, nil
+}
+
+// MaxReplicaRecords bounds the replica index.
+const MaxReplicaRecords = 256
+
+// PutReplicaRecord writes a replica's heartbeat record (JSON), which expires
+// after ttlMs unless written again, and returns Valkey's clock.
+func (s *Store) PutReplicaRecord(ctx context.Context, replicaID string, record []byte, ttlMs int64) (int64, error) {
+	if err := s.checkID("replica id", replicaID); err != nil {
+		return 0, fmt.Errorf("replica record: %w", err)
+	}
+	if !json.Valid(record) || len(record) > 1<<20 {
+		return 0, fmt.Errorf("replica record: %w: not JSON or over 1 MiB", ErrInvalidInput)
+	}
+	e := enc(replicaID)
+	msg, err := s.run(ctx, "ops_replica_put", []string{s.k.p + "ops:rs", s.k.p + "ops:r:" + e},
+		e, string(record), strconv.FormatInt(ttlMs, 10), strconv.Itoa(MaxReplicaRecords))
+	if err != nil {
+		return 0, fmt.Errorf("replica record: %w", err)
+	}
+	v, err := str(msg)
+	if err != nil {
+		return 0, fmt.Errorf("replica record: %w", err)
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// ReplicaRecords reads the live replicas' records, newest first, at most limit.
+func (s *Store) ReplicaRecords(ctx context.Context, limit int) ([]json.RawMessage, error) {
+	msg, err := s.run(ctx, "ops_replicas", []string{s.k.p + "ops:rs"}, strconv.Itoa(limit))
+	if err != nil {
+		return nil, fmt.Errorf("replica records: %w", err)
+	}
+	return rawList(msg, "replica records")
+}
+
+func rawList(msg valkey.ValkeyMessage, what string) ([]json.RawMessage, error) {
+	parts, err := elems(msg, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out := make([]json.RawMessage, 0, len(parts))
+	for _, p := range parts {
+		v, err := str(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, json.RawMessage(v))
+	}
+	return out, nil
+}
+
+// MaxViewTokens bounds how many scoped view tokens exist at once.
+const MaxViewTokens = 1000
+
+// ErrTokenRefused is PutViewToken's answer when the cap is reached or the
+// id or digest exists already.
+var ErrTokenRefused = errors.New("view token refused: too many tokens, or the id exists")
+
+func (s *Store) tokenKeys() []string { return []string{s.k.p + "ops:tk", s.k.p + "ops:ti"} }
+
+// PutViewToken stores a view token's record under the token's digest (the
+// caller hashes; the token itself is never stored).
+func (s *Store) PutViewToken(ctx context.Context, digest, id string, record []byte) error {
+	n, err := s.runInt(ctx, "ops_token_put", s.tokenKeys(), digest, id, string(record), strconv.Itoa(MaxViewTokens))
+	if err != nil {
+		return fmt.Errorf("put view token: %w", err)
+	}
+	if n != 1 {
+		return ErrTokenRefused
+	}
+	return nil
+}
+
+// ViewToken reads a token's record by digest; nil, nil when there is none.
+func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, error) {
+	msg, err := s.run(ctx, "ops_token_get", s.tokenKeys()[:1], digest)
+	if err != nil {
+		return nil, fmt.Errorf("view token: %w", err)
+	}
+	if msg.IsNil() {
+		return nil, nil
+	}
+	v, err := str(msg)
+	if err != nil {
+		return nil, fmt.Errorf("view token: %w", err)
+	}
+	return json.RawMessage(v), nil
+}
+
+// DropViewToken revokes a token by id; false when there was none.
+func (s *Store) DropViewToken(ctx context.Context, id string) (bool, error) {
+	n, err := s.runInt(ctx, "ops_token_drop", s.tokenKeys(), id)
+	if err != nil {
+		return false, fmt.Errorf("drop view token: %w", err)
+	}
+	return n == 1, nil
+}
+
+// ViewTokens lists every token's record.
+func (s *Store) ViewTokens(ctx context.Context) ([]json.RawMessage, error) {
+	msg, err := s.run(ctx, "ops_token_list", s.tokenKeys()[:1])
+	if err != nil {
+		return nil, fmt.Errorf("view tokens: %w", err)
+	}
+	return rawList(msg, "view tokens")
+}

@@ -1,0 +1,18 @@
+-- ops_presence: several runners' presence at once, for the operations
+-- view's device lists (one call per page instead of one per device). Pure
+-- read, O(1) per key. It reads the current key layout (internal/store/doc.go).
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+--
+-- KEYS[1]  p:<eR> of the first runner; KEYS[i] the i-th
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- Reply: {owner, lastSeenAt, capabilities (raw JSON)} per key, in KEYS
+--        order, each "" when the runner has no record
+
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'owner', 'lastSeenAt', 'capabilities')
+  out[#out + 1] = v[1] or ''
+  out[#out + 1] = v[2] or ''
+  out[#out + 1] = v[3] or ''
+end
+return out

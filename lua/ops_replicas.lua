@@ -1,0 +1,19 @@
+-- ops_replicas: the replicas' heartbeat records, newest first, for the
+-- operations view. Pure read, bounded by ARGV[4]; records that expired are
+-- skipped.
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+--
+-- KEYS[1]  ops:rs  ZSET replica id (base64url) -> last write (ms)
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  most records read
+-- Reply: {record JSON, ...}
+
+local out = {}
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+for _, id in ipairs(ids) do
+  local rec = redis.call('GET', P .. 'ops:r:' .. id)
+  if rec then
+    out[#out + 1] = rec
+  end
+end
+return out

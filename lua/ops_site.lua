@@ -1,0 +1,41 @@
+-- ops_site: one page of a site's live jobs split by state, for the
+-- operations view (internal/opsview). Pure read, bounded: SSCAN of the
+-- site's live set sl:<eS> (one set, never the keyspace) with COUNT ARGV[6],
+-- one HMGET per member. It reads the current key layout (internal/store/doc.go).
+-- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+--
+-- KEYS[1]  sl:<eS>   the site's live jobs (not done, not cancelled)
+-- KEYS[2]  aw:<eS>   its awaiting-payload index
+-- KEYS[3]  fin:<eS>  its done index
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  eS
+-- ARGV[5]  SSCAN cursor ("0" for the first page)
+-- ARGV[6]  SSCAN COUNT hint
+-- Reply: {next cursor ("0" when done), live (SCARD), awaiting (ZCARD),
+--         done (ZCARD), examined, queued, ready, running, other,
+--         oldest queued seq ("" when none), its job id ("" when none)}
+
+local r = redis.call('SSCAN', KEYS[1], ARGV[5], 'COUNT', tonumber(ARGV[6]))
+local n = {queued = 0, ready = 0, running = 0, other = 0}
+local oldSeq, oldID = nil, ''
+for _, eJ in ipairs(r[2]) do
+  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. eJ, 'state', 'seq', 'id')
+  local st = v[1]
+  if st == 'queued' or st == 'ready' or st == 'running' then
+    n[st] = n[st] + 1
+  else
+    n.other = n.other + 1
+  end
+  if st == 'queued' and v[2] then
+    local seq = tonumber(v[2])
+    if oldSeq == nil or seq < oldSeq then
+      oldSeq, oldID = seq, v[3] or ''
+    end
+  end
+end
+local old = ''
+if oldSeq ~= nil then
+  old = string.format('%.0f', oldSeq)
+end
+return {r[1], redis.call('SCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+  #r[2], n.queued, n.ready, n.running, n.other, old, oldID}

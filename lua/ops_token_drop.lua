@@ -1,0 +1,15 @@
+-- ops_token_drop: revoke a scoped view token by its id.
+--
+-- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
+-- KEYS[2]  ops:ti  HASH  token id -> token digest
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  id
+-- Reply: 1 revoked, 0 no such token
+
+local d = redis.call('HGET', KEYS[2], ARGV[4])
+if not d then
+  return 0
+end
+redis.call('HDEL', KEYS[1], d)
+redis.call('HDEL', KEYS[2], ARGV[4])
+return 1
