@@ -58,7 +58,7 @@ end
 -- replica) restarts seq too, so a replica's caches keyed by seq are trusted
 -- only while the epoch they were filled under is still the one stored.
 redis.call('SET', KEYS[6], ARGV[17], 'NX')
-local seq = fmt(redis.call('INCR', KEYS[2]))
+local seq = next_seq(KEYS[2])
 redis.call('HSET', KEYS[1],
   'id', ARGV[5], 'site', ARGV[6], 'stub', ARGV[7],
   'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10], 'dl', ARGV[11],

@@ -21,7 +21,7 @@ else
     'capabilities', ARGV[8], 'withheld', ARGV[9], 'lastSeenAt', now)
   -- A new record goes to the end of the listing, even if an index entry of a
   -- lost record lingers (everyone() cleans those).
-  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[4])
+  redis.call('ZADD', KEYS[2], next_seq(KEYS[3]), ARGV[4])
 end
 redis.call('SADD', KEYS[4], ARGV[4])
 if ARGV[10] ~= '0' then

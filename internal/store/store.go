@@ -180,7 +180,6 @@ var readOnlyScripts = map[string]bool{
 	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
 	"cancel_requests": true, "presence_get": true, "presence_head": true,
 	"pending_page": true, "results_page": true, "results_get": true,
-	"counts": true, "site_use": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
@@ -212,6 +211,9 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 		} else {
 			s.scripts[name] = valkey.NewLuaScript(src)
 		}
+	}
+	if err := s.loadLayout(ctx); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	return s, nil
 }
@@ -295,14 +297,28 @@ func (s *Store) run(ctx context.Context, name string, keys []string, args ...str
 	if s.opts.OnChurn != nil {
 		churn = "1"
 	}
+	if len(keys) == 0 {
+		return valkey.ValkeyMessage{}, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", name)
+	}
 	all := make([]string, 0, len(args)+3)
-	all = append(all, s.k.p, strconv.FormatInt(s.offset.Load(), 10), churn)
+	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), churn)
 	all = append(all, args...)
 	msg, err := sc.Exec(ctx, s.c, keys, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}
 	return msg, nil
+}
+
+// prefixOf is a key's prefix up to and including its hash tag and the colon
+// after it: the part every key of the same shard shares. Every script
+// builds the keys it discovers from KEYS[1]'s prefix (lib/common.lua), so
+// they fall in KEYS[1]'s slot by construction.
+func prefixOf(key string) string {
+	if i := strings.Index(key, "}:"); i >= 0 {
+		return key[:i+2]
+	}
+	return key
 }
 
 // checkID refuses identifiers that are too long or hold U+0000 (which the

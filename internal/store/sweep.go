@@ -5,25 +5,73 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/valkey-io/valkey-go"
 )
 
-// SweepBatch settles at most limit due jobs in one script (§4, §9.7) and
-// reports whether more are due. Requeued snapshots (taken after the requeue)
-// come first, then removed ones (taken before the forget, SweptAway set).
-// Snapshots carry no payload or result ciphertext.
+// SweepBatch settles at most limit due jobs on each shard that has due jobs
+// (§4, §9.7), one script per such shard, and reports whether more are due.
+// Requeued snapshots (taken after the requeue) come first, then removed ones
+// (taken before the forget, SweptAway set). Snapshots carry no payload or
+// result ciphertext.
 func (s *Store) SweepBatch(ctx context.Context, limit int) (jobs []Job, more bool, err error) {
-	requeued, removed, more, err := s.sweepBatch(ctx, limit)
+	shards, err := s.dueShards(ctx, nil)
 	if err != nil {
 		return nil, false, err
+	}
+	var requeued, removed []snapshot
+	for _, sh := range shards {
+		rq, rm, m, err := s.sweepBatch(ctx, sh, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		requeued, removed = append(requeued, rq...), append(removed, rm...)
+		more = more || m
 	}
 	return append(jobsOf(requeued), jobsOf(removed)...), more, nil
 }
 
-func (s *Store) sweepBatch(ctx context.Context, limit int) (requeued, removed []snapshot, more bool, err error) {
+// dueShards is the shards (of only, or all when nil) whose due index holds
+// a job due now: one TIME and one pipelined ZRANGE per shard, no script, so
+// a sweep with nothing due costs no Lua at all. The due score is a candidate
+// filter only (settle re-reads every record), so a job becoming due right
+// after this read is simply left for the next sweep.
+func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
+	if only == nil {
+		only = make([]int, len(s.k.shards))
+		for i := range only {
+			only[i] = i
+		}
+	}
+	if len(only) == 0 {
+		return nil, nil
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sweep: %w", err)
+	}
+	cmds := make([]valkey.Completed, len(only))
+	for i, sh := range only {
+		cmds[i] = s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build()
+	}
+	var out []int
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		head, err := r.AsZScores()
+		if err != nil {
+			return nil, fmt.Errorf("sweep: due head: %w", err)
+		}
+		if len(head) > 0 && int64(head[0].Score) <= now {
+			out = append(out, only[i])
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) sweepBatch(ctx context.Context, shard, limit int) (requeued, removed []snapshot, more bool, err error) {
 	if limit <= 0 {
 		limit = s.opts.SweepBatch
 	}
-	msg, err := s.run(ctx, "sweep", []string{s.k.due()}, strconv.Itoa(limit))
+	msg, err := s.run(ctx, scSweep, []string{s.k.due(shard)}, strconv.Itoa(limit))
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("sweep: %w", err)
 	}
@@ -52,20 +100,32 @@ func (s *Store) sweepBatch(ctx context.Context, limit int) (requeued, removed []
 	return requeued, removed, flag == 1, nil
 }
 
-// Sweep settles everything due now, in bounded batches, and returns the
-// requeued jobs then the removed ones (B096: removed jobs are included and
-// marked SweptAway), each list in insertion order, each job once.
+// Sweep settles everything due now, in bounded batches on each shard with
+// due jobs, and returns the requeued jobs then the removed ones (B096:
+// removed jobs are included and marked SweptAway), each list in insertion
+// order, each job once.
 func (s *Store) Sweep(ctx context.Context) ([]Job, error) {
+	return s.sweepShards(ctx, nil)
+}
+
+// sweepShards is Sweep over some shards only (nil: all).
+func (s *Store) sweepShards(ctx context.Context, only []int) ([]Job, error) {
+	shards, err := s.dueShards(ctx, only)
+	if err != nil {
+		return nil, err
+	}
 	var requeued, removed []snapshot
-	for range maxSweepBatchesPerCall {
-		rq, rm, more, err := s.sweepBatch(ctx, s.opts.SweepBatch)
-		if err != nil {
-			return nil, err
-		}
-		requeued = append(requeued, rq...)
-		removed = append(removed, rm...)
-		if !more {
-			break
+	for _, sh := range shards {
+		for range maxSweepBatchesPerCall {
+			rq, rm, more, err := s.sweepBatch(ctx, sh, s.opts.SweepBatch)
+			if err != nil {
+				return nil, err
+			}
+			requeued = append(requeued, rq...)
+			removed = append(removed, rm...)
+			if !more {
+				break
+			}
 		}
 	}
 	// A job requeued by one batch can be removed by a later one (its deadline
@@ -75,7 +135,15 @@ func (s *Store) Sweep(ctx context.Context) ([]Job, error) {
 		gone[[2]string{r.SiteID, r.ID}] = true
 	}
 	requeued = slices.DeleteFunc(requeued, func(r snapshot) bool { return gone[[2]string{r.SiteID, r.ID}] })
-	bySeq := func(a, b snapshot) int { return int(a.seq - b.seq) }
+	bySeq := func(a, b snapshot) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	}
 	slices.SortStableFunc(requeued, bySeq)
 	slices.SortStableFunc(removed, bySeq)
 	return append(jobsOf(requeued), jobsOf(removed)...), nil
