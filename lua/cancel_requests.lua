@@ -3,6 +3,8 @@
 -- the index score (the job's seq), so one call never walks more than a page
 -- of a runner's index however much it holds.
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  cxl:<eR> on one shard of the runner's record (job records: its prefix)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  runnerId

@@ -10,6 +10,8 @@
 -- Every key is on one shard (the shard of the routes' sites): Go calls
 -- claim once per shard its routes touch. Job records found in the queues are
 -- built from KEYS[1]'s prefix, so they are on the same shard.
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  held:<eR>    KEYS[4]  hid:<eR>
 -- then, per route r (in ARGV order):
 --   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues

@@ -1,6 +1,8 @@
 -- enqueue: store a new job, or return the existing one unchanged (§2.2).
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>            job record
 -- KEYS[2]  seq                    global FIFO counter
 -- KEYS[3]  all                    every job, member <eS>:<eJ>, score seq

@@ -3,6 +3,8 @@
 -- runner's record that the lease's own shard did not answer for.
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  hid:<eR> on the shard; job records are built from its prefix
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  eJ (base64url job id)   ARGV[5]  eR (base64url runner id)

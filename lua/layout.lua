@@ -2,6 +2,8 @@
 -- namespace; refuse a namespace written in the single-slot layout (v1).
 --
 -- Every key is fleet-wide ("<ns>:{<ns>}:"): one slot.
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  layout   HASH version, shards, salt (hex)
 -- KEYS[2..] keys only layout v1 wrote: seq, all, due, lease, pidx
 -- ARGV[1..3] prefix, offset (unused), churn (unused)

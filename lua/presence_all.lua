@@ -3,6 +3,8 @@
 -- Go pages by insertion counter so one call never holds the server for
 -- every device.
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  pidx
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower bound ("-inf" for the first page, else "(<counter>")

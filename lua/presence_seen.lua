@@ -2,6 +2,8 @@
 -- owner and device; only lastSeenAt, capabilities and withheld are replaced
 -- (never merged; an empty array is a value).
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
 -- KEYS[4]  po:<eO> (the owner's records, for presence_by_owner; an entry
 --          under the wrong owner or of a gone record is dropped there)

@@ -3,6 +3,8 @@
 -- Done jobs renew. A grant that settling ends is reported lost (§9.8).
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  lease      KEYS[2]  due (on the leases' shard, as for release)
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  leaseMs

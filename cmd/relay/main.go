@@ -63,6 +63,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "policy" {
 		os.Exit(admin.RunPolicyCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		os.Exit(migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
 	}
@@ -128,6 +131,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	st, err := store.New(bg, client, store.Options{
 		Namespace:         cfg.Namespace,
+		ObserveScript:     tel.ScriptObserver(),
 		Logger:            log,
 		PairingsPerSource: cfg.PairingsPerAddress,
 		SiteLimits:        cfg.SiteLimits,
@@ -234,7 +238,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	planes, err := relay.New(relay.Config{
-		Store:           &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics},
+		Store:           &metricsStore{Store: st, m: metrics},
 		Projection:      proj,
 		BasePath:        cfg.BasePath,
 		LeaseMs:         cfg.LeaseMs,

@@ -159,7 +159,7 @@ func New(client valkey.Client, opts Options) *Sync {
 		poll:    opts.PollInterval,
 		log:     opts.Logger.With(slog.String("component", "projection")),
 		put:     valkey.NewLuaScript(putSource),
-		get:     valkey.NewLuaScript(getSource),
+		get:     valkey.NewLuaScriptReadOnly(getSource),
 		loaded:  make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 

@@ -71,7 +71,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		// sites' shards, so the condition is read just before the claim
 		// scripts rather than inside them: a change racing with this read
 		// is indistinguishable from one landing just after the claim.
-		p, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()).ToArray()
+		p, err := s.do(ctx, "presence_check", s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()).ToArray()
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: presence: %w", err)
 		}
@@ -117,7 +117,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		for sh, dl := range deadlines {
 			cmd = cmd.ScoreMember(float64(dl), strconv.Itoa(sh))
 		}
-		if err := s.c.Do(ctx, cmd.Build()).Error(); err != nil {
+		if err := s.do(ctx, "runner_shards_add", cmd.Build()).Error(); err != nil {
 			return out, stats, fmt.Errorf("claim: runner shards: %w", err)
 		}
 	}
@@ -149,7 +149,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
-	replies := s.c.DoMulti(ctx, cmds...)
+	replies := s.doMulti(ctx, "claim_heads", cmds...)
 	due := make([]bool, len(s.k.shards))
 	var others []int
 	for sh := range s.k.shards {

@@ -38,7 +38,7 @@ func (s *Store) Counts(ctx context.Context) (StateCounts, error) {
 		}
 	}
 	var vals [5]int64
-	for i, r := range s.c.DoMulti(ctx, cmds...) {
+	for i, r := range s.doMulti(ctx, "counts", cmds...) {
 		n, err := r.AsInt64()
 		if err != nil {
 			return StateCounts{}, fmt.Errorf("counts: %w", err)

@@ -105,7 +105,7 @@ func (s *Store) missRefusal(ctx context.Context, jobID, runnerID string, skip in
 
 // runnerShardList is the runner's record of shards where it may hold grants.
 func (s *Store) runnerShardList(ctx context.Context, runnerID string) ([]int, error) {
-	members, err := s.c.Do(ctx, s.c.B().Zrange().Key(s.k.runnerShards(runnerID)).Min("0").Max("-1").Build()).AsStrSlice()
+	members, err := s.do(ctx, "runner_shards", s.c.B().Zrange().Key(s.k.runnerShards(runnerID)).Min("0").Max("-1").Build()).AsStrSlice()
 	if err != nil {
 		return nil, err
 	}

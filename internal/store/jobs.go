@@ -142,7 +142,7 @@ var defaultPageLimits = pageLimits{
 // pages runs a paged script from the start of its index to its end. args
 // are the script's leading ARGV; the cursor and limits follow them. each
 // receives a page's items (the reply after its cursor).
-func (s *Store) pages(ctx context.Context, op, key string, args []string, limits []string, each func([]valkey.ValkeyMessage) error) error {
+func (s *Store) pages(ctx context.Context, op Script, key string, args []string, limits []string, each func([]valkey.ValkeyMessage) error) error {
 	all := make([]string, 0, len(args)+1+len(limits))
 	all = append(all, args...)
 	at := len(all)
@@ -172,7 +172,7 @@ func (s *Store) pages(ctx context.Context, op, key string, args []string, limits
 }
 
 // snapshotPages collects the snapshots of a paged full-snapshot script.
-func (s *Store) snapshotPages(ctx context.Context, op, key string, args ...string) ([]Job, error) {
+func (s *Store) snapshotPages(ctx context.Context, op Script, key string, args ...string) ([]Job, error) {
 	out := []Job{}
 	limits := []string{strconv.Itoa(s.limits.snapshotEntries), strconv.Itoa(s.limits.snapshotBytes)}
 	err := s.pages(ctx, op, key, args, limits, func(items []valkey.ValkeyMessage) error {
@@ -229,13 +229,13 @@ func (s *Store) Finished(ctx context.Context, siteID string) ([]Job, error) {
 	return s.siteList(ctx, scFinished, s.k.finished(siteID), siteID)
 }
 
-func (s *Store) siteList(ctx context.Context, op, key, siteID string) ([]Job, error) {
+func (s *Store) siteList(ctx context.Context, op Script, key, siteID string) ([]Job, error) {
 	if err := s.checkID("site id", siteID); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
 	out, err := s.snapshotPages(ctx, op, key, enc(siteID))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
 	return out, nil
 }
@@ -330,7 +330,7 @@ func (s *Store) WriteRawStubForTests(ctx context.Context, siteID, jobID string, 
 	return nil
 }
 
-func (s *Store) runInt(ctx context.Context, name string, keys []string, args ...string) (int64, error) {
+func (s *Store) runInt(ctx context.Context, name Script, keys []string, args ...string) (int64, error) {
 	msg, err := s.run(ctx, name, keys, args...)
 	if err != nil {
 		return 0, err

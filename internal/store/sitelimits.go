@@ -93,7 +93,7 @@ func (s *Store) SiteUse(ctx context.Context, siteIDs []string) (map[string]SiteU
 	if len(cmds) == 0 {
 		return out, nil
 	}
-	res := s.c.DoMulti(ctx, cmds...)
+	res := s.doMulti(ctx, "site_use", cmds...)
 	for i, id := range siteIDs {
 		live, err := res[2*i].AsInt64()
 		if err != nil {

@@ -55,7 +55,7 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 		cmds[i] = s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build()
 	}
 	var out []int
-	for i, r := range s.c.DoMulti(ctx, cmds...) {
+	for i, r := range s.doMulti(ctx, "due_heads", cmds...) {
 		head, err := r.AsZScores()
 		if err != nil {
 			return nil, fmt.Errorf("sweep: due head: %w", err)

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -277,7 +278,14 @@ func (m *Metrics) recordScript(ctx context.Context, op string, elapsed time.Dura
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
-		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op)))
+		// The store names the class of each failure (timeout, cluster,
+		// busy, script, connection); anything else is just "error".
+		class := "error"
+		var c interface{ ErrorClass() string }
+		if errors.As(err, &c) {
+			class = c.ErrorClass()
+		}
+		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op), attribute.String("class", class)))
 	}
 	m.scriptLatency.Record(ctx, elapsed.Seconds(),
 		metric.WithAttributes(attribute.String("script", op), attribute.String("outcome", outcome)))
