@@ -133,10 +133,6 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 // nothing to grant. All of it is read with one TIME and one pipelined batch
 // of ZRANGEs, no script.
 func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string) ([]int, error) {
-	now, err := s.Now(ctx)
-	if err != nil {
-		return nil, err
-	}
 	cmds := make([]valkey.Completed, 0, len(s.k.shards)+4*len(byShard))
 	for sh := range s.k.shards {
 		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
@@ -149,7 +145,11 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
-	replies := s.doMulti(ctx, "claim_heads", cmds...)
+	clock, replies := s.nowAnd(ctx, "claim_heads", cmds)
+	if clock.err != nil {
+		return nil, clock.err
+	}
+	now := clock.ms
 	due := make([]bool, len(s.k.shards))
 	var others []int
 	for sh := range s.k.shards {

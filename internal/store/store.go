@@ -273,7 +273,12 @@ func (s *Store) AdvanceClockForTests(ms int64) { s.offset.Add(ms) }
 // Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
 // test offset, the same formula every script uses.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	parts, err := s.do(ctx, "now", s.c.B().Time().Build()).AsStrSlice()
+	return s.timeReply(s.do(ctx, "now", s.c.B().Time().Build()))
+}
+
+// timeReply is the store clock from a TIME reply (see Now).
+func (s *Store) timeReply(r valkey.ValkeyResult) (int64, error) {
+	parts, err := r.AsStrSlice()
 	if err != nil {
 		return 0, fmt.Errorf("now: %w", err)
 	}

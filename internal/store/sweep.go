@@ -46,21 +46,21 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 	if len(only) == 0 {
 		return nil, nil
 	}
-	now, err := s.Now(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sweep: %w", err)
+	cmds := make([]valkey.Completed, 0, len(only))
+	for _, sh := range only {
+		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
 	}
-	cmds := make([]valkey.Completed, len(only))
-	for i, sh := range only {
-		cmds[i] = s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build()
+	now, res := s.nowAnd(ctx, "due_heads", cmds)
+	if now.err != nil {
+		return nil, fmt.Errorf("sweep: %w", now.err)
 	}
 	var out []int
-	for i, r := range s.doMulti(ctx, "due_heads", cmds...) {
+	for i, r := range res {
 		head, err := r.AsZScores()
 		if err != nil {
 			return nil, fmt.Errorf("sweep: due head: %w", err)
 		}
-		if len(head) > 0 && int64(head[0].Score) <= now {
+		if len(head) > 0 && int64(head[0].Score) <= now.ms {
 			out = append(out, only[i])
 		}
 	}
@@ -147,4 +147,22 @@ func (s *Store) sweepShards(ctx context.Context, only []int) ([]Job, error) {
 	slices.SortStableFunc(requeued, bySeq)
 	slices.SortStableFunc(removed, bySeq)
 	return append(jobsOf(requeued), jobsOf(removed)...), nil
+}
+
+type clockReading struct {
+	ms  int64
+	err error
+}
+
+// nowAnd reads the store clock and runs the pipelined single-key commands
+// at the same time: TIME takes no key, and a client may not mix it with
+// commands on several slots in one pipeline, so it goes alongside.
+func (s *Store) nowAnd(ctx context.Context, name string, cmds []valkey.Completed) (clockReading, []valkey.ValkeyResult) {
+	done := make(chan clockReading, 1)
+	go func() {
+		ms, err := s.Now(ctx)
+		done <- clockReading{ms, err}
+	}()
+	res := s.doMulti(ctx, name, cmds...)
+	return <-done, res
 }
