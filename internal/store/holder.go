@@ -326,6 +326,26 @@ func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol
 		seq float64
 	}
 	var refs []ref
+	// Only shards whose cancel index holds something get a script: a
+	// heartbeat of a runner with nothing cancelled costs one pipelined
+	// ZCARD per shard of its record, no Lua.
+	if len(shards) > 0 {
+		cmds := make([]valkey.Completed, len(shards))
+		for i, sh := range shards {
+			cmds[i] = s.c.B().Zcard().Key(s.k.cancelled(sh, runnerID)).Build()
+		}
+		kept := shards[:0]
+		for i, r := range s.doMulti(ctx, "cancel_counts", cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return nil, fmt.Errorf("cancel requests: %w", err)
+			}
+			if n > 0 {
+				kept = append(kept, shards[i])
+			}
+		}
+		shards = kept
+	}
 	for _, sh := range shards {
 		err := s.pages(ctx, scCancelRequests, s.k.cancelled(sh, runnerID), []string{runnerID},
 			[]string{strconv.Itoa(s.limits.cancelEntries)}, func(items []valkey.ValkeyMessage) error {
