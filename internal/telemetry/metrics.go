@@ -106,7 +106,7 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	wrap("relay.valkey.script.duration", e)
 	m.scriptErrors, e = meter.Int64Counter("relay.valkey.script.errors",
-		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script."))
+		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script and class (timeout, canceled, cluster, busy, script, connection)."))
 	wrap("relay.valkey.script.errors", e)
 	m.grantCalls, e = meter.Int64Counter("relay.grant.calls",
 		metric.WithDescription("grant authority calls (op author|satisfiable) by outcome; failed = error or timeout, skipped = not asked (unknown site, claim budget spent)"))
