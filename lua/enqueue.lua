@@ -68,6 +68,7 @@ redis.call('HSET', KEYS[1],
   'eS', ARGV[12], 'eJ', ARGV[13], 'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16])
 redis.call('ZADD', KEYS[3], seq, m)
 redis.call('ZADD', KEYS[4], seq, ARGV[13])
+announce(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[11], m)
 move_state(m, nil, QUEUED)
 redis.call('SADD', KEYS[7], ARGV[13])

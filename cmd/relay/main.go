@@ -143,6 +143,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	// The work view: idle claims and sweeps ask Valkey nothing while every
+	// shard's announcements reach this replica (store.RunWorkView).
+	go st.RunWorkView(bg)
 
 	// The built-in grant engine's policy, beside the projection. The admin
 	// listener writes it; grantengine.New(pol, st, signer, nil) reads it.

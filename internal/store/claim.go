@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
@@ -133,31 +134,43 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 // nothing to grant. All of it is read with one TIME and one pipelined batch
 // of ZRANGEs, no script.
 func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string) ([]int, error) {
-	cmds := make([]valkey.Completed, 0, len(s.k.shards)+4*len(byShard))
+	// What the work view already knows is not read: shards with nothing
+	// due, queues seen empty since (see workView).
+	at := time.Now()
+	offset := s.offset.Load()
+	var dueRead []int
 	for sh := range s.k.shards {
-		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
+		if !s.view.notDue(sh, at, offset) {
+			dueRead = append(dueRead, sh)
+		}
 	}
-	type qref struct{ shard, at int }
+	type qref struct {
+		shard int
+		key   string
+		ver   uint64
+	}
 	var refs []qref
+	var cmds []valkey.Completed
 	for sh, rs := range byShard {
-		for _, key := range s.claimQueues(in, rs, kinds) {
-			refs = append(refs, qref{sh, len(cmds)})
+		queues := s.claimQueues(in, rs, kinds)
+		if s.view.queuesEmpty(sh, queues, at) {
+			continue
+		}
+		ver := s.view.stamp(sh)
+		for _, key := range queues {
+			refs = append(refs, qref{sh, key, ver})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
-	clock, replies := s.nowAnd(ctx, "claim_heads", cmds)
-	if clock.err != nil {
-		return nil, clock.err
+	var replies []valkey.ValkeyResult
+	heads, now, err := s.dueHeadsWith(ctx, "claim_heads", dueRead, cmds, &replies)
+	if err != nil {
+		return nil, err
 	}
-	now := clock.ms
 	due := make([]bool, len(s.k.shards))
 	var others []int
-	for sh := range s.k.shards {
-		head, err := replies[sh].AsZScores()
-		if err != nil {
-			return nil, fmt.Errorf("due head: %w", err)
-		}
-		due[sh] = len(head) > 0 && int64(head[0].Score) <= now
+	for i, sh := range dueRead {
+		due[sh] = heads[i] <= now
 		if _, mine := byShard[sh]; due[sh] && !mine {
 			others = append(others, sh)
 		}
@@ -168,12 +181,13 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		}
 	}
 	head := map[int]float64{}
-	for _, r := range refs {
-		z, err := replies[r.at].AsZScores()
+	for i, r := range refs {
+		z, err := replies[i].AsZScores()
 		if err != nil {
 			return nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
+			s.view.sawEmpty(r.shard, r.ver, r.key, at)
 			continue
 		}
 		if h, ok := head[r.shard]; !ok || z[0].Score < h {

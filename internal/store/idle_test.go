@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -24,9 +25,25 @@ import (
 // scripts/op and cmds/op count EVALSHA calls and all calls (INFO
 // commandstats) per tick.
 func BenchmarkIdleTick(b *testing.B) {
+	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false) })
+	b.Run("view", func(b *testing.B) { benchIdleTick(b, true) })
+}
+
+// benchIdleTick: with view, the Store runs its work view (RunWorkView),
+// as the relay does.
+func benchIdleTick(b *testing.B, view bool) {
 	be := realBackend(b)
 	s := newStore(b, be, Options{Logger: quietLogger()})
 	ctx := context.Background()
+	if view {
+		vctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.RunWorkView(vctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		for !s.viewLive() {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	const devices = 1000
 	devs := make([]protocol.PublicIdentity, devices)
 	for i := range devices {
@@ -59,6 +76,9 @@ func BenchmarkIdleTick(b *testing.B) {
 		if got, err := s.Claim(ctx, in); err != nil || len(got) != 0 {
 			b.Fatalf("claim: %d %v", len(got), err)
 		}
+	}
+	for i := range devices { // every device ticks once before the measured ticks
+		tick(i)
 	}
 	cpu0, scripts0, cmds0 := serverCost(b, be.client)
 	b.ResetTimer()

@@ -9,6 +9,10 @@ package store
 type Script struct {
 	Name     string
 	ReadOnly bool
+	// Work: the script may add queue entries or bring a due instant
+	// closer on its shard, so this Store's work view of that shard is
+	// forgotten after it runs.
+	Work bool
 }
 
 // The store's scripts. Every call goes through Store.run with one of these,
@@ -17,11 +21,11 @@ var (
 	scAwaiting        = Script{Name: "awaiting", ReadOnly: true}
 	scCancel          = Script{Name: "cancel", ReadOnly: false}
 	scCancelRequests  = Script{Name: "cancel_requests", ReadOnly: true}
-	scClaim           = Script{Name: "claim", ReadOnly: false}
-	scComplete        = Script{Name: "complete", ReadOnly: false}
-	scEnqueue         = Script{Name: "enqueue", ReadOnly: false}
+	scClaim           = Script{Name: "claim", ReadOnly: false, Work: true}
+	scComplete        = Script{Name: "complete", ReadOnly: false, Work: true}
+	scEnqueue         = Script{Name: "enqueue", ReadOnly: false, Work: true}
 	scFinished        = Script{Name: "finished", ReadOnly: true}
-	scHolds           = Script{Name: "holds", ReadOnly: false}
+	scHolds           = Script{Name: "holds", ReadOnly: false, Work: true}
 	scJob             = Script{Name: "job", ReadOnly: true}
 	scJobsPage        = Script{Name: "jobs_page", ReadOnly: true}
 	scLayout          = Script{Name: "layout", ReadOnly: false}
@@ -39,13 +43,13 @@ var (
 	scPresenceGet     = Script{Name: "presence_get", ReadOnly: true}
 	scPresenceHead    = Script{Name: "presence_head", ReadOnly: true}
 	scPresenceSeen    = Script{Name: "presence_seen", ReadOnly: false}
-	scRelease         = Script{Name: "release", ReadOnly: false}
-	scRenew           = Script{Name: "renew", ReadOnly: false}
+	scRelease         = Script{Name: "release", ReadOnly: false, Work: true}
+	scRenew           = Script{Name: "renew", ReadOnly: false, Work: true}
 	scResultsGet      = Script{Name: "results_get", ReadOnly: true}
 	scResultsPage     = Script{Name: "results_page", ReadOnly: true}
-	scSeal            = Script{Name: "seal", ReadOnly: false}
-	scSweep           = Script{Name: "sweep", ReadOnly: false}
-	scTake            = Script{Name: "take", ReadOnly: false}
+	scSeal            = Script{Name: "seal", ReadOnly: false, Work: true}
+	scSweep           = Script{Name: "sweep", ReadOnly: false, Work: true}
+	scTake            = Script{Name: "take", ReadOnly: false, Work: true}
 	scWriteRawStub    = Script{Name: "write_raw_stub", ReadOnly: false}
 )
 

@@ -166,8 +166,12 @@ type Store struct {
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
-	results resultCache
-	limits  pageLimits
+	// announce: the server has sharded pub/sub, so scripts announce queue
+	// entries (lib/store.lua announce()) for the replicas' work views.
+	announce bool
+	view     *workView
+	results  resultCache
+	limits   pageLimits
 	// epochSeed and epochN make every enqueue's epoch candidate unique, so
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
@@ -217,6 +221,10 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	s.view = newWorkView(s.k.shards)
+	// The embedded store has no SPUBLISH: no announcements, no view (and
+	// one replica, nobody to tell).
+	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil
 	return s, nil
 }
 
@@ -308,9 +316,15 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 		ctx, end = obs(ctx, script.Name)
 		defer func() { end(classify(err)) }()
 	}
+	// ARGV[3], the flags: churn callback set, announce queue entries.
 	churn := "0"
 	if s.opts.OnChurn != nil {
 		churn = "1"
+	}
+	if s.announce {
+		churn += "1"
+	} else {
+		churn += "0"
 	}
 	if len(keys) == 0 {
 		return valkey.ValkeyMessage{}, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
@@ -318,6 +332,9 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 	all := make([]string, 0, len(args)+3)
 	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), churn)
 	all = append(all, args...)
+	if script.Work {
+		defer s.view.touched(prefixOf(keys[0]))
+	}
 	msg, err = sc.Exec(ctx, s.c, keys, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -46,25 +47,73 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 	if len(only) == 0 {
 		return nil, nil
 	}
-	cmds := make([]valkey.Completed, 0, len(only))
+	// Shards the work view knows have nothing due are not read.
+	at := time.Now()
+	offset := s.offset.Load()
+	var read []int
 	for _, sh := range only {
-		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
+		if !s.view.notDue(sh, at, offset) {
+			read = append(read, sh)
+		}
 	}
-	now, res := s.nowAnd(ctx, "due_heads", cmds)
-	if now.err != nil {
-		return nil, fmt.Errorf("sweep: %w", now.err)
+	if len(read) == 0 {
+		return nil, nil
+	}
+	heads, now, err := s.dueHeads(ctx, "due_heads", read, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sweep: %w", err)
 	}
 	var out []int
-	for i, r := range res {
-		head, err := r.AsZScores()
-		if err != nil {
-			return nil, fmt.Errorf("sweep: due head: %w", err)
-		}
-		if len(head) > 0 && int64(head[0].Score) <= now.ms {
-			out = append(out, only[i])
+	for i, sh := range read {
+		if heads[i] <= now {
+			out = append(out, sh)
 		}
 	}
 	return out, nil
+}
+
+// dueHeads reads the due head of each of shards (maxScore for none) and the
+// store clock, and, pipelined with them, extra single-key commands (their
+// replies after the heads). What it reads it tells the work view.
+func (s *Store) dueHeads(ctx context.Context, name string, shards []int, extra []valkey.Completed) (heads []int64, now int64, err error) {
+	return s.dueHeadsWith(ctx, name, shards, extra, nil)
+}
+
+func (s *Store) dueHeadsWith(ctx context.Context, name string, shards []int, extra []valkey.Completed, extraOut *[]valkey.ValkeyResult) (heads []int64, now int64, err error) {
+	at := time.Now()
+	vers := make([]uint64, len(shards))
+	cmds := make([]valkey.Completed, 0, len(shards)+len(extra))
+	for i, sh := range shards {
+		vers[i] = s.view.stamp(sh)
+		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
+	}
+	cmds = append(cmds, extra...)
+	var clock clockReading
+	var res []valkey.ValkeyResult
+	if len(shards) > 0 {
+		clock, res = s.nowAnd(ctx, name, cmds)
+		if clock.err != nil {
+			return nil, 0, clock.err
+		}
+	} else if len(cmds) > 0 {
+		res = s.doMulti(ctx, name, cmds...)
+	}
+	heads = make([]int64, len(shards))
+	for i, sh := range shards {
+		z, err := res[i].AsZScores()
+		if err != nil {
+			return nil, 0, fmt.Errorf("due head: %w", err)
+		}
+		heads[i] = maxScore
+		if len(z) > 0 {
+			heads[i] = int64(z[0].Score)
+		}
+		s.view.sawDue(sh, vers[i], at, clock.ms-s.offset.Load(), heads[i])
+	}
+	if extraOut != nil {
+		*extraOut = res[len(shards):]
+	}
+	return heads, clock.ms, nil
 }
 
 func (s *Store) sweepBatch(ctx context.Context, shard, limit int) (requeued, removed []snapshot, more bool, err error) {

@@ -5,7 +5,8 @@
 --            a script touches is either in KEYS or built from this prefix:
 --            same hash tag, so same slot as KEYS[1], by construction.
 --   ARGV[2]  clock offset in ms (always "0" in production; tests move it)
---   ARGV[3]  "1" when the store has a churn callback, else "0"
+--   ARGV[3]  flags: first "1" when the store has a churn callback, else "0";
+--            second "1" when queue entries are announced (lib/store.lua)
 -- Op-specific ARGV start at 4.
 --
 -- Numbers cross the Lua boundary as decimal strings: Lua numbers are doubles,
