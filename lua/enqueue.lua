@@ -22,6 +22,8 @@
 -- ARGV[18] most live jobs of the site      ARGV[19] most stored bytes of the site
 -- ARGV[20] enqueues per second (decimal)   ARGV[21] burst
 --          (each "0": no such limit)
+-- Announces the new queue entry on the shard's channel P..'work' (announce()
+-- in lib/store.lua; same slot), as every requeue does.
 -- Reply: {created (1|0), snapshot}; snapshot = {flat hash, refusedBy, flat retryAfter}
 --        | {-1, 'jobs' | 'bytes' | 'rate'}: over the site's limit, nothing written
 

@@ -156,11 +156,16 @@
 // agree (NTP: milliseconds).
 //
 // An idle claim (nothing queued on the routes, nothing due) costs that one
-// pipelined read and no script. To make a claim spanning shards with
-// nothing eligible cost no Valkey read at all, a replica can keep a view of
-// the routes with queued entries per shard: every script that puts a job in
-// a ready or sticky queue (enqueue, and requeue in settle and release) is
-// the one place to announce it, per shard.
+// pipelined read and no script, and nothing at all while the replica runs
+// its work view (RunWorkView, view.go): every script that puts a job in a
+// ready or sticky queue (enqueue, and requeue in settle, release and the
+// rest) announces the queue on its shard's channel "<shard prefix>work"
+// with SPUBLISH (same slot as the shard's keys), and each replica, holding
+// one sharded subscription per shard, forgets that a queue was empty when it
+// is named. A queue seen empty is also asked again after this replica
+// writes to its shard, and after 30 s; due heads are re-read every second.
+// The view only decides whether to ask Valkey: a stale view delays a grant,
+// never makes one.
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //
