@@ -329,7 +329,7 @@ func TestStartRefusals(t *testing.T) {
 		{"remote signer without the built-in engine", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_CONTROL_PLANE_PUBLIC": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "RELAY_GRANT_SIGNER_URL needs the built-in grant engine"},
 		{"two problems at once", map[string]string{"RELAY_LEASE_MS": "x", "RELAY_BASE_PATH": "y"}, 2, "RELAY_BASE_PATH"},
-		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "e2e-badfile-unused", "RELAY_PROJECTION_FILE": bad,
+		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": namespace(t), "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},
 		{"valkey unreachable", map[string]string{"RELAY_VALKEY_URL": "redis://127.0.0.1:1/0", "RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "open the store"},
 		{"TLS certificate without its key", map[string]string{"RELAY_TLS_CERT_FILE": bad}, 2, "must be set together"},
