@@ -2,6 +2,8 @@
 -- requeue, no end of the grant. Idempotent; works in every state.
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>
 -- ARGV[1..3] prefix, offset, churn (unused: cancel neither reads the clock nor settles)
 -- ARGV[4]  member <eS>:<eJ>

@@ -3,13 +3,15 @@
 -- the index score (the job's seq), so one call never walks more than a page
 -- of a runner's index however much it holds.
 --
--- KEYS[1]  cxl:<eR>
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  cxl:<eR> on one shard of the runner's record (job records: its prefix)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  runnerId
 -- ARGV[5]  exclusive lower bound ("-inf" for the first page, else "(<seq>")
 -- ARGV[6]  most index entries examined
 -- Reply: {cursor: seq of the last entry examined, "" when the index is
---         exhausted; then one flat {jobId, leaseId} per grant listed}
+--         exhausted; then one flat {jobId, leaseId, seq} per grant listed}
 local limit = tonumber(ARGV[6])
 local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {''}
@@ -17,7 +19,7 @@ for i = 1, #page, 2 do
   out[1] = page[i + 1]
   local v = redis.call('HMGET', P .. 'j:' .. page[i], 'cx', 'cr', 'id', 'cl')
   if v[1] == '1' and v[2] == ARGV[4] and v[4] then
-    out[#out + 1] = {v[3], v[4]}
+    out[#out + 1] = {v[3], v[4], page[i + 1]}
   end
 end
 if #page < 2 * limit then

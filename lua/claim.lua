@@ -7,8 +7,12 @@
 -- Cost is independent of how many jobs other routes hold: only the queues
 -- named in KEYS are read, by a k-way merge on seq (first-enqueue order).
 --
+-- Every key is on one shard (the shard of the routes' sites): Go calls
+-- claim once per shard its routes touch. Job records found in the queues are
+-- built from KEYS[1]'s prefix, so they are on the same shard.
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  held:<eR>    KEYS[4]  hid:<eR>
--- KEYS[5]  p:<eR> (presence)
 -- then, per route r (in ARGV order):
 --   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues
 --   q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds (private only when the
@@ -22,20 +26,16 @@
 --          call where this one stopped (each call stays short).
 -- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
 --          (Go drains with sweep and calls again). -1: settle everything.
--- ARGV[12] "1": claim only if the runner's presence record holds exactly this
---          device owner and device JSON, else reply 'presence' and write
---          nothing; "0": no such condition
--- ARGV[13] nk, then nk kinds (raw)
+-- ARGV[12] nk, then nk kinds (raw)
 -- then     nr, then per route: eS, eO, nq_r
 -- then     one cursor per queue key, in KEYS order: the seq of the last
 --          entry a previous call examined there, "" to start at the head
 -- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
--- Reply: {'presence', {}, {}, 0, 0, 0, {}}
---      | {'sweep', {}, reports, 0, 0, 0, {}}
+-- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
 --      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
 --   truncated = 1: the scan budget stopped the merge with candidates left;
 --   cursors (one per queue, as above) say where.
---   grant   = {siteId, stub (raw), leaseId, expiresAt}
+--   grant   = {siteId, stub (raw), leaseId, expiresAt, deadline, seq}
 --   report  = {siteId, owner, expiries}
 
 local runner, e_runner = ARGV[4], ARGV[5]
@@ -45,14 +45,7 @@ local remaining = tonumber(ARGV[9])
 local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
 
-if ARGV[12] == '1' then
-  local p = redis.call('HMGET', KEYS[5], 'owner', 'device')
-  if p[1] ~= device_owner or p[2] ~= device then
-    return {'presence', {}, {}, 0, 0, 0, {}}
-  end
-end
-
-local a = 13
+local a = 12
 local kinds = {}
 local nk = tonumber(ARGV[a])
 for i = 1, nk do
@@ -80,7 +73,7 @@ end
 
 -- 2. Routes, their verified unsealed budgets, and their queues.
 local routes, queues = {}, {}
-local k = 6
+local k = 5
 for r = 1, nr do
   local route = {eS = ARGV[a], eO = ARGV[a + 1], uns = KEYS[k], aw = KEYS[k + 1]}
   local nq = tonumber(ARGV[a + 2])
@@ -208,7 +201,7 @@ while remaining > 0 do
         rescore(m, h)
         route.budget = route.budget - 1
         remaining = remaining - 1
-        grants[#grants + 1] = {h.site, stub, lease_id, expires}
+        grants[#grants + 1] = {h.site, stub, lease_id, expires, h.dl, h.seq}
       end
     end
   end

@@ -6,6 +6,8 @@
 -- awaiting-payload, ready and running; done keeps its grant, payload and
 -- awaitingUntil. Settles the grant first (§9.8).
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  lease      KEYS[2]  hid:<eR>
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR

@@ -1,6 +1,8 @@
 -- enqueue: store a new job, or return the existing one unchanged (§2.2).
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>            job record
 -- KEYS[2]  seq                    global FIFO counter
 -- KEYS[3]  all                    every job, member <eS>:<eJ>, score seq
@@ -20,6 +22,8 @@
 -- ARGV[18] most live jobs of the site      ARGV[19] most stored bytes of the site
 -- ARGV[20] enqueues per second (decimal)   ARGV[21] burst
 --          (each "0": no such limit)
+-- Announces the new queue entry on the shard's channel P..'work' (announce()
+-- in lib/store.lua; same slot), as every requeue does.
 -- Reply: {created (1|0), snapshot}; snapshot = {flat hash, refusedBy, flat retryAfter}
 --        | {-1, 'jobs' | 'bytes' | 'rate'}: over the site's limit, nothing written
 
@@ -58,7 +62,7 @@ end
 -- replica) restarts seq too, so a replica's caches keyed by seq are trusted
 -- only while the epoch they were filled under is still the one stored.
 redis.call('SET', KEYS[6], ARGV[17], 'NX')
-local seq = fmt(redis.call('INCR', KEYS[2]))
+local seq = next_seq(KEYS[2])
 redis.call('HSET', KEYS[1],
   'id', ARGV[5], 'site', ARGV[6], 'stub', ARGV[7],
   'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10], 'dl', ARGV[11],
@@ -66,6 +70,7 @@ redis.call('HSET', KEYS[1],
   'eS', ARGV[12], 'eJ', ARGV[13], 'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16])
 redis.call('ZADD', KEYS[3], seq, m)
 redis.call('ZADD', KEYS[4], seq, ARGV[13])
+announce(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[11], m)
 move_state(m, nil, QUEUED)
 redis.call('SADD', KEYS[7], ARGV[13])

@@ -3,6 +3,8 @@
 -- lib: store
 -- lib: pages
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  all
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")

@@ -10,3 +10,19 @@ import "embed"
 //
 //go:embed *.lua lib/*.lua
 var FS embed.FS
+
+// The projection's scripts (internal/projectionsync), self-contained: they
+// take no common prefix and name only fleet-wide keys ("<ns>:{<ns>}:").
+var (
+	//go:embed projection/projection_put.lua
+	ProjectionPut string
+	//go:embed projection/projection_get.lua
+	ProjectionGet string
+	//go:embed projection/projection_unapprove.lua
+	ProjectionUnapprove string
+)
+
+// ProjectionFS holds projection/*.lua, for the header lint.
+//
+//go:embed projection/*.lua
+var ProjectionFS embed.FS

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -66,5 +67,76 @@ func TestLibrariesTakeNowAsAnArgument(t *testing.T) {
 		if calls != 0 {
 			t.Errorf("%s calls clock() %d times", lib, calls)
 		}
+	}
+}
+
+// writeCommand matches a redis.call of a command that writes.
+var writeCommand = regexp.MustCompile(`redis\.call\(\s*'(?i:SET|SETNX|GETDEL|DEL|UNLINK|HSET|HSETNX|HDEL|HINCRBY|INCR|INCRBY|DECR|DECRBY|ZADD|ZREM|ZREMRANGEBYSCORE|ZREMRANGEBYRANK|ZINCRBY|SADD|SREM|SPOP|EXPIRE|PEXPIRE|PEXPIREAT|PUBLISH|SPUBLISH|RENAME|LPUSH|RPUSH|LPOP|RPOP)'`)
+
+// header is a script's opening comment block.
+func header(body string) string {
+	var h []string
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		h = append(h, line)
+	}
+	return strings.Join(h, "\n")
+}
+
+// Mode reads the mode a header declares: "read-only" or "write".
+func Mode(h string) string {
+	for _, line := range strings.Split(h, "\n") {
+		if m, ok := strings.CutPrefix(line, "-- mode: "); ok {
+			return strings.Fields(m)[0]
+		}
+	}
+	return ""
+}
+
+// Every script, projection ones included, declares its mode and its slot in
+// its header; a read-only one names no write command and reads no clock; no
+// operation builds keys from ARGV (only lib/common.lua reads the prefix in
+// ARGV[1], checked against KEYS[1]'s).
+func TestScriptModesAndSlots(t *testing.T) {
+	ops, _ := fs.Glob(FS, "*.lua")
+	proj, _ := fs.Glob(ProjectionFS, "projection/*.lua")
+	for _, op := range append(ops, proj...) {
+		t.Run(op, func(t *testing.T) {
+			var body []byte
+			var err error
+			if strings.HasPrefix(op, "projection/") {
+				body, err = fs.ReadFile(ProjectionFS, op)
+			} else {
+				body, err = fs.ReadFile(FS, op)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := string(body)
+			h := src
+			if !strings.HasPrefix(op, "projection/") {
+				h = header(src)
+			}
+			mode := Mode(h)
+			if mode != "read-only" && mode != "write" {
+				t.Fatalf("header declares no mode (want a line \"-- mode: read-only\" or \"-- mode: write\")")
+			}
+			if !strings.Contains(h, "-- slot: ") {
+				t.Error("header does not say which slot its keys are in (\"-- slot: ...\")")
+			}
+			if mode == "read-only" {
+				if w := writeCommand.FindString(src); w != "" {
+					t.Errorf("read-only script writes: %s", w)
+				}
+				if strings.Contains(src, "clock()") || strings.Contains(src, "'TIME'") {
+					t.Error("read-only script reads the clock")
+				}
+			}
+			if !strings.HasPrefix(op, "projection/") && !strings.HasPrefix(op, "policy_") && strings.Contains(src, "ARGV[1]") {
+				t.Error("names ARGV[1] (the prefix): build keys from P, which lib/common.lua derives from KEYS[1]")
+			}
+		})
 	}
 }

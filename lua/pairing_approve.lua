@@ -10,6 +10,8 @@
 -- the document does not drop it.
 -- lib: pairing
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  pc:u   KEYS[2]  pc:d   KEYS[3]  pc:x   KEYS[4]  pc:ok
 -- KEYS[5]  projection        HASH version, json, sha, updatedAt
 -- KEYS[6]  projection:approved   HASH runnerId -> DeviceRecord (raw JSON)

@@ -5,6 +5,8 @@
 -- daemon.
 -- lib: pairing
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  pc:u   KEYS[2]  pc:d   KEYS[3]  pc:x   KEYS[4]  pc:ok
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  userCode (normalised)

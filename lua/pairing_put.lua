@@ -10,6 +10,8 @@
 -- so never needs a free slot of either kind.
 -- lib: pairing
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  pc:d   KEYS[2]  pc:x   KEYS[3]  pc:mi   KEYS[4]  pc:mu
 -- KEYS[5]  pc:i   KEYS[6]  pc:u   KEYS[7]  pc:ms   KEYS[8]  pc:a:<source>
 -- ARGV[1..3] prefix, offset, churn (unused)

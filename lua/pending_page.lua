@@ -4,6 +4,8 @@
 -- carries no library: it runs on every pending poll, and building
 -- lib/store.lua costs a script some 40 µs per call.
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  aw:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  eS

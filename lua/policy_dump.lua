@@ -1,6 +1,8 @@
 -- policy_dump: the whole policy, for GET /policy and the projection check.
 -- Pure read.
 --
+-- mode: read-only
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- KEYS[1]  pol:c   KEYS[2]  pol:p   KEYS[3]  pol:towners (SET ⟨O⟩ with a team)
 -- KEYS[4]  pol:d   KEYS[5]  pol:v (version)
 -- ARGV[1..3] prefix, offset, churn (unused)

@@ -3,6 +3,8 @@
 -- whether the user is on the owner's team, the site's declared purposes, and
 -- the store clock the grant's issuedAt comes from. Writes nothing.
 --
+-- mode: write (reads TIME, which a read-only script may not everywhere; writes nothing)
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- KEYS[1]  pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)   KEYS[2]  pol:p (SET ⟨S⟩:⟨U⟩ paused)
 -- KEYS[3]  pol:t:⟨O⟩ (SET ⟨U⟩ members)              KEYS[4]  pol:d (HASH ⟨S⟩ -> purposes JSON)
 -- ARGV[1..3] prefix, offset, churn (unused)

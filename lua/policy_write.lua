@@ -4,6 +4,8 @@
 -- every id arrives base64url-encoded (⟨x⟩), so fields joined with ':' never
 -- collide whatever the ids hold.
 --
+-- mode: write
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- KEYS[1]  pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)   KEYS[2]  pol:p (SET ⟨S⟩:⟨U⟩)
 -- KEYS[3]  pol:towners (SET ⟨O⟩)   KEYS[4]  pol:d (HASH ⟨S⟩ -> purposes JSON)
 -- KEYS[5]  pol:v (STR version)     team sets pol:t:⟨O⟩ are named from the prefix

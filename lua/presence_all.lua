@@ -3,6 +3,8 @@
 -- Go pages by insertion counter so one call never holds the server for
 -- every device.
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  pidx
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower bound ("-inf" for the first page, else "(<counter>")
@@ -11,7 +13,8 @@
 --          record holds up to its runner's advertised lists, bounded by
 --          the store, so a page is about this budget plus one record)
 -- Reply: {cursor: counter of the last entry examined, "" when the index is
---         exhausted; flat hashes...}
+--         exhausted; flat hashes..., each ending with '_seq', its first-seen
+--         number (Go merges the shards' listings by it)}
 
 local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
 local bytes = 0
@@ -23,6 +26,8 @@ for i = 1, #page, 2 do
   if #rec == 0 then
     redis.call('ZREM', KEYS[1], page[i])
   else
+    rec[#rec + 1] = '_seq'
+    rec[#rec + 1] = page[i + 1]
     out[#out + 1] = rec
     for j = 2, #rec, 2 do
       bytes = bytes + #rec[j]

@@ -3,6 +3,8 @@
 -- satisfiable reads it). Index entries whose record is gone (expired,
 -- dropped) or belongs to another owner are removed.
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  po:⟨O⟩ (SET ⟨R⟩ of the owner's presence records)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  owner (raw)

@@ -3,6 +3,8 @@
 -- the lists a runner advertised, so a heartbeat does not carry them back
 -- from Valkey. Pure read; lastSeenAt unchanged.
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  p:<eR>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- Reply: flat hash of runnerId, owner, device, lastSeenAt; empty when there

@@ -2,6 +2,8 @@
 -- owner and device; only lastSeenAt, capabilities and withheld are replaced
 -- (never merged; an empty array is a value).
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
 -- KEYS[4]  po:<eO> (the owner's records, for presence_by_owner; an entry
 --          under the wrong owner or of a gone record is dropped there)
@@ -21,7 +23,7 @@ else
     'capabilities', ARGV[8], 'withheld', ARGV[9], 'lastSeenAt', now)
   -- A new record goes to the end of the listing, even if an index entry of a
   -- lost record lingers (everyone() cleans those).
-  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[4])
+  redis.call('ZADD', KEYS[2], next_seq(KEYS[3]), ARGV[4])
 end
 redis.call('SADD', KEYS[4], ARGV[4])
 if ARGV[10] ~= '0' then

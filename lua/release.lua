@@ -2,12 +2,15 @@
 -- once, in input order; skips are silent. A done job is never reopened.
 -- lib: store
 --
--- KEYS[1]  lease      KEYS[2]  held:<eR>
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  lease      KEYS[2]  held:<eR> (all on the leases' shard: Go groups leases by the
+--          shard their id names; job records are built from KEYS[1]'s prefix)
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)
 -- ARGV[6]  retryAfter (absolute ms on the caller's clock, "" for none)
 -- ARGV[7]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
--- Reply: {released bare job ids in input order, reports}
+-- Reply: {released: per pair in input order, "1" released or "0" skipped, reports}
 
 local runner, reason, retry_after = ARGV[4], ARGV[5], ARGV[6]
 local n = tonumber(ARGV[7])
@@ -28,7 +31,9 @@ for i = 0, n - 1 do
       redis.call('HSET', jk .. ':ra', runner, retry_after)
     end
     requeue(m, h)
-    released[#released + 1] = job_id
+    released[i + 1] = '1'
+  else
+    released[i + 1] = '0'
   end
 end
 return {released, REPORTS}

@@ -3,16 +3,18 @@
 -- Done jobs renew. A grant that settling ends is reported lost (§9.8).
 -- lib: store
 --
--- KEYS[1]  lease      KEYS[2]  due
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  lease      KEYS[2]  due (on the leases' shard, as for release)
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  leaseMs
 -- ARGV[6]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
--- Reply: {renewed = {jobId, expiresAt, ...} flat, lost = {jobId, leaseId, ...} flat, reports}
+-- Reply: {outcomes: per pair in input order, the new expiry or "" (lost), reports}
 
 local runner, lease_ms = ARGV[4], tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
 local now = clock()
-local renewed, lost = {}, {}
+local renewed = {}
 for i = 0, n - 1 do
   local job_id, lease_id = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
   local m, h = resolve_exact(job_id, lease_id, now)
@@ -20,11 +22,9 @@ for i = 0, n - 1 do
     h.ce = fmt(now + lease_ms)
     redis.call('HSET', jkey(m), 'ce', h.ce)
     rescore(m, h)
-    renewed[#renewed + 1] = job_id
-    renewed[#renewed + 1] = h.ce
+    renewed[i + 1] = h.ce
   else
-    lost[#lost + 1] = job_id
-    lost[#lost + 1] = lease_id
+    renewed[i + 1] = ''
   end
 end
-return {renewed, lost, REPORTS}
+return {renewed, REPORTS}

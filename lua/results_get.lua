@@ -5,6 +5,8 @@
 -- least one job), so a call stays short however large the envelopes. No
 -- library: see pending_page.
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  fin:<eS>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  eS

@@ -15,6 +15,8 @@
 -- gives the promoted server a new replication id. Go trusts results it
 -- cached under a seq only for the generation this page names.
 --
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  fin:<eS>   KEYS[2]  epoch
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")

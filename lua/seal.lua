@@ -8,6 +8,8 @@
 -- bytes limit is refused (after the reference's own answers), and the job
 -- stays awaiting its payload.
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>   KEYS[2]  sb:<eS>
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  member <eS>:<eJ>   ARGV[5]  envelope (raw JSON)

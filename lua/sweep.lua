@@ -3,6 +3,8 @@
 -- concurrent sweepers count each timeout exactly once.
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  due
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  batch size

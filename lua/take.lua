@@ -5,6 +5,8 @@
 -- lease (stale-lease), payload (not-ready), state (terminal). The grant is
 -- settled first (§9.8): an overdue grant answers as if a sweep had run.
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  lease      KEYS[2]  hid:<eR>
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR

@@ -4,6 +4,8 @@
 -- quarantined earlier gets a fresh chance in its ready queue.
 -- lib: store
 --
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  member <eS>:<eJ>   ARGV[5]  raw stub bytes

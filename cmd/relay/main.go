@@ -68,6 +68,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "policy" {
 		os.Exit(admin.RunPolicyCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		os.Exit(migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
 	}
@@ -141,6 +144,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	st, err := store.New(bg, client, store.Options{
 		Namespace:         cfg.Namespace,
+		ObserveScript:     tel.ScriptObserver(),
 		Logger:            log,
 		PairingsPerSource: cfg.PairingsPerAddress,
 		SiteLimits:        cfg.SiteLimits,
@@ -153,6 +157,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	// The work view: idle claims and sweeps ask Valkey nothing while every
+	// shard's announcements reach this replica (store.RunWorkView).
+	go st.RunWorkView(bg)
 
 	// The built-in grant engine's policy, beside the projection. The admin
 	// listener writes it; the engine (grantAuthority) reads it, and what
@@ -249,7 +256,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	planes, err := relay.New(relay.Config{
-		Store: &observedStore{Store: st, obs: tel.ScriptObserver(), m: metrics, act: activity,
+		Store: &metricsStore{Store: st, m: metrics, act: activity,
 			siteOfKey: func(keyID string) (string, bool) {
 				if p := proj.Current(); p != nil {
 					return p.SiteIDForKey(keyID)

@@ -330,7 +330,7 @@ func TestStartRefusals(t *testing.T) {
 		{"key file and remote signer", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_GRANT_KEY_FILE": keyFile,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 2, "RELAY_GRANT_KEY_FILE and RELAY_GRANT_SIGNER_URL are both set; choose one"},
 		{"two problems at once", map[string]string{"RELAY_LEASE_MS": "x", "RELAY_BASE_PATH": "y"}, 2, "RELAY_BASE_PATH"},
-		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "e2e-badfile-unused", "RELAY_PROJECTION_FILE": bad,
+		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": namespace(t), "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},
 		{"valkey unreachable", map[string]string{"RELAY_VALKEY_URL": "redis://127.0.0.1:1/0", "RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "open the store"},
 		{"TLS certificate without its key", map[string]string{"RELAY_TLS_CERT_FILE": bad}, 2, "must be set together"},

@@ -3,10 +3,10 @@ package projectionsync
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/byollm/relay-go/lua"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -158,8 +158,7 @@ func (s *Sync) installWritten(ctx context.Context, d decoded, version int64, sum
 	}
 }
 
-//go:embed projection_unapprove.lua
-var unapproveSource string
+var unapproveSource = lua.ProjectionUnapprove
 
 var unapproveScript = valkey.NewLuaScript(unapproveSource)
 

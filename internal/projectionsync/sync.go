@@ -3,7 +3,7 @@
 //
 // The projection is one versioned document in a hash,
 // <ns>:{<ns>}:projection {version, json, sha, updatedAt}. Writers validate
-// and canonicalise in Go, then projection_put.lua installs the document and
+// and canonicalise in Go, then lua/projection/projection_put.lua installs the document and
 // bumps the version in one step and PUBLISHes the version. Each replica keeps
 // the decoded projection in memory and follows the document two ways: the
 // PUB/SUB message (prompt) and a poll of {version, sha} every PollInterval
@@ -20,10 +20,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/byollm/relay-go/lua"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -35,11 +35,9 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 )
 
-//go:embed projection_put.lua
-var putSource string
+var putSource = lua.ProjectionPut
 
-//go:embed projection_get.lua
-var getSource string
+var getSource = lua.ProjectionGet
 
 // Defaults.
 const (
@@ -161,7 +159,7 @@ func New(client valkey.Client, opts Options) *Sync {
 		poll:    opts.PollInterval,
 		log:     opts.Logger.With(slog.String("component", "projection")),
 		put:     valkey.NewLuaScript(putSource),
-		get:     valkey.NewLuaScript(getSource),
+		get:     valkey.NewLuaScriptReadOnly(getSource),
 		loaded:  make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 
@@ -476,7 +474,7 @@ func (s *Sync) Merge(ctx context.Context, patch []byte) (Result, error) {
 
 var errConflict = errors.New("projection: version conflict")
 
-// write runs projection_put.lua with the expected version ("" = any).
+// write runs lua/projection/projection_put.lua with the expected version ("" = any).
 func (s *Sync) write(ctx context.Context, d decoded, expected string) (Result, error) {
 	sum := shaHex(d.canon)
 	reply, err := s.put.Exec(ctx, s.client, []string{s.key}, []string{expected, string(d.canon), sum, s.channel}).ToArray()

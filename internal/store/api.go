@@ -114,6 +114,7 @@ type ClaimInput struct {
 // JSON is the stub's own keys followed by "lease".
 type ClaimedStub struct {
 	SiteID string          // the job's site id (not part of the wire form)
+	seq    int64           // first-enqueue order (orders a claim's grants across shards)
 	Stub   json.RawMessage // exact stored stub bytes
 	Lease  protocol.Lease
 }

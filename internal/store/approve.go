@@ -31,7 +31,7 @@ func (s *Store) ShowPairing(ctx context.Context, userCode string) (*PairingView,
 	if err := s.checkID("user code", code); err != nil {
 		return nil, fmt.Errorf("show pairing: %w", err)
 	}
-	msg, err := s.run(ctx, "pairing_show", s.userCodeKeys(), code)
+	msg, err := s.run(ctx, scPairingShow, s.userCodeKeys(), code)
 	if err != nil {
 		return nil, fmt.Errorf("show pairing: %w", err)
 	}
@@ -106,7 +106,7 @@ func (s *Store) ApprovePairing(ctx context.Context, t ProjectionTarget, a Approv
 		return 0, 0, fmt.Errorf("approve pairing: projection keys %q, %q are outside namespace %q", t.Document, t.Approved, s.opts.Namespace)
 	}
 	keys := append(s.userCodeKeys(), t.Document, t.Approved)
-	msg, err := s.run(ctx, "pairing_approve", keys, code, a.DeviceCode,
+	msg, err := s.run(ctx, scPairingApprove, keys, code, a.DeviceCode,
 		strconv.FormatInt(a.Version, 10), a.RunnerID, string(a.Record), t.Channel)
 	if err != nil {
 		return 0, 0, fmt.Errorf("approve pairing: %w", err)
@@ -144,7 +144,7 @@ func (s *Store) DenyPairing(ctx context.Context, userCode string) error {
 	if err := s.checkID("user code", code); err != nil {
 		return fmt.Errorf("deny pairing: %w", err)
 	}
-	msg, err := s.run(ctx, "pairing_deny", s.userCodeKeys(), code)
+	msg, err := s.run(ctx, scPairingDeny, s.userCodeKeys(), code)
 	if err != nil {
 		return fmt.Errorf("deny pairing: %w", err)
 	}

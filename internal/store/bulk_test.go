@@ -28,9 +28,9 @@ func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs [
 				t.Fatal(err)
 			}
 			keys, args := s.enqueueCall(siteID, st, raw)
-			execs = append(execs, valkey.LuaExec{Keys: keys, Args: append([]string{s.k.p, "0", churn}, args...)})
+			execs = append(execs, valkey.LuaExec{Keys: keys, Args: append([]string{prefixOf(keys[0]), "0", churn}, args...)})
 		}
-		for _, r := range s.scripts["enqueue"].ExecMulti(ctx, c, execs...) {
+		for _, r := range s.scripts[scEnqueue.Name].ExecMulti(ctx, c, execs...) {
 			if err := r.Error(); err != nil {
 				t.Fatalf("bulk enqueue: %v", err)
 			}

@@ -1,11 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
@@ -64,29 +67,207 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
-
-	keys := []string{s.k.due(), s.k.lease(), s.k.held(in.RunnerID), s.k.heldIDs(in.RunnerID), s.k.presence(in.RunnerID)}
-	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
-		strconv.FormatInt(in.LeaseMs, 10), "", "", "", "0"}
-	// indexes in args of the per-call values: max, scan budget, settle
-	// budget, presence condition
-	const maxArg, scanArg, settleArg, presenceArg = 5, 6, 7, 8
 	if in.RequirePresence {
-		args[presenceArg] = "1"
+		// The presence record is on the runner's shard, the grants on the
+		// sites' shards, so the condition is read just before the claim
+		// scripts rather than inside them: a change racing with this read
+		// is indistinguishable from one landing just after the claim.
+		p, err := s.do(ctx, "presence_check", s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()).ToArray()
+		if err != nil {
+			return nil, stats, fmt.Errorf("claim: presence: %w", err)
+		}
+		owner, err1 := p[0].ToString()
+		dev, err2 := p[1].ToString()
+		if err1 != nil || err2 != nil || owner != in.Owner || dev != string(device) {
+			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
+		}
 	}
+
+	// Routes by shard, each shard's in input order.
+	byShard := map[int][]Route{}
+	for _, r := range routes {
+		sh := s.k.siteShard(r.SiteID)
+		byShard[sh] = append(byShard[sh], r)
+	}
+	order, err := s.claimOrder(ctx, in, byShard, kinds)
+	if err != nil {
+		return nil, stats, fmt.Errorf("claim: %w", err)
+	}
+	out := []ClaimedStub{}
+	deadlines := map[int]int64{}
+	for _, sh := range order {
+		if len(out) >= in.Max {
+			break
+		}
+		got, dl, err := s.claimShard(ctx, in, sh, byShard[sh], kinds, device, in.Max-len(out), &stats)
+		if err != nil {
+			return out, stats, err
+		}
+		out = append(out, got...)
+		if len(got) > 0 {
+			deadlines[sh] = dl
+		}
+	}
+	// One answer in first-enqueue order, whichever shard granted what.
+	slices.SortStableFunc(out, func(a, b ClaimedStub) int { return cmp.Compare(a.seq, b.seq) })
+	if len(deadlines) > 0 {
+		// The runner-side record of the shards to visit for the bare-id
+		// probe and cancel requests: written before the reply, so it exists
+		// before the daemon can present any lease (store.md trap 36).
+		cmd := s.c.B().Zadd().Key(s.k.runnerShards(in.RunnerID)).Gt().ScoreMember()
+		for sh, dl := range deadlines {
+			cmd = cmd.ScoreMember(float64(dl), strconv.Itoa(sh))
+		}
+		if err := s.do(ctx, "runner_shards_add", cmd.Build()).Error(); err != nil {
+			return out, stats, fmt.Errorf("claim: runner shards: %w", err)
+		}
+	}
+	return out, stats, nil
+}
+
+// claimOrder settles what is due outside the claim's shards (the reference
+// sweeps everything before a claim) and chooses which of the claim's shards
+// to call, in which order: by the oldest entry (lowest seq, an enqueue
+// instant) at the head of any of the claim's queues there, so the oldest
+// eligible job over all routes is considered first. A shard with no queued
+// entry on these routes and nothing due is not called at all: it has
+// nothing to grant. All of it is read with one TIME and one pipelined batch
+// of ZRANGEs, no script.
+func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string) ([]int, error) {
+	// What the work view already knows is not read: shards with nothing
+	// due, queues seen empty since (see workView).
+	at := time.Now()
+	offset := s.offset.Load()
+	var dueRead []int
+	for sh := range s.k.shards {
+		if !s.view.notDue(sh, at, offset) {
+			dueRead = append(dueRead, sh)
+		}
+	}
+	type qref struct {
+		shard int
+		key   string
+		ver   uint64
+	}
+	var refs []qref
+	var cmds []valkey.Completed
+	for sh, rs := range byShard {
+		queues := s.claimQueues(in, rs, kinds)
+		if s.view.queuesEmpty(sh, queues, at) {
+			continue
+		}
+		ver := s.view.stamp(sh)
+		for _, key := range queues {
+			refs = append(refs, qref{sh, key, ver})
+			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
+		}
+	}
+	var replies []valkey.ValkeyResult
+	heads, now, err := s.dueHeadsWith(ctx, "claim_heads", dueRead, cmds, &replies)
+	if err != nil {
+		return nil, err
+	}
+	due := make([]bool, len(s.k.shards))
+	var others []int
+	for i, sh := range dueRead {
+		due[sh] = heads[i] <= now
+		if _, mine := byShard[sh]; due[sh] && !mine {
+			others = append(others, sh)
+		}
+	}
+	if len(others) > 0 {
+		if _, err := s.sweepShards(ctx, others); err != nil {
+			return nil, err
+		}
+	}
+	head := map[int]float64{}
+	for i, r := range refs {
+		z, err := replies[i].AsZScores()
+		if err != nil {
+			return nil, fmt.Errorf("queue head: %w", err)
+		}
+		if len(z) == 0 {
+			s.view.sawEmpty(r.shard, r.ver, r.key, at)
+			continue
+		}
+		if h, ok := head[r.shard]; !ok || z[0].Score < h {
+			head[r.shard] = z[0].Score
+		}
+	}
+	var order []int
+	for sh := range byShard {
+		_, queued := head[sh]
+		if queued || due[sh] {
+			order = append(order, sh)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ha, qa := head[a]
+		hb, qb := head[b]
+		switch {
+		case qa && qb && ha != hb:
+			return cmp.Compare(ha, hb)
+		case qa != qb: // a shard with queued entries before one with only due work
+			if qa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
+	return order, nil
+}
+
+// claimQueues is the queue keys claim reads for routes (all on one shard),
+// in the order the claim script expects them: per route, the ready queues
+// of the kinds (private only on the device owner's own routes), then the
+// runner's sticky queue.
+func (s *Store) claimQueues(in ClaimInput, routes []Route, kinds []string) []string {
+	var out []string
+	for _, r := range routes {
+		out = append(out, s.routeQueues(in, r, kinds)...)
+	}
+	return out
+}
+
+func (s *Store) routeQueues(in ClaimInput, r Route, kinds []string) []string {
+	queues := make([]string, 0, 2*len(kinds)+1)
+	for _, kind := range kinds {
+		if r.Owner == in.Owner {
+			queues = append(queues, s.k.readyQueue(r.SiteID, r.Owner, kind, protocol.AudiencePrivate))
+		}
+		queues = append(queues, s.k.readyQueue(r.SiteID, r.Owner, kind, protocol.AudienceTeam))
+	}
+	return append(queues, s.k.stickyQueue(r.SiteID, r.Owner, in.RunnerID))
+}
+
+// mintLease is a UUID v4 (crypto/rand) whose first byte names the shard
+// that grants it, so a holder operation finds the grant's shard from the
+// lease id alone. The version and variant bits are untouched.
+func mintLease(shard int) (string, error) {
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return "", err
+	}
+	id[0] = byte(shard)
+	return id.String(), nil
+}
+
+// claimShard runs the claim script on one shard until it has granted
+// remaining, exhausted its queues or spent the scan budget. It returns the
+// grants and the latest deadline among them.
+func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []Route, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
+	keys := []string{s.k.due(sh), s.k.lease(sh), s.k.held(sh, in.RunnerID), s.k.heldIDs(sh, in.RunnerID)}
+	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
+		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
+	// indexes in args of the per-call values: max, scan budget, settle budget
+	const maxArg, scanArg, settleArg = 5, 6, 7
 	args = append(args, strconv.Itoa(len(kinds)))
 	args = append(args, kinds...)
 	args = append(args, strconv.Itoa(len(routes)))
 	nQueues := 0
 	for _, r := range routes {
-		queues := make([]string, 0, 2*len(kinds)+1)
-		for _, kind := range kinds {
-			if r.Owner == in.Owner {
-				queues = append(queues, s.k.readyQueue(r.SiteID, r.Owner, kind, protocol.AudiencePrivate))
-			}
-			queues = append(queues, s.k.readyQueue(r.SiteID, r.Owner, kind, protocol.AudienceTeam))
-		}
-		queues = append(queues, s.k.stickyQueue(r.SiteID, r.Owner, in.RunnerID))
+		queues := s.routeQueues(in, r, kinds)
 		keys = append(keys, s.k.unsealed(r.SiteID, r.Owner), s.k.awaiting(r.SiteID))
 		keys = append(keys, queues...)
 		args = append(args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
@@ -97,14 +278,13 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		args = append(args, "") // every queue from its head
 	}
 	leaseAt := len(args)
-	// One lease id per possible grant: at most Max, at most 2 per pair.
-	n := min(in.Max, UnsealedPerPair*len(routes))
-	for range n {
-		id, err := uuid.NewRandom() // crypto/rand
+	// One lease id per possible grant: at most remaining, at most 2 per pair.
+	for range min(remaining, UnsealedPerPair*len(routes)) {
+		id, err := mintLease(sh)
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: lease id: %w", err)
+			return nil, 0, fmt.Errorf("claim: lease id: %w", err)
 		}
-		args = append(args, id.String())
+		args = append(args, id)
 	}
 
 	// Each script examines at most claimScan queue entries; a claim that
@@ -112,7 +292,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	// grants, the queues are exhausted, or ClaimScanBudget entries were
 	// examined in all. Every grant is still chosen and made in one script.
 	out := []ClaimedStub{}
-	remaining := in.Max
+	var latest int64
 	sweeps := 0
 	for {
 		stats.Attempts++
@@ -124,30 +304,27 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		args[maxArg] = strconv.Itoa(remaining)
 		args[scanArg] = strconv.Itoa(scan)
 		args[settleArg] = strconv.Itoa(settle)
-		msg, err := s.run(ctx, "claim", keys, args...)
+		msg, err := s.run(ctx, scClaim, keys, args...)
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: %w", err)
+			return out, latest, fmt.Errorf("claim: %w", err)
 		}
 		parts, err := elems(msg, 7)
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: %w", err)
+			return out, latest, fmt.Errorf("claim: %w", err)
 		}
 		status, err := str(parts[0])
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: %w", err)
+			return out, latest, fmt.Errorf("claim: %w", err)
 		}
 		reports, err := parseReports(parts[2])
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: %w", err)
+			return out, latest, fmt.Errorf("claim: %w", err)
 		}
 		s.fireChurn(reports)
-		if status == "presence" {
-			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
-		}
 		if status == "sweep" {
 			sweeps++
-			if _, err := s.Sweep(ctx); err != nil {
-				return nil, stats, fmt.Errorf("claim: %w", err)
+			if _, err := s.sweepShards(ctx, []int{sh}); err != nil {
+				return out, latest, fmt.Errorf("claim: %w", err)
 			}
 			continue
 		}
@@ -159,52 +336,65 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		if quarantined > 0 {
 			s.log.Warn("store: quarantined stored stubs that no longer parse", "count", quarantined)
 		}
-		grants, err := parseGrants(parts[1], in.RunnerID)
+		grants, dl, err := parseGrants(parts[1], in.RunnerID)
 		if err != nil {
-			return nil, stats, fmt.Errorf("claim: %w", err)
+			return out, latest, fmt.Errorf("claim: %w", err)
 		}
+		latest = max(latest, dl)
 		out = append(out, grants...)
 		remaining -= len(grants)
-		args[presenceArg] = "0" // a continuation is the same claim
-		if truncated != 1 {
-			return out, stats, nil
+		if truncated != 1 || remaining <= 0 {
+			return out, latest, nil
 		}
 		if stats.Scanned >= s.opts.ClaimScanBudget {
 			stats.Truncated = true
 			s.log.Warn("store: claim stopped at its scan budget", "runner", in.RunnerID, "budget", s.opts.ClaimScanBudget)
-			return out, stats, nil
+			return out, latest, nil
 		}
 		cursors, err := parts[6].AsStrSlice()
 		if err != nil || len(cursors) != nQueues {
-			return nil, stats, fmt.Errorf("claim: %d cursors for %d queues (%v)", len(cursors), nQueues, err)
+			return out, latest, fmt.Errorf("claim: %d cursors for %d queues (%v)", len(cursors), nQueues, err)
 		}
 		copy(args[cursorAt:], cursors)
 		args = append(args[:leaseAt], args[leaseAt+len(grants):]...) // those ids are granted
 	}
 }
 
-func parseGrants(m valkey.ValkeyMessage, runner string) ([]ClaimedStub, error) {
+// parseGrants reads a claim script's grants, and the latest deadline among
+// them.
+func parseGrants(m valkey.ValkeyMessage, runner string) ([]ClaimedStub, int64, error) {
 	a, err := m.ToArray()
 	if err != nil {
-		return nil, fmt.Errorf("grants: %w", err)
+		return nil, 0, fmt.Errorf("grants: %w", err)
 	}
 	out := make([]ClaimedStub, 0, len(a))
+	var latest int64
 	for _, g := range a {
 		f, err := g.AsStrSlice()
-		if err != nil || len(f) != 4 {
-			return nil, fmt.Errorf("grant: %v (%d fields)", err, len(f))
+		if err != nil || len(f) != 6 {
+			return nil, 0, fmt.Errorf("grant: %v (%d fields)", err, len(f))
 		}
 		exp, err := strconv.ParseInt(f[3], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("grant expiry: %w", err)
+			return nil, 0, fmt.Errorf("grant expiry: %w", err)
+		}
+		dl, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("grant deadline: %w", err)
+		}
+		latest = max(latest, dl)
+		seq, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("grant seq: %w", err)
 		}
 		out = append(out, ClaimedStub{
 			SiteID: f[0],
 			Stub:   json.RawMessage(f[1]),
 			Lease:  protocol.Lease{ID: f[2], RunnerID: runner, ExpiresAt: exp},
+			seq:    seq,
 		})
 	}
-	return out, nil
+	return out, latest, nil
 }
 
 func (s *Store) checkClaim(in ClaimInput) error {

@@ -320,7 +320,7 @@ func TestConcurrentSweepersSettleOnce(t *testing.T) {
 			}
 		}
 		for p := range pairs {
-			key := stores[0].k.p + "churn:" + enc(site) + ":" + enc(fmt.Sprintf("owner_%d", p))
+			key := stores[0].k.sp(site) + "churn:" + enc(site) + ":" + enc(fmt.Sprintf("owner_%d", p))
 			n, err := clients[0].Do(ctx, clients[0].B().Zcard().Key(key).Build()).AsInt64()
 			if err != nil || n != int64(round*perPair) {
 				t.Fatalf("round %d pair %d: %d churn notes (%v), want %d", round, p, n, err, round*perPair)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/valkey-io/valkey-go"
 )
 
 // StateCounts is how many jobs the store holds in each state.
@@ -25,20 +26,24 @@ func (c StateCounts) ActiveLeases() int64 {
 	return c.AwaitingPayload + c.Ready + c.Running
 }
 
-// Counts reads the per-state job counts in O(1) (one read-only script), for
-// the relay_jobs and relay_leases_active gauges.
+// Counts reads the per-state job counts, for the relay_jobs and
+// relay_leases_active gauges: one SCARD per state per shard, pipelined
+// (single-key commands, so a cluster routes each to its shard).
 func (s *Store) Counts(ctx context.Context) (StateCounts, error) {
-	keys := make([]string, 0, 5)
-	for _, st := range []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone} {
-		keys = append(keys, s.k.p+"st:"+st)
+	states := []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone}
+	cmds := make([]valkey.Completed, 0, len(states)*len(s.k.shards))
+	for sh := range s.k.shards {
+		for _, st := range states {
+			cmds = append(cmds, s.c.B().Scard().Key(s.k.state(sh, st)).Build())
+		}
 	}
-	msg, err := s.run(ctx, "counts", keys)
-	if err != nil {
-		return StateCounts{}, fmt.Errorf("counts: %w", err)
-	}
-	vals, err := msg.AsIntSlice()
-	if err != nil || len(vals) != 5 {
-		return StateCounts{}, fmt.Errorf("counts: unexpected reply %v: %v", msg, err)
+	var vals [5]int64
+	for i, r := range s.doMulti(ctx, "counts", cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return StateCounts{}, fmt.Errorf("counts: %w", err)
+		}
+		vals[i%len(states)] += n
 	}
 	return StateCounts{Queued: vals[0], AwaitingPayload: vals[1], Ready: vals[2], Running: vals[3], Done: vals[4]}, nil
 }

@@ -5,8 +5,12 @@
 //
 // # Atomicity
 //
-// Every operation is one Lua script (lua/*.lua, one file per operation,
-// helpers in lua/lib/), run with EVALSHA and reloaded on NOSCRIPT. A script
+// Every operation is one Lua script per shard it touches (lua/*.lua, one
+// file per operation, helpers in lua/lib/), run with EVALSHA and reloaded on
+// NOSCRIPT. Each script is a typed value (Scripts) whose read-only mode its
+// header declares, and every call goes through one runner that observes it
+// (Options.ObserveScript: span, latency under the script's name, error
+// class). A script
 // is a decision and its write: no caller reads, decides and writes back. So
 // two replicas racing claims can never grant one job twice or overrun the
 // unsealed cap, and concurrent sweepers settle each due job exactly once
@@ -20,23 +24,54 @@
 // SetClockOffsetForTests / AdvanceClockForTests. Lease ids are UUID v4 minted
 // in Go from crypto/rand and passed to the claim script.
 //
-// # Key layout (store.md §9.3, mode G: one slot)
+// # Key layout (store.md §9.3, mode S: sharded by site; layout v2)
 //
-// Every key starts with "<ns>:{<ns>}:" (ns = Options.Namespace, default
-// "byollm"), so all keys share one hash tag: one cluster slot, every script
-// single-slot, exact global FIFO. Variable key parts are base64url without
-// padding, written ⟨x⟩ below: they contain no ':', '{', '}' or ';', so any
-// site id, job id, owner, runner or kind yields an unambiguous key. A job's
-// member in cross-site indexes is m = ⟨S⟩:⟨J⟩.
+// A namespace is laid out over Shards shards (16 for a new namespace, fixed
+// in its layout record). Shard i's keys start with "<ns>:{<ns>/<i>-<n>}:",
+// n chosen so the tag's cluster slot lies in the i-th of Shards equal slot
+// ranges; fleet-wide keys start with "<ns>:{<ns>}:". Which shard holds what:
+//
+//   - a site's jobs, queues and per-site indexes: shard(site);
+//   - a runner's held, hid and cxl sets: one per shard where it holds a
+//     grant, on that shard (they change in the same script as the job);
+//   - the lease index, the due index, seq, all, epoch and st:<state>: one
+//     per shard;
+//   - presence, and the runner's record of the shards it holds grants on
+//     (rsh:⟨R⟩): shard(runner);
+//   - a lease: the shard whose claim minted it, written in the lease id's
+//     first byte (a UUID v4 otherwise random);
+//   - pairing codes, the projection, approvals, the policy and the layout
+//     record: fleet-wide. Each is small and bounded (at most
+//     PairingCapacity codes; one projection and policy document), and
+//     pairing approval must be atomic with the projection write.
+//
+// shard(x) is HMAC-SHA256(salt, domain, x) mod Shards, the salt coming from
+// the layout record: hash tags are derived, never taken from ids, so no
+// site or runner id can choose its slot (TestCraftedIDsDoNotPickTheirSlot).
+//
+// Every script's KEYS lie on one slot, and every key a script builds
+// inside (a job record popped from a queue, a due job) is built from
+// KEYS[1]'s prefix, which lib/common.lua derives and checks: same tag, same
+// slot, by construction (TestEveryScriptStaysOnOneSlot watches every
+// command each script runs). Go never sends a multi-key command across
+// slots; fan-outs are one single-slot call per shard.
+//
+// Variable key parts are base64url without padding, written ⟨x⟩ below: they
+// contain no ':', '{', '}' or ';', so any site id, job id, owner, runner or
+// kind yields an unambiguous key. A job's member in indexes that span sites
+// of a shard is m = ⟨S⟩:⟨J⟩. Per shard:
 //
 //	j:⟨S⟩:⟨J⟩              HASH  the job (fields below)
 //	j:⟨S⟩:⟨J⟩:ref          ZSET  refusedBy: runner -> position (refusal order)
 //	j:⟨S⟩:⟨J⟩:ra           HASH  retryAfter: runner -> ms (caller's clock)
-//	seq                    STR   INCR counter: first-enqueue order
+//	seq                    STR   the shard's last first-enqueue number: the
+//	                             server's TIME in µs, or last+1 if that is
+//	                             later (next_seq in lib/common.lua), so
+//	                             numbers compare across shards as instants
 //	epoch                  STR   random id SET NX by enqueue; with the server's
 //	                             replication id (new after a failover) it names
 //	                             the data generation, which caches keyed by seq
-//	                             check (results), since a data loss reuses seqs
+//	                             check (results)
 //	all                    ZSET  m -> seq, every job (Jobs)
 //	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
 //	                             not quarantined; per site, job owner, kind,
@@ -51,26 +86,39 @@
 //	                             minimum of the deadline, awaitingUntil (when
 //	                             awaiting) and the lease expiry (ready, running)
 //	lease                  HASH  leaseId -> m: current grants, done included
-//	held:⟨R⟩               ZSET  m -> seq: jobs R holds, done included
+//	held:⟨R⟩               ZSET  m -> seq: jobs R holds here, done included
 //	hid:⟨R⟩                ZSET  "⟨J⟩:⟨S⟩" -> 0: the bare-id probe of §2.0;
 //	                             ZRANGEBYLEX [⟨J⟩: (⟨J⟩; answers "does R hold
-//	                             some job with bare id J"
-//	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds
+//	                             some job with bare id J" on this shard
+//	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds here
 //	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
-//	st:<state>             SET   m of every job in that state; metrics only
-//	                             (Counts: one SCARD per state), never decisions
+//	st:<state>             SET   m of every job here in that state; metrics
+//	                             only (Counts: SCARDs), never decisions
 //	sl:⟨S⟩                 SET   ⟨J⟩ of the site's live jobs (not done, not
 //	                             cancelled): the jobs limit is its SCARD
 //	sb:⟨S⟩                 STR   bytes of the site's stored stubs, payloads and
 //	                             results: the one counter (see account() in
 //	                             lib/store.lua; each job's field by holds its part)
 //	sr:⟨S⟩                 HASH  the site's enqueue token bucket: t, at
-//	p:⟨R⟩                  HASH  presence: runnerId, owner, device, capabilities,
-//	                             withheld (raw JSON), lastSeenAt
-//	pidx / pseq            ZSET / STR  ⟨R⟩ -> insertion counter (Everyone order)
-//	po:⟨O⟩                 SET   ⟨R⟩ of owner O's presence records (Advertised;
-//	                             entries of gone records dropped when read)
+//	p:⟨R⟩                  HASH  presence (on shard(R)): runnerId, owner,
+//	                             device, capabilities, withheld (raw JSON),
+//	                             lastSeenAt
+//	pidx / pseq            ZSET / STR  ⟨R⟩ -> first-seen number (next_seq)
+//	                             of the shard's runners (Everyone merges the
+//	                             shards by it)
+//	po:⟨O⟩                 SET   ⟨R⟩ of owner O's presence records on this
+//	                             shard (Advertised reads every shard's)
+//	rsh:⟨R⟩                ZSET  shard index -> the latest deadline of a grant
+//	                             R was given there (ZADD GT, written before the
+//	                             claim's reply): the shards the bare-id probe
+//	                             and CancelRequests visit. A superset (at most
+//	                             Shards members); every answer is decided by
+//	                             the shard's own script.
+//
+// Fleet-wide ("<ns>:{<ns>}:"):
+//
+//	layout                 HASH  version (2), shards, salt (hex)
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
@@ -81,6 +129,43 @@
 //	projection, projection:approved    internal/projectionsync's document and
 //	                             the devices approved by code; pairing_approve
 //	                             writes the second and bumps the first's version
+//
+// # Claims spanning shards
+//
+// A claim's routes are grouped by their site's shard, and each shard is one
+// atomic claim script (CLAIM_ATOMIC, the unsealed cap and the churn rule are
+// per (site, owner) pair, and a pair never spans shards, so each holds
+// exactly as before). Before the scripts, one pipelined read (TIME and a
+// ZRANGE of the head of each due index and of each of the claim's queues;
+// no script) settles what is due on other shards, skips shards with no
+// queued entry on these routes and nothing due, and orders the rest by the
+// seq of their oldest queued entry. seq is an enqueue instant (µs, the
+// shard's server clock), so the promise is: within a shard, exact
+// first-enqueue order (so within a site, and within a pair); across shards,
+// the shard holding the oldest job on the claim's routes is served first,
+// and the grants come back sorted by seq. When Max lets a claim take every
+// eligible job, the grants are exactly those a single global FIFO would
+// make; when Max is smaller, the oldest job over all the routes is granted
+// first, and the rest of the grants come from its shard before the next
+// shard's, which can put a younger job of that shard ahead of an older job
+// of another (at most Max-1 places). That is fair in the sense the
+// reference's order is for: no site's work waits behind another's beyond
+// one claim, because a shard's turn is decided by its oldest job, which
+// only gets older. Across cluster nodes the enqueue instants come from each
+// node's own clock, so order across shards is as exact as those clocks
+// agree (NTP: milliseconds).
+//
+// An idle claim (nothing queued on the routes, nothing due) costs that one
+// pipelined read and no script, and nothing at all while the replica runs
+// its work view (RunWorkView, view.go): every script that puts a job in a
+// ready or sticky queue (enqueue, and requeue in settle, release and the
+// rest) announces the queue on its shard's channel "<shard prefix>work"
+// with SPUBLISH (same slot as the shard's keys), and each replica, holding
+// one sharded subscription per shard, forgets that a queue was empty when it
+// is named. A queue seen empty is also asked again after this replica
+// writes to its shard, and after 30 s; due heads are re-read every second.
+// The view only decides whether to ask Valkey: a stale view delays a grant,
+// never makes one.
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //
@@ -116,10 +201,11 @@
 // by seq: its cost is O(routes·kinds·log n + grants + skipped), independent of
 // jobs queued on other routes. Before choosing, claim settles what is due: up
 // to ClaimSettleBudget due jobs inside its own script; when more are due it
-// writes nothing, Go drains them with Sweep (batches of SweepBatch) and runs
-// claim again. Sweep reads the due index with ZRANGEBYSCORE -inf now LIMIT 0
-// SweepBatch per script and loops while more are due, so an idle sweep costs
-// O(log n). take, complete, release, renew and seal settle the job they touch
+// writes nothing, Go drains that shard with Sweep (batches of SweepBatch)
+// and runs claim again. Sweep reads each shard's due head (one pipelined
+// ZRANGE per shard, no script) and runs the sweep script, ZRANGEBYSCORE -inf
+// now LIMIT 0 SweepBatch, only on shards with something due, looping while
+// more are due: an idle sweep runs no script. take, complete, release, renew and seal settle the job they touch
 // first (store.md §9.8), answering as if a sweep had just run.
 //
 // Churn reports (OnChurn) are decided inside the sweeping script against
@@ -153,6 +239,16 @@
 //   - Inputs the reference cannot receive (U+0000 or invalid UTF-8 in an
 //     identifier, identifiers or blobs over the Options limits, blobs that
 //     are not JSON) are refused with ErrInvalidInput before any write.
+//
+// # Layout versions
+//
+// The layout record (fleet-wide "layout") names the version this store
+// writes (LayoutVersion, 2). A namespace with keys of the single-slot layout
+// v1 (seq, all, due, lease, pidx, pseq or epoch under "<ns>:{<ns>}:") and no
+// record is refused by New with ErrLegacyLayout, whose message says how to
+// move it: Migrate (`relay migrate`) once the old relays have drained its
+// jobs, or with dropJobs. Pairing codes, the projection, approvals and the
+// policy kept their keys and carry over.
 //
 // Requirements: Redis 7.0+ or Valkey 7.2+ (EVALSHA_RO, effect-replicated
 // scripts calling TIME), or the embedded miniredis of internal/valkeyconn.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -142,8 +143,14 @@ func purge(c valkey.Client, pattern string) error {
 	}
 	for len(keys) > 0 {
 		n := min(len(keys), 500)
-		if err := c.Do(context.Background(), c.B().Del().Key(keys[:n]...).Build()).Error(); err != nil {
-			return err
+		cmds := make([]valkey.Completed, n)
+		for i, k := range keys[:n] {
+			cmds[i] = c.B().Del().Key(k).Build() // one slot per command
+		}
+		for _, r := range c.DoMulti(context.Background(), cmds...) {
+			if err := r.Error(); err != nil {
+				return err
+			}
 		}
 		keys = keys[n:]
 	}
@@ -415,4 +422,22 @@ func (c *churnLog) all(s *Store) []ChurnReport {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.reports)
+}
+
+// sameShardSite is a site id other than site on site's shard.
+func sameShardSite(s *Store, site string) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprint("site_b", i); s.k.siteShard(id) == s.k.siteShard(site) {
+			return id
+		}
+	}
+}
+
+// otherShardSite is a site id on another shard than site's.
+func otherShardSite(s *Store, site string) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprint("site_c", i); s.k.siteShard(id) != s.k.siteShard(site) {
+			return id
+		}
+	}
 }

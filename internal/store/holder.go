@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -39,7 +40,11 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 	if err := s.checkHolder(in.JobID, in.RunnerID, in.LeaseID); err != nil {
 		return TakeResult{}, fmt.Errorf("take payload: %w", err)
 	}
-	msg, err := s.run(ctx, "take", []string{s.k.lease(), s.k.heldIDs(in.RunnerID)},
+	sh, ok := s.k.leaseShard(in.LeaseID)
+	if !ok {
+		return TakeResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
+	}
+	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
 		in.JobID, enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
 	if err != nil {
 		return TakeResult{}, fmt.Errorf("take payload: %w", err)
@@ -58,7 +63,59 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 	if status == "ok" {
 		return TakeResult{Envelope: []byte(value)}, nil
 	}
+	if value == RefusedNotFound {
+		value = s.missRefusal(ctx, in.JobID, in.RunnerID, sh)
+	}
 	return TakeResult{Refused: value}, nil
+}
+
+// missRefusal answers a grant the lease's own shard (skip; -1 for none) did
+// not resolve: stale-lease when the runner holds a job with this bare id on
+// another shard of its record, else not-found (§2.0 step 2). An error
+// reading the record counts as not found only after it is logged: the
+// answer then is the one a runner that holds nothing there gets.
+func (s *Store) missRefusal(ctx context.Context, jobID, runnerID string, skip int) string {
+	shards, err := s.runnerShardList(ctx, runnerID)
+	if err != nil {
+		s.log.Warn("store: runner shards unreadable", "runner", runnerID, "err", err)
+		return RefusedNotFound
+	}
+	for _, sh := range shards {
+		if sh == skip {
+			continue
+		}
+		msg, err := s.run(ctx, scHolds, []string{s.k.heldIDs(sh, runnerID)}, enc(jobID), enc(runnerID))
+		if err != nil {
+			s.log.Warn("store: bare-id probe failed", "runner", runnerID, "err", err)
+			continue
+		}
+		parts, err := elems(msg, 2)
+		if err != nil {
+			continue
+		}
+		if reports, err := parseReports(parts[1]); err == nil {
+			s.fireChurn(reports)
+		}
+		if n, _ := num(parts[0]); n == 1 {
+			return RefusedStaleLease
+		}
+	}
+	return RefusedNotFound
+}
+
+// runnerShardList is the runner's record of shards where it may hold grants.
+func (s *Store) runnerShardList(ctx context.Context, runnerID string) ([]int, error) {
+	members, err := s.do(ctx, "runner_shards", s.c.B().Zrange().Key(s.k.runnerShards(runnerID)).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(members))
+	for _, m := range members {
+		if n, err := strconv.Atoi(m); err == nil && n >= 0 && n < len(s.k.shards) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // Complete records the first result under the current grant (§2.9). A
@@ -73,7 +130,11 @@ func (s *Store) Complete(ctx context.Context, in CompleteInput) (CompleteResult,
 	if err := s.checkBlob("envelope", in.Envelope); err != nil {
 		return CompleteResult{}, fmt.Errorf("complete: %w", err)
 	}
-	msg, err := s.run(ctx, "complete", []string{s.k.lease(), s.k.heldIDs(in.RunnerID)},
+	sh, ok := s.k.leaseShard(in.LeaseID)
+	if !ok {
+		return CompleteResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
+	}
+	msg, err := s.run(ctx, scComplete, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
 		in.JobID, enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete: %w", err)
@@ -101,6 +162,9 @@ func (s *Store) Complete(ctx context.Context, in CompleteInput) (CompleteResult,
 		if err != nil {
 			return CompleteResult{}, fmt.Errorf("complete: %w", err)
 		}
+		if reason == RefusedNotFound {
+			reason = s.missRefusal(ctx, in.JobID, in.RunnerID, sh)
+		}
 		return CompleteResult{Refused: reason}, nil
 	}
 	return CompleteResult{}, fmt.Errorf("complete: unexpected status %q", status)
@@ -125,36 +189,60 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 			return nil, fmt.Errorf("release: %w", err)
 		}
 	}
+	// By the shard each lease names, each shard's pairs in input order; a
+	// lease naming no shard of this store resolves nothing and is skipped.
+	// Per shard in chunks, so no one script call walks more than GrantChunk
+	// grants. Each grant is released at most once whatever the chunking: a
+	// released grant no longer resolves, so a repeat in a later chunk (or
+	// later in the same one) is a silent skip.
+	done := make([]bool, len(in.Leases))
+	for sh, idx := range s.byLeaseShard(in.Leases) {
+		for chunk := range slices.Chunk(idx, GrantChunk) {
+			args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(chunk))}
+			for _, i := range chunk {
+				args = append(args, in.Leases[i].JobID, in.Leases[i].LeaseID)
+			}
+			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh), s.k.held(sh, in.RunnerID)}, args...)
+			if err != nil {
+				return nil, fmt.Errorf("release: %w", err)
+			}
+			parts, err := elems(msg, 2)
+			if err != nil {
+				return nil, fmt.Errorf("release: %w", err)
+			}
+			got, err := parts[0].AsStrSlice()
+			if err != nil || len(got) != len(chunk) {
+				return nil, fmt.Errorf("release: %d outcomes for %d grants (%v)", len(got), len(chunk), err)
+			}
+			reports, err := parseReports(parts[1])
+			if err != nil {
+				return nil, fmt.Errorf("release: %w", err)
+			}
+			s.fireChurn(reports)
+			for k, i := range chunk {
+				done[i] = got[k] == "1"
+			}
+		}
+	}
 	released := []string{}
-	// In chunks, so no one script call walks more than GrantChunk grants.
-	// Each grant is released at most once whatever the chunking: a
-	// released grant no longer resolves, so a repeat in a later chunk is a
-	// silent skip, as it is within one call.
-	for chunk := range slices.Chunk(in.Leases, GrantChunk) {
-		args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(chunk))}
-		for _, g := range chunk {
-			args = append(args, g.JobID, g.LeaseID)
+	for i, g := range in.Leases {
+		if done[i] {
+			released = append(released, g.JobID)
 		}
-		msg, err := s.run(ctx, "release", []string{s.k.lease(), s.k.held(in.RunnerID)}, args...)
-		if err != nil {
-			return nil, fmt.Errorf("release: %w", err)
-		}
-		parts, err := elems(msg, 2)
-		if err != nil {
-			return nil, fmt.Errorf("release: %w", err)
-		}
-		got, err := parts[0].AsStrSlice()
-		if err != nil {
-			return nil, fmt.Errorf("release: %w", err)
-		}
-		reports, err := parseReports(parts[1])
-		if err != nil {
-			return nil, fmt.Errorf("release: %w", err)
-		}
-		s.fireChurn(reports)
-		released = append(released, got...)
 	}
 	return released, nil
+}
+
+// byLeaseShard groups grant positions by the shard their lease id names, in
+// input order within each shard; grants naming no shard are left out.
+func (s *Store) byLeaseShard(leases []protocol.GrantRef) map[int][]int {
+	out := map[int][]int{}
+	for i, g := range leases {
+		if sh, ok := s.k.leaseShard(g.LeaseID); ok {
+			out[sh] = append(out[sh], i)
+		}
+	}
+	return out
 }
 
 // RenewLeases sets each held grant's expiry to now+LeaseMs (§2.14); grants
@@ -172,38 +260,47 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 			return res, fmt.Errorf("renew: %w", err)
 		}
 	}
-	// In chunks of GrantChunk, each its own script call, so a long list
-	// costs several short calls rather than one that stalls Valkey. Every
-	// grant is judged on its own, so the answer is the one a single call
-	// would give (renewed and lost keep input order).
-	for chunk := range slices.Chunk(in.Leases, GrantChunk) {
-		args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(chunk))}
-		for _, g := range chunk {
-			args = append(args, g.JobID, g.LeaseID)
-		}
-		msg, err := s.run(ctx, "renew", []string{s.k.lease(), s.k.due()}, args...)
-		if err != nil {
-			return res, fmt.Errorf("renew: %w", err)
-		}
-		parts, err := elems(msg, 3)
-		if err != nil {
-			return res, fmt.Errorf("renew: %w", err)
-		}
-		renewed, err1 := parts[0].AsStrSlice()
-		lost, err2 := parts[1].AsStrSlice()
-		reports, err3 := parseReports(parts[2])
-		if err1 != nil || err2 != nil || err3 != nil {
-			return res, fmt.Errorf("renew: reply: %v %v %v", err1, err2, err3)
-		}
-		s.fireChurn(reports)
-		for i := 0; i+1 < len(renewed); i += 2 {
-			exp, err := strconv.ParseInt(renewed[i+1], 10, 64)
-			if err != nil {
-				return res, fmt.Errorf("renew: expiry: %w", err)
+	// By lease shard, in chunks of GrantChunk, each its own script call, so
+	// a long list costs several short calls rather than one that stalls
+	// Valkey. Every grant is judged on its own, so the answer is the one a
+	// single call would give (renewed and lost keep input order). A lease
+	// naming no shard of this store is lost.
+	expiry := make([]string, len(in.Leases))
+	for sh, idx := range s.byLeaseShard(in.Leases) {
+		for chunk := range slices.Chunk(idx, GrantChunk) {
+			args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(chunk))}
+			for _, i := range chunk {
+				args = append(args, in.Leases[i].JobID, in.Leases[i].LeaseID)
 			}
-			res.Renewed = append(res.Renewed, Renewed{JobID: renewed[i], ExpiresAt: exp})
+			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh), s.k.due(sh)}, args...)
+			if err != nil {
+				return res, fmt.Errorf("renew: %w", err)
+			}
+			parts, err := elems(msg, 2)
+			if err != nil {
+				return res, fmt.Errorf("renew: %w", err)
+			}
+			got, err1 := parts[0].AsStrSlice()
+			reports, err2 := parseReports(parts[1])
+			if err1 != nil || err2 != nil || len(got) != len(chunk) {
+				return res, fmt.Errorf("renew: reply: %d outcomes for %d grants: %v %v", len(got), len(chunk), err1, err2)
+			}
+			s.fireChurn(reports)
+			for k, i := range chunk {
+				expiry[i] = got[k]
+			}
 		}
-		res.Lost = append(res.Lost, grantRefs(lost)...)
+	}
+	for i, g := range in.Leases {
+		if expiry[i] == "" {
+			res.Lost = append(res.Lost, g)
+			continue
+		}
+		exp, err := strconv.ParseInt(expiry[i], 10, 64)
+		if err != nil {
+			return res, fmt.Errorf("renew: expiry: %w", err)
+		}
+		res.Renewed = append(res.Renewed, Renewed{JobID: g.JobID, ExpiresAt: exp})
 	}
 	return res, nil
 }
@@ -218,20 +315,61 @@ func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("cancel requests: %w", err)
 	}
-	out := []protocol.GrantRef{}
-	err := s.pages(ctx, "cancel_requests", s.k.cancelled(runnerID), []string{runnerID},
-		[]string{strconv.Itoa(s.limits.cancelEntries)}, func(items []valkey.ValkeyMessage) error {
-			for _, e := range items {
-				flat, err := e.AsStrSlice()
-				if err != nil {
-					return err
-				}
-				out = append(out, grantRefs(flat)...)
-			}
-			return nil
-		})
+	// Every shard of the runner's record; within a shard in insertion
+	// order, across shards by seq (an enqueue instant, see next_seq).
+	shards, err := s.runnerShardList(ctx, runnerID)
 	if err != nil {
-		return nil, fmt.Errorf("cancel requests: %w", err)
+		return nil, fmt.Errorf("cancel requests: runner shards: %w", err)
+	}
+	type ref struct {
+		g   protocol.GrantRef
+		seq float64
+	}
+	var refs []ref
+	// Only shards whose cancel index holds something get a script: a
+	// heartbeat of a runner with nothing cancelled costs one pipelined
+	// ZCARD per shard of its record, no Lua.
+	if len(shards) > 0 {
+		cmds := make([]valkey.Completed, len(shards))
+		for i, sh := range shards {
+			cmds[i] = s.c.B().Zcard().Key(s.k.cancelled(sh, runnerID)).Build()
+		}
+		kept := shards[:0]
+		for i, r := range s.doMulti(ctx, "cancel_counts", cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return nil, fmt.Errorf("cancel requests: %w", err)
+			}
+			if n > 0 {
+				kept = append(kept, shards[i])
+			}
+		}
+		shards = kept
+	}
+	for _, sh := range shards {
+		err := s.pages(ctx, scCancelRequests, s.k.cancelled(sh, runnerID), []string{runnerID},
+			[]string{strconv.Itoa(s.limits.cancelEntries)}, func(items []valkey.ValkeyMessage) error {
+				for _, e := range items {
+					flat, err := e.AsStrSlice()
+					if err != nil || len(flat) != 3 {
+						return fmt.Errorf("entry %v: %v", flat, err)
+					}
+					seq, err := strconv.ParseFloat(flat[2], 64)
+					if err != nil {
+						return err
+					}
+					refs = append(refs, ref{protocol.GrantRef{JobID: flat[0], LeaseID: flat[1]}, seq})
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, fmt.Errorf("cancel requests: %w", err)
+		}
+	}
+	slices.SortStableFunc(refs, func(a, b ref) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]protocol.GrantRef, len(refs))
+	for i, r := range refs {
+		out[i] = r.g
 	}
 	return out, nil
 }

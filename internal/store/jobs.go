@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/valkey-io/valkey-go"
@@ -46,7 +48,7 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
 	keys, args := s.enqueueCall(in.SiteID, in.Stub, stub)
-	msg, err := s.run(ctx, "enqueue", keys, args...)
+	msg, err := s.run(ctx, scEnqueue, keys, args...)
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
@@ -70,8 +72,9 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 
 // enqueueCall is the keys and op-specific arguments of the enqueue script.
 func (s *Store) enqueueCall(siteID string, st protocol.JobStub, stub []byte) (keys, args []string) {
-	keys = []string{s.k.job(siteID, st.ID), s.k.seq(), s.k.all(),
-		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(), s.k.epoch(),
+	sh := s.k.siteShard(siteID)
+	keys = []string{s.k.job(siteID, st.ID), s.k.seq(sh), s.k.all(sh),
+		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(sh), s.k.epoch(sh),
 		s.k.siteLive(siteID), s.k.siteBytes(siteID), s.k.siteRate(siteID)}
 	args = []string{member(siteID, st.ID), st.ID, siteID, string(stub),
 		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
@@ -88,7 +91,7 @@ func (s *Store) Job(ctx context.Context, siteID, jobID string) (*Job, error) {
 	if err := s.checkID("job id", jobID); err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
-	msg, err := s.run(ctx, "job", []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	msg, err := s.run(ctx, scJob, []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
@@ -139,7 +142,7 @@ var defaultPageLimits = pageLimits{
 // pages runs a paged script from the start of its index to its end. args
 // are the script's leading ARGV; the cursor and limits follow them. each
 // receives a page's items (the reply after its cursor).
-func (s *Store) pages(ctx context.Context, op, key string, args []string, limits []string, each func([]valkey.ValkeyMessage) error) error {
+func (s *Store) pages(ctx context.Context, op Script, key string, args []string, limits []string, each func([]valkey.ValkeyMessage) error) error {
 	all := make([]string, 0, len(args)+1+len(limits))
 	all = append(all, args...)
 	at := len(all)
@@ -169,7 +172,7 @@ func (s *Store) pages(ctx context.Context, op, key string, args []string, limits
 }
 
 // snapshotPages collects the snapshots of a paged full-snapshot script.
-func (s *Store) snapshotPages(ctx context.Context, op, key string, args ...string) ([]Job, error) {
+func (s *Store) snapshotPages(ctx context.Context, op Script, key string, args ...string) ([]Job, error) {
 	out := []Job{}
 	limits := []string{strconv.Itoa(s.limits.snapshotEntries), strconv.Itoa(s.limits.snapshotBytes)}
 	err := s.pages(ctx, op, key, args, limits, func(items []valkey.ValkeyMessage) error {
@@ -187,34 +190,52 @@ func (s *Store) snapshotPages(ctx context.Context, op, key string, args ...strin
 	return out, err
 }
 
-// Jobs lists every job in insertion order (debug page). O(N), read in pages.
+// Jobs lists every job in insertion order (debug page). O(N), read in pages,
+// shard by shard, merged by first-enqueue order (seq compares across
+// shards: see next_seq in lua/lib/common.lua).
 func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
-	out, err := s.snapshotPages(ctx, "jobs_page", s.k.all())
-	if err != nil {
-		return nil, fmt.Errorf("jobs: %w", err)
+	var out []snapshot
+	for sh := range s.k.shards {
+		limits := []string{strconv.Itoa(s.limits.snapshotEntries), strconv.Itoa(s.limits.snapshotBytes)}
+		err := s.pages(ctx, scJobsPage, s.k.all(sh), nil, limits, func(items []valkey.ValkeyMessage) error {
+			for _, e := range items {
+				snap, err := parseSnapshot(e)
+				if err != nil {
+					return err
+				}
+				if snap != nil {
+					out = append(out, *snap)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
 	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b snapshot) int { return cmp.Compare(a.seq, b.seq) })
+	return jobsOf(out), nil
 }
 
 // Awaiting lists the site's awaiting-payload jobs in insertion order,
 // cancelled ones included. A pure read, in pages.
 func (s *Store) Awaiting(ctx context.Context, siteID string) ([]Job, error) {
-	return s.siteList(ctx, "awaiting", s.k.awaiting(siteID), siteID)
+	return s.siteList(ctx, scAwaiting, s.k.awaiting(siteID), siteID)
 }
 
 // Finished lists the site's done jobs that carry a result, in insertion
 // order, until their deadline removes them. A pure read, in pages.
 func (s *Store) Finished(ctx context.Context, siteID string) ([]Job, error) {
-	return s.siteList(ctx, "finished", s.k.finished(siteID), siteID)
+	return s.siteList(ctx, scFinished, s.k.finished(siteID), siteID)
 }
 
-func (s *Store) siteList(ctx context.Context, op, key, siteID string) ([]Job, error) {
+func (s *Store) siteList(ctx context.Context, op Script, key, siteID string) ([]Job, error) {
 	if err := s.checkID("site id", siteID); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
 	out, err := s.snapshotPages(ctx, op, key, enc(siteID))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
 	return out, nil
 }
@@ -232,7 +253,7 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	if err := s.checkBlob("envelope", envelope); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
-	msg, err := s.run(ctx, "seal", []string{s.k.job(siteID, jobID), s.k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
+	msg, err := s.run(ctx, scSeal, []string{s.k.job(siteID, jobID), s.k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
 		strconv.FormatInt(max(s.opts.SiteLimits.For(siteID).Bytes, 0), 10))
 	if err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
@@ -280,7 +301,7 @@ func (s *Store) Cancel(ctx context.Context, siteID, jobID string) (bool, error) 
 	if err := s.checkID("job id", jobID); err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}
-	n, err := s.runInt(ctx, "cancel", []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	n, err := s.runInt(ctx, scCancel, []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
 	if err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}
@@ -299,7 +320,7 @@ func (s *Store) WriteRawStubForTests(ctx context.Context, siteID, jobID string, 
 	if len(raw) > s.opts.MaxBlobBytes {
 		return fmt.Errorf("write raw stub: %w: %d bytes", ErrInvalidInput, len(raw))
 	}
-	n, err := s.runInt(ctx, "write_raw_stub", []string{s.k.job(siteID, jobID)}, member(siteID, jobID), string(raw))
+	n, err := s.runInt(ctx, scWriteRawStub, []string{s.k.job(siteID, jobID)}, member(siteID, jobID), string(raw))
 	if err != nil {
 		return fmt.Errorf("write raw stub: %w", err)
 	}
@@ -309,7 +330,7 @@ func (s *Store) WriteRawStubForTests(ctx context.Context, siteID, jobID string, 
 	return nil
 }
 
-func (s *Store) runInt(ctx context.Context, name string, keys []string, args ...string) (int64, error) {
+func (s *Store) runInt(ctx context.Context, name Script, keys []string, args ...string) (int64, error) {
 	msg, err := s.run(ctx, name, keys, args...)
 	if err != nil {
 		return 0, err

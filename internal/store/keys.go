@@ -1,61 +1,183 @@
 package store
 
-import "encoding/base64"
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+)
 
 // enc is the key-part encoding of store.md §9.2: base64url without padding.
 // Its alphabet has no ':', '{', '}' or ';', so every key splits unambiguously
 // and a hash tag built from it stays well-formed, whatever bytes the id holds.
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
-// keys builds every key name of one namespace. All of them start with
-// "<ns>:{<ns>}:", so they share one hash tag and one cluster slot (mode G).
-type keys struct{ p string }
+// LayoutVersion is the key layout this store reads and writes (mode S,
+// sharded by site). Version 1 was the single-slot layout (mode G), which
+// had no layout record; see Migrate.
+const LayoutVersion = 2
+
+// DefaultShards is the number of shards a new namespace is laid out over.
+// It is fixed for the life of the namespace (it is in the layout record):
+// every site, runner and lease maps to one of them.
+const DefaultShards = 16
+
+// maxShards keeps a shard index in the first byte of a lease id.
+const maxShards = 256
+
+// keys builds every key name of one namespace.
+//
+// Fleet-wide keys (pairing codes, the projection, the policy, the layout
+// record) start with "<ns>:{<ns>}:" and share one slot: each is small and
+// bounded. Everything else lives in one of the namespace's shards: shard i's
+// keys start with "<ns>:{<ns>/<i>-<n>}:" where n is the first suffix that
+// puts the tag's cluster slot in the i-th of Shards equal slot ranges, so the
+// shards spread over a cluster's primaries as evenly as its slot ranges do.
+// A site's shard (and a runner's) is an HMAC of its id under the
+// namespace's random salt: derived, never taken from the id, so no id can be
+// crafted to pick its slot.
+type keys struct {
+	p      string   // fleet-wide prefix "<ns>:{<ns>}:"
+	ns     string   // the namespace
+	shards []string // shard prefixes, by index
+	salt   []byte
+}
 
 func newKeys(namespace string) (keys, error) {
 	if err := CheckNamespace(namespace); err != nil {
 		return keys{}, err
 	}
-	return keys{p: namespace + ":{" + namespace + "}:"}, nil
+	return keys{p: namespace + ":{" + namespace + "}:", ns: namespace}, nil
+}
+
+// withLayout fixes the shard count and salt of the namespace's layout record.
+func (k keys) withLayout(shards int, salt []byte) keys {
+	k.shards = make([]string, shards)
+	for i := range shards {
+		k.shards[i] = shardPrefix(k.ns, i, shards)
+	}
+	k.salt = salt
+	return k
+}
+
+// shardPrefix finds shard i's tag: the first "<ns>/<i>-<n>" whose slot lies
+// in [i*16384/shards, (i+1)*16384/shards).
+func shardPrefix(ns string, i, shards int) string {
+	lo, hi := i*16384/shards, (i+1)*16384/shards
+	for n := 0; ; n++ {
+		tag := ns + "/" + strconv.Itoa(i) + "-" + strconv.Itoa(n)
+		if s := int(keySlot(tag)); s >= lo && s < hi {
+			return ns + ":{" + tag + "}:"
+		}
+	}
+}
+
+// keySlot is the cluster slot of a hash tag's content: CRC16/XMODEM mod 16384.
+func keySlot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+// shardOf maps an id of one domain ("site", "runner") to its shard.
+func (k keys) shardOf(domain, id string) int {
+	m := hmac.New(sha256.New, k.salt)
+	m.Write([]byte(domain))
+	m.Write([]byte{0})
+	m.Write([]byte(id))
+	return int(binary.BigEndian.Uint32(m.Sum(nil)[:4]) % uint32(len(k.shards)))
+}
+
+func (k keys) siteShard(siteID string) int     { return k.shardOf("site", siteID) }
+func (k keys) runnerShard(runnerID string) int { return k.shardOf("runner", runnerID) }
+
+// leaseShard is the shard whose script minted a lease: its first two hex
+// digits (see mintLease). false for an id this store did not mint.
+func (k keys) leaseShard(leaseID string) (int, bool) {
+	if len(leaseID) < 2 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(leaseID[:2], 16, 8)
+	if err != nil || int(v) >= len(k.shards) {
+		return 0, false
+	}
+	return int(v), true
 }
 
 // member names a job inside indexes that span sites: <eS>:<eJ>.
 func member(siteID, jobID string) string { return enc(siteID) + ":" + enc(jobID) }
 
-func (k keys) job(siteID, jobID string) string { return k.p + "j:" + member(siteID, jobID) }
-func (k keys) seq() string                     { return k.p + "seq" }
-func (k keys) all() string                     { return k.p + "all" }
-func (k keys) due() string                     { return k.p + "due" }
-func (k keys) lease() string                   { return k.p + "lease" }
-func (k keys) epoch() string                   { return k.p + "epoch" }
+// Per-shard keys. A site's keys are on its shard; a runner's held, hid and
+// cxl sets exist once per shard where it holds grants.
+func (k keys) sp(siteID string) string { return k.shards[k.siteShard(siteID)] }
+
+func (k keys) job(siteID, jobID string) string { return k.sp(siteID) + "j:" + member(siteID, jobID) }
+func (k keys) seq(shard int) string            { return k.shards[shard] + "seq" }
+func (k keys) all(shard int) string            { return k.shards[shard] + "all" }
+func (k keys) due(shard int) string            { return k.shards[shard] + "due" }
+func (k keys) lease(shard int) string          { return k.shards[shard] + "lease" }
+func (k keys) epoch(shard int) string          { return k.shards[shard] + "epoch" }
+func (k keys) state(shard int, st string) string {
+	return k.shards[shard] + "st:" + st
+}
 
 func (k keys) readyQueue(siteID, owner, kind, audience string) string {
-	return k.p + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)
+	return k.sp(siteID) + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)
 }
 func (k keys) stickyQueue(siteID, owner, runnerID string) string {
-	return k.p + "sq:" + enc(siteID) + ":" + enc(owner) + ":" + enc(runnerID)
+	return k.sp(siteID) + "sq:" + enc(siteID) + ":" + enc(owner) + ":" + enc(runnerID)
 }
 func (k keys) unsealed(siteID, owner string) string {
-	return k.p + "uns:" + enc(siteID) + ":" + enc(owner)
+	return k.sp(siteID) + "uns:" + enc(siteID) + ":" + enc(owner)
 }
-func (k keys) awaiting(siteID string) string  { return k.p + "aw:" + enc(siteID) }
-func (k keys) siteLive(siteID string) string  { return k.p + "sl:" + enc(siteID) }
-func (k keys) siteBytes(siteID string) string { return k.p + "sb:" + enc(siteID) }
-func (k keys) siteRate(siteID string) string  { return k.p + "sr:" + enc(siteID) }
-func (k keys) finished(siteID string) string  { return k.p + "fin:" + enc(siteID) }
-func (k keys) held(runnerID string) string    { return k.p + "held:" + enc(runnerID) }
-func (k keys) heldIDs(runnerID string) string {
-	return k.p + "hid:" + enc(runnerID)
+func (k keys) awaiting(siteID string) string  { return k.sp(siteID) + "aw:" + enc(siteID) }
+func (k keys) siteLive(siteID string) string  { return k.sp(siteID) + "sl:" + enc(siteID) }
+func (k keys) siteBytes(siteID string) string { return k.sp(siteID) + "sb:" + enc(siteID) }
+func (k keys) siteRate(siteID string) string  { return k.sp(siteID) + "sr:" + enc(siteID) }
+func (k keys) finished(siteID string) string  { return k.sp(siteID) + "fin:" + enc(siteID) }
+func (k keys) held(shard int, runnerID string) string {
+	return k.shards[shard] + "held:" + enc(runnerID)
 }
-func (k keys) cancelled(runnerID string) string { return k.p + "cxl:" + enc(runnerID) }
-
-func (k keys) presence(runnerID string) string { return k.p + "p:" + enc(runnerID) }
-func (k keys) presenceIndex() string           { return k.p + "pidx" }
-func (k keys) presenceSeq() string             { return k.p + "pseq" }
-func (k keys) presenceByOwner(owner string) string {
-	return k.p + "po:" + enc(owner)
+func (k keys) heldIDs(shard int, runnerID string) string {
+	return k.shards[shard] + "hid:" + enc(runnerID)
+}
+func (k keys) cancelled(shard int, runnerID string) string {
+	return k.shards[shard] + "cxl:" + enc(runnerID)
 }
 
+// runnerShards is the runner-side record of the shards where a runner may
+// hold grants: shard index -> the latest deadline of a grant made there
+// (ZADD GT). A superset: every holder operation re-checks inside the
+// shard's own script.
+func (k keys) runnerShards(runnerID string) string {
+	return k.shards[k.runnerShard(runnerID)] + "rsh:" + enc(runnerID)
+}
+
+// Presence lives on the runner's shard, with that shard's listing indexes.
+func (k keys) presence(runnerID string) string {
+	return k.shards[k.runnerShard(runnerID)] + "p:" + enc(runnerID)
+}
+func (k keys) presenceIndex(shard int) string { return k.shards[shard] + "pidx" }
+func (k keys) presenceSeq(shard int) string   { return k.shards[shard] + "pseq" }
+func (k keys) presenceByOwner(shard int, owner string) string {
+	return k.shards[shard] + "po:" + enc(owner)
+}
+
+// Fleet-wide keys.
 func (k keys) pairing(part string) string { return k.p + "pc:" + part }
+func (k keys) layout() string             { return k.p + "layout" }
 
-// pattern matches every key of the namespace (tests, operators).
-func (k keys) pattern() string { return k.p + "*" }
+// pattern matches every key of the namespace, fleet-wide and sharded
+// (tests, operators). No other namespace's key starts with "<ns>:".
+func (k keys) pattern() string { return k.ns + ":*" }

@@ -41,7 +41,7 @@ func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (PairingOutcom
 	if p.Source != "" {
 		source = enc(p.Source)
 	}
-	msg, err := s.run(ctx, "pairing_put",
+	msg, err := s.run(ctx, scPairingPut,
 		[]string{s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("mi"), s.k.pairing("mu"), s.k.pairing("i"), s.k.pairing("u"),
 			s.k.pairing("ms"), s.k.pairing("a:" + source)},
 		strconv.Itoa(s.opts.PairingCapacity), p.DeviceCode, p.UserCode, p.Device.Identity,
@@ -65,7 +65,7 @@ func (s *Store) PairingByDeviceCode(ctx context.Context, deviceCode string) (*Pe
 	if err := s.checkID("device code", deviceCode); err != nil {
 		return nil, fmt.Errorf("pairing by device code: %w", err)
 	}
-	msg, err := s.run(ctx, "pairing_get", []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode)
+	msg, err := s.run(ctx, scPairingGet, []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode)
 	if err != nil {
 		return nil, fmt.Errorf("pairing by device code: %w", err)
 	}
@@ -79,7 +79,7 @@ func (s *Store) PairingByUserCode(ctx context.Context, userCode string) (*Pendin
 	if err := s.checkID("user code", code); err != nil {
 		return nil, fmt.Errorf("pairing by user code: %w", err)
 	}
-	msg, err := s.run(ctx, "pairing_by_user", []string{s.k.pairing("u"), s.k.pairing("d"), s.k.pairing("x")}, code)
+	msg, err := s.run(ctx, scPairingByUser, []string{s.k.pairing("u"), s.k.pairing("d"), s.k.pairing("x")}, code)
 	if err != nil {
 		return nil, fmt.Errorf("pairing by user code: %w", err)
 	}
@@ -106,7 +106,7 @@ func (s *Store) DropPairing(ctx context.Context, deviceCode string) error {
 	if err := s.checkID("device code", deviceCode); err != nil {
 		return fmt.Errorf("drop pairing: %w", err)
 	}
-	if _, err := s.run(ctx, "pairing_drop", []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode); err != nil {
+	if _, err := s.run(ctx, scPairingDrop, []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode); err != nil {
 		return fmt.Errorf("drop pairing: %w", err)
 	}
 	return nil

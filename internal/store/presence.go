@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/valkey-io/valkey-go"
@@ -35,8 +37,8 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 		return Presence{}, fmt.Errorf("seen: %w: capabilities and withheld are %d bytes, the limit is %d",
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
-	msg, err := s.run(ctx, "presence_seen",
-		[]string{s.k.presence(p.RunnerID), s.k.presenceIndex(), s.k.presenceSeq(), s.k.presenceByOwner(p.Owner)},
+	msg, err := s.run(ctx, scPresenceSeen,
+		s.presenceSeenKeys(p.RunnerID, p.Owner),
 		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
 		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10))
 	if err != nil {
@@ -66,7 +68,7 @@ func (s *Store) Presence(ctx context.Context, runnerID string) (*Presence, error
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}
-	msg, err := s.run(ctx, "presence_get", []string{s.k.presence(runnerID)})
+	msg, err := s.run(ctx, scPresenceGet, []string{s.k.presence(runnerID)})
 	if err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}
@@ -84,7 +86,7 @@ func (s *Store) PresenceHead(ctx context.Context, runnerID string) (*Presence, e
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("presence head: %w", err)
 	}
-	msg, err := s.run(ctx, "presence_head", []string{s.k.presence(runnerID)})
+	msg, err := s.run(ctx, scPresenceHead, []string{s.k.presence(runnerID)})
 	if err != nil {
 		return nil, fmt.Errorf("presence head: %w", err)
 	}
@@ -101,22 +103,41 @@ func (s *Store) PresenceHead(ctx context.Context, runnerID string) (*Presence, e
 // Everyone lists every record in first-seen order, dropping index entries
 // whose record is gone. Read in pages, so not one atomic snapshot.
 func (s *Store) Everyone(ctx context.Context) ([]Presence, error) {
-	out := []Presence{}
-	err := s.pages(ctx, "presence_all", s.k.presenceIndex(), nil, []string{strconv.Itoa(s.limits.presenceEntries), strconv.Itoa(s.limits.presenceBytes)},
-		func(items []valkey.ValkeyMessage) error {
-			for _, r := range items {
-				p, err := parsePresence(r)
-				if err != nil {
-					return err
+	type seen struct {
+		p   Presence
+		seq float64
+	}
+	var all []seen
+	// Shard by shard (a runner's record and index entry are on its shard),
+	// merged by first-seen number: a server-clock instant (next_seq), so
+	// the merge is first-seen order across shards too.
+	for sh := range s.k.shards {
+		err := s.pages(ctx, scPresenceAll, s.k.presenceIndex(sh), nil, []string{strconv.Itoa(s.limits.presenceEntries), strconv.Itoa(s.limits.presenceBytes)},
+			func(items []valkey.ValkeyMessage) error {
+				for _, r := range items {
+					p, err := parsePresence(r)
+					if err != nil {
+						return err
+					}
+					h, err := flatMap(r)
+					if err != nil {
+						return err
+					}
+					if p != nil {
+						n, _ := strconv.ParseFloat(h["_seq"], 64)
+						all = append(all, seen{*p, n})
+					}
 				}
-				if p != nil {
-					out = append(out, *p)
-				}
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, fmt.Errorf("everyone: %w", err)
+				return nil
+			})
+		if err != nil {
+			return nil, fmt.Errorf("everyone: %w", err)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b seen) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]Presence, len(all))
+	for i, e := range all {
+		out[i] = e.p
 	}
 	return out, nil
 }
@@ -126,7 +147,7 @@ func (s *Store) DropPresence(ctx context.Context, runnerID string) error {
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return fmt.Errorf("drop presence: %w", err)
 	}
-	if _, err := s.run(ctx, "presence_drop", []string{s.k.presence(runnerID), s.k.presenceIndex()}, enc(runnerID)); err != nil {
+	if _, err := s.run(ctx, scPresenceDrop, []string{s.k.presence(runnerID), s.k.presenceIndex(s.k.runnerShard(runnerID))}, enc(runnerID)); err != nil {
 		return fmt.Errorf("drop presence: %w", err)
 	}
 	return nil
@@ -140,13 +161,19 @@ func (s *Store) Advertised(ctx context.Context, owner string) ([]protocol.Capabi
 	if err := s.checkID("owner", owner); err != nil {
 		return nil, fmt.Errorf("advertised: %w", err)
 	}
-	msg, err := s.run(ctx, "presence_by_owner", []string{s.k.presenceByOwner(owner)}, owner)
-	if err != nil {
-		return nil, fmt.Errorf("advertised: %w", err)
-	}
-	blobs, err := msg.AsStrSlice()
-	if err != nil {
-		return nil, fmt.Errorf("advertised: reply: %w", err)
+	// An owner's devices may be on any shard (each record is on its
+	// runner's): one read-only call per shard.
+	var blobs []string
+	for sh := range s.k.shards {
+		msg, err := s.run(ctx, scPresenceByOwner, []string{s.k.presenceByOwner(sh, owner)}, owner)
+		if err != nil {
+			return nil, fmt.Errorf("advertised: %w", err)
+		}
+		got, err := msg.AsStrSlice()
+		if err != nil {
+			return nil, fmt.Errorf("advertised: reply: %w", err)
+		}
+		blobs = append(blobs, got...)
 	}
 	var out []protocol.Capability
 	for _, b := range blobs {
@@ -157,4 +184,10 @@ func (s *Store) Advertised(ctx context.Context, owner string) ([]protocol.Capabi
 		out = append(out, caps...)
 	}
 	return out, nil
+}
+
+// presenceSeenKeys is presence_seen's keys, all on the runner's shard.
+func (s *Store) presenceSeenKeys(runnerID, owner string) []string {
+	sh := s.k.runnerShard(runnerID)
+	return []string{s.k.presence(runnerID), s.k.presenceIndex(sh), s.k.presenceSeq(sh), s.k.presenceByOwner(sh, owner)}
 }

@@ -174,17 +174,19 @@ func TestClaimContinuesAcrossCalls(t *testing.T) {
 			h.release("runner_1", grants, ReasonRefused, nil)
 		}
 		// Three fresh jobs for alice (cap 2), two team jobs of bob's at
-		// another site, interleaved in seq.
+		// another site on the same shard (one script sees both), interleaved
+		// in seq.
+		siteB := sameShardSite(h.s, site)
 		h.enqueue("a1", "alice")
 		bob := stub("b1", "bob")
 		bob.Audience = protocol.AudienceTeam
-		h.enqueueStub("site_b", bob)
+		h.enqueueStub(siteB, bob)
 		h.enqueue("a2", "alice")
 		bob.ID = "b2"
-		h.enqueueStub("site_b", bob)
+		h.enqueueStub(siteB, bob)
 		h.enqueue("a3", "alice")
 		got, stats, err := h.s.claim(h.ctx, claimArgs(maxJobs(3), func(in *ClaimInput) {
-			in.Routes = []Route{{SiteID: site, Owner: "alice"}, {SiteID: "site_b", Owner: "bob"}}
+			in.Routes = []Route{{SiteID: site, Owner: "alice"}, {SiteID: siteB, Owner: "bob"}}
 		}))
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/valkey-io/valkey-go"
 	"strconv"
 )
 
@@ -78,32 +79,31 @@ type SiteUse struct {
 	StoredBytes int64
 }
 
-// SiteUse reads the use of each named site in one read-only script, O(1)
-// per site.
+// SiteUse reads the use of each named site: an SCARD and a GET per site,
+// pipelined (each on its site's shard), O(1) per site.
 func (s *Store) SiteUse(ctx context.Context, siteIDs []string) (map[string]SiteUse, error) {
 	out := make(map[string]SiteUse, len(siteIDs))
-	const perCall = 256
-	for len(siteIDs) > 0 {
-		n := min(len(siteIDs), perCall)
-		keys := make([]string, 0, 2*n)
-		for _, id := range siteIDs[:n] {
-			if err := s.checkID("site id", id); err != nil {
-				return nil, fmt.Errorf("site use: %w", err)
-			}
-			keys = append(keys, s.k.siteLive(id), s.k.siteBytes(id))
+	cmds := make([]valkey.Completed, 0, 2*len(siteIDs))
+	for _, id := range siteIDs {
+		if err := s.checkID("site id", id); err != nil {
+			return nil, fmt.Errorf("site use: %w", err)
 		}
-		msg, err := s.run(ctx, "site_use", keys)
+		cmds = append(cmds, s.c.B().Scard().Key(s.k.siteLive(id)).Build(), s.c.B().Get().Key(s.k.siteBytes(id)).Build())
+	}
+	if len(cmds) == 0 {
+		return out, nil
+	}
+	res := s.doMulti(ctx, "site_use", cmds...)
+	for i, id := range siteIDs {
+		live, err := res[2*i].AsInt64()
 		if err != nil {
 			return nil, fmt.Errorf("site use: %w", err)
 		}
-		vals, err := msg.AsIntSlice()
-		if err != nil || len(vals) != 2*n {
-			return nil, fmt.Errorf("site use: reply of %d values (%v)", len(vals), err)
+		bytes, err := res[2*i+1].AsInt64()
+		if err != nil && !valkey.IsValkeyNil(err) {
+			return nil, fmt.Errorf("site use: %w", err)
 		}
-		for i, id := range siteIDs[:n] {
-			out[id] = SiteUse{LiveJobs: vals[2*i], StoredBytes: vals[2*i+1]}
-		}
-		siteIDs = siteIDs[n:]
+		out[id] = SiteUse{LiveJobs: live, StoredBytes: bytes}
 	}
 	return out, nil
 }

@@ -53,7 +53,7 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
 	out := []PendingJob{}
-	err := s.pages(ctx, "pending_page", s.k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
+	err := s.pages(ctx, scPendingPage, s.k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
 		func(items []valkey.ValkeyMessage) error {
 			if len(items)%6 != 0 {
 				return fmt.Errorf("pending page of %d items", len(items))
@@ -192,7 +192,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 		for _, i := range missing[:n] {
 			args = append(args, list[i].eJ, list[i].seq)
 		}
-		msg, err := s.run(ctx, "results_get", []string{s.k.finished(siteID)}, args...)
+		msg, err := s.run(ctx, scResultsGet, []string{s.k.finished(siteID)}, args...)
 		if err != nil {
 			return nil, fmt.Errorf("result jobs: %w", err)
 		}
@@ -247,7 +247,7 @@ func (s *Store) finishedIndex(ctx context.Context, siteID string) ([]listed, str
 		var list []listed
 		epoch, after, changed := "", "-inf", false
 		for page := 0; ; page++ {
-			msg, err := s.run(ctx, "results_page", []string{s.k.finished(siteID), s.k.epoch()}, after, strconv.Itoa(limit))
+			msg, err := s.run(ctx, scResultsPage, []string{s.k.finished(siteID), s.k.epoch(s.k.siteShard(siteID))}, after, strconv.Itoa(limit))
 			if err != nil {
 				return nil, "", err
 			}

@@ -103,6 +103,12 @@ type Options struct {
 	// SiteLimits bounds what each site may hold (see SiteLimit); the zero
 	// value limits nothing, as in the reference.
 	SiteLimits SiteLimits
+	// ObserveScript, when set, is called around every script call this
+	// Store makes (whoever asked for it: a plane, the sweeper, the admin
+	// API): it returns the context to run the script under (carrying its
+	// span) and a func told the call's error, nil for any reply, refusals
+	// included. A non-nil error is a *ScriptError naming its class.
+	ObserveScript func(ctx context.Context, script string) (context.Context, func(error))
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -160,8 +166,12 @@ type Store struct {
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
 	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
-	results resultCache
-	limits  pageLimits
+	// announce: the server has sharded pub/sub, so scripts announce queue
+	// entries (lib/store.lua announce()) for the replicas' work views.
+	announce bool
+	view     *workView
+	results  resultCache
+	limits   pageLimits
 	// epochSeed and epochN make every enqueue's epoch candidate unique, so
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
@@ -172,15 +182,6 @@ type Store struct {
 // none (see resultCache).
 func (s *Store) epochCandidate() string {
 	return s.epochSeed + "." + strconv.FormatUint(s.epochN.Add(1), 36)
-}
-
-// readOnlyScripts run with EVALSHA_RO: pure reads that never call TIME
-// (miniredis refuses TIME in read-only scripts).
-var readOnlyScripts = map[string]bool{
-	"job": true, "jobs_page": true, "awaiting": true, "finished": true,
-	"cancel_requests": true, "presence_get": true, "presence_head": true,
-	"pending_page": true, "results_page": true, "results_get": true,
-	"counts": true, "site_use": true,
 }
 
 // New checks the options and prepares the scripts. It does not talk to
@@ -206,13 +207,24 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	}
 	s.epochSeed = hex.EncodeToString(seed[:])
 	s.limits = defaultPageLimits
-	for name, src := range sources {
-		if readOnlyScripts[name] {
-			s.scripts[name] = valkey.NewLuaScriptReadOnly(src)
+	for _, sc := range Scripts {
+		src, ok := sources[sc.Name]
+		if !ok {
+			return nil, fmt.Errorf("store: no lua/%s.lua", sc.Name)
+		}
+		if sc.ReadOnly {
+			s.scripts[sc.Name] = valkey.NewLuaScriptReadOnly(src)
 		} else {
-			s.scripts[name] = valkey.NewLuaScript(src)
+			s.scripts[sc.Name] = valkey.NewLuaScript(src)
 		}
 	}
+	if err := s.loadLayout(ctx); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s.view = newWorkView(s.k.shards)
+	// The embedded store has no SPUBLISH: no announcements, no view (and
+	// one replica, nobody to tell).
+	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil
 	return s, nil
 }
 
@@ -269,7 +281,12 @@ func (s *Store) AdvanceClockForTests(ms int64) { s.offset.Add(ms) }
 // Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
 // test offset, the same formula every script uses.
 func (s *Store) Now(ctx context.Context) (int64, error) {
-	parts, err := s.c.Do(ctx, s.c.B().Time().Build()).AsStrSlice()
+	return s.timeReply(s.do(ctx, "now", s.c.B().Time().Build()))
+}
+
+// timeReply is the store clock from a TIME reply (see Now).
+func (s *Store) timeReply(r valkey.ValkeyResult) (int64, error) {
+	parts, err := r.AsStrSlice()
 	if err != nil {
 		return 0, fmt.Errorf("now: %w", err)
 	}
@@ -285,24 +302,55 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 }
 
 // run executes one script with the common ARGV prefix (key prefix, clock
-// offset, churn flag) in front of args.
-func (s *Store) run(ctx context.Context, name string, keys []string, args ...string) (valkey.ValkeyMessage, error) {
-	sc, ok := s.scripts[name]
+// offset, churn flag) in front of args. It is the one place every script
+// call passes, whoever the caller (planes, sweeper, admin, tests): the
+// observer gives each its span, its latency under the script's own name,
+// and its error class.
+func (s *Store) run(ctx context.Context, script Script, keys []string, args ...string) (msg valkey.ValkeyMessage, err error) {
+	sc, ok := s.scripts[script.Name]
 	if !ok {
-		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", name)
+		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", script.Name)
 	}
+	if obs := s.opts.ObserveScript; obs != nil {
+		var end func(error)
+		ctx, end = obs(ctx, script.Name)
+		defer func() { end(classify(err)) }()
+	}
+	// ARGV[3], the flags: churn callback set, announce queue entries.
 	churn := "0"
 	if s.opts.OnChurn != nil {
 		churn = "1"
 	}
+	if s.announce {
+		churn += "1"
+	} else {
+		churn += "0"
+	}
+	if len(keys) == 0 {
+		return valkey.ValkeyMessage{}, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
+	}
 	all := make([]string, 0, len(args)+3)
-	all = append(all, s.k.p, strconv.FormatInt(s.offset.Load(), 10), churn)
+	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), churn)
 	all = append(all, args...)
-	msg, err := sc.Exec(ctx, s.c, keys, all).ToMessage()
+	if script.Work {
+		defer s.view.touched(prefixOf(keys[0]))
+	}
+	msg, err = sc.Exec(ctx, s.c, keys, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}
 	return msg, nil
+}
+
+// prefixOf is a key's prefix up to and including its hash tag and the colon
+// after it: the part every key of the same shard shares. Every script
+// builds the keys it discovers from KEYS[1]'s prefix (lib/common.lua), so
+// they fall in KEYS[1]'s slot by construction.
+func prefixOf(key string) string {
+	if i := strings.Index(key, "}:"); i >= 0 {
+		return key[:i+2]
+	}
+	return key
 }
 
 // checkID refuses identifiers that are too long or hold U+0000 (which the

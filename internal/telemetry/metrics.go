@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -105,7 +106,7 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	wrap("relay.valkey.script.duration", e)
 	m.scriptErrors, e = meter.Int64Counter("relay.valkey.script.errors",
-		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script."))
+		metric.WithDescription("Valkey store scripts that failed (transport or script error), by script and class (timeout, canceled, cluster, busy, script, connection)."))
 	wrap("relay.valkey.script.errors", e)
 	m.grantCalls, e = meter.Int64Counter("relay.grant.calls",
 		metric.WithDescription("grant authority calls (op author|satisfiable) by outcome; failed = error or timeout, skipped = not asked (unknown site, claim budget spent)"))
@@ -277,7 +278,14 @@ func (m *Metrics) recordScript(ctx context.Context, op string, elapsed time.Dura
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
-		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op)))
+		// The store names the class of each failure (timeout, cluster,
+		// busy, script, connection); anything else is just "error".
+		class := "error"
+		var c interface{ ErrorClass() string }
+		if errors.As(err, &c) {
+			class = c.ErrorClass()
+		}
+		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op), attribute.String("class", class)))
 	}
 	m.scriptLatency.Record(ctx, elapsed.Seconds(),
 		metric.WithAttributes(attribute.String("script", op), attribute.String("outcome", outcome)))

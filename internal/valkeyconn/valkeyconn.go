@@ -118,7 +118,8 @@ func openEmbedded(ctx context.Context, logger *slog.Logger) (valkey.Client, func
 // DeleteMatching deletes every key matching pattern (a SCAN MATCH glob, for
 // example a store's KeyPattern) in batches and reports how many it deleted.
 // Tests use it to leave a shared server as they found it; it walks one
-// node's keyspace, which is all of a namespace in the single-slot layout.
+// node's keyspace. One UNLINK per key, pipelined: a namespace's keys lie on
+// many slots, and a multi-key command must stay within one.
 func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, error) {
 	deleted := 0
 	var cursor uint64
@@ -128,8 +129,14 @@ func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, 
 			return deleted, fmt.Errorf("delete %s: scan: %w", pattern, err)
 		}
 		if len(e.Elements) > 0 {
-			if err := c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
-				return deleted, fmt.Errorf("delete %s: %w", pattern, err)
+			cmds := make([]valkey.Completed, len(e.Elements))
+			for i, k := range e.Elements {
+				cmds[i] = c.B().Unlink().Key(k).Build()
+			}
+			for _, r := range c.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					return deleted, fmt.Errorf("delete %s: %w", pattern, err)
+				}
 			}
 			deleted += len(e.Elements)
 		}

@@ -1,17 +1,22 @@
 -- lib/common.lua: prepended to every script (see lua/lua.go).
 --
 -- Calling convention shared by every script:
---   ARGV[1]  key prefix "<ns>:{<ns>}:"; every key of the store starts with it,
---            so all keys share one hash tag (mode G, one slot)
+--   ARGV[1]  KEYS[1]'s prefix "<ns>:{<tag>}:" (checked below). Every other key
+--            a script touches is either in KEYS or built from this prefix:
+--            same hash tag, so same slot as KEYS[1], by construction.
 --   ARGV[2]  clock offset in ms (always "0" in production; tests move it)
---   ARGV[3]  "1" when the store has a churn callback, else "0"
+--   ARGV[3]  flags: first "1" when the store has a churn callback, else "0";
+--            second "1" when queue entries are announced (lib/store.lua)
 -- Op-specific ARGV start at 4.
 --
 -- Numbers cross the Lua boundary as decimal strings: Lua numbers are doubles,
 -- and Lua 5.1's tostring keeps only 14 significant digits, so fmt() is the
 -- only way a computed instant is written anywhere.
 
-local P = ARGV[1]
+local P = string.match(KEYS[1], '^[^{]*{[^}]*}:')
+if not P or P ~= ARGV[1] then
+  return redis.error_reply('ERR relay: ARGV[1] is not the prefix of KEYS[1]')
+end
 
 local function fmt(x)
   return string.format('%.0f', x)
@@ -22,4 +27,22 @@ end
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+end
+
+-- next_seq(key) is the next first-enqueue order number of KEYS[1]'s shard:
+-- the server's TIME in microseconds, or one more than the shard's last
+-- number if that is later. Within a shard it strictly increases; across
+-- shards (and cluster nodes) numbers compare as enqueue instants, which is
+-- what a claim spanning shards orders by. The test offset is left out: it
+-- moves deadlines, not order. Below 2^53 until the year 2255.
+local function next_seq(key)
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', key) or '0')
+  if last >= us then
+    us = last + 1
+  end
+  local s = fmt(us)
+  redis.call('SET', key, s)
+  return s
 end

@@ -22,7 +22,19 @@ local READY = 'ready'
 local RUNNING = 'running'
 local DONE = 'done'
 
-local CHURN_ON = ARGV[3] == '1'
+local CHURN_ON = string.sub(ARGV[3], 1, 1) == '1'
+local ANNOUNCE = string.sub(ARGV[3], 2, 2) == '1'
+
+-- announce(qk): a queue of this shard gained an entry. Replicas' work
+-- views (internal/store workView) learn it from the shard's channel
+-- P..'work', which hashes to the same slot as every key here (sharded
+-- pub/sub, SPUBLISH). The message is the queue key after the prefix. Off
+-- when the server has no SPUBLISH (the embedded store).
+local function announce(qk)
+  if ANNOUNCE then
+    redis.call('SPUBLISH', P .. 'work', string.sub(qk, #P + 1))
+  end
+end
 
 -- Churn reports raised by settle() during this call: {siteId, owner, count}.
 -- Every settling script returns them so Go can call OnChurn after the write.
@@ -196,6 +208,7 @@ local function requeue(m, h)
   if h.cx ~= '1' then
     local qk, qm = queue_of(h)
     redis.call('ZADD', qk, h.seq, qm)
+    announce(qk)
   end
   rescore(m, h)
 end

@@ -451,7 +451,9 @@ func TestRelayValkeyOutage(t *testing.T) {
 		t.Errorf("after the outage: %d %s", r.status, r.raw)
 	}
 	m := call(t, "GET", admin+"/metrics", "", nil)
-	if !strings.Contains(m.raw, `relay_valkey_script_errors_total{script="pairing_get"} 1`) ||
+	// The store classes each failure: a Valkey that refuses connections is
+	// "connection".
+	if !strings.Contains(m.raw, `relay_valkey_script_errors_total{class="connection",script="pairing_get"} 1`) ||
 		!strings.Contains(m.raw, `relay_http_requests_total{plane="daemon",route="/byollm/pair",status="503"} 1`) {
 		t.Errorf("/metrics does not show the outage:\n%s", grepLines(m.raw, "relay_valkey_script_errors_total", `route="/byollm/pair"`))
 	}

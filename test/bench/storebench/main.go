@@ -703,7 +703,7 @@ func (b *bench) dropAll(ctx context.Context) error {
 			return fmt.Errorf("scan %s: %w", b.ns, err)
 		}
 		if len(e.Elements) > 0 {
-			if err := b.c.Do(ctx, b.c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+			if err := unlinkEach(ctx, b.c, e.Elements); err != nil {
 				return fmt.Errorf("unlink %s: %w", b.ns, err)
 			}
 		}
@@ -711,4 +711,19 @@ func (b *bench) dropAll(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// unlinkEach unlinks keys one per command (pipelined): a namespace's keys
+// lie on many slots, and a multi-key command must stay within one.
+func unlinkEach(ctx context.Context, c valkey.Client, keys []string) error {
+	cmds := make([]valkey.Completed, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.B().Unlink().Key(k).Build()
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

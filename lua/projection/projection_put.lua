@@ -5,6 +5,8 @@ The projection is one versioned document shared by every replica. Go has
 already validated and canonicalised the JSON; this script only decides, in
 one atomic step, whether the write goes ahead, and announces it.
 ]]
+-- mode: write
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- ==== KEYS ====
 -- KEYS[1] -> <ns>:{<ns>}:projection   HASH version, json, sha, updatedAt
 -- ==== ARGV ====

@@ -5,6 +5,8 @@ The device leaves the projection every replica serves (unless the document
 names its runner id itself), so it is unpaired: "not recognised" on its next
 request. The version is bumped only when a record was removed.
 ]]
+-- mode: write
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- ==== KEYS ====
 -- KEYS[1] -> <ns>:{<ns>}:projection            HASH version, json, sha, updatedAt
 -- KEYS[2] -> <ns>:{<ns>}:projection:approved   HASH runnerId -> DeviceRecord JSON

@@ -8,6 +8,8 @@ them whose runnerId the document does not name. Reading both in one script
 means a reader never pairs a document with the approved set of another
 version.
 ]]
+-- mode: read-only
+-- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- ==== KEYS ====
 -- KEYS[1] -> <ns>:{<ns>}:projection            HASH version, json, sha, updatedAt
 -- KEYS[2] -> <ns>:{<ns>}:projection:approved   HASH runnerId -> DeviceRecord JSON

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
+)
+
+// migrate moves a namespace written by an older relay in the single-slot
+// layout (v1) to the sharded layout (store.Migrate): it reports the v1
+// jobs still stored and, once there are none (the old relays drained them)
+// or with -drop-jobs, deletes the v1 routing keys and writes the layout
+// record. Pairing codes, the projection, approvals and the policy carry
+// over untouched. Exit 0: the namespace is in the new layout; 1: jobs are
+// still draining (or an error); 2: bad flags.
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("relay migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("valkey-url", getenv("RELAY_VALKEY_URL"), "Valkey to migrate (RELAY_VALKEY_URL)")
+	ns := fs.String("namespace", firstNonEmpty(getenv("RELAY_NAMESPACE"), store.DefaultNamespace), "namespace to migrate (RELAY_NAMESPACE)")
+	drop := fs.Bool("drop-jobs", false, "delete v1 jobs still stored instead of waiting for them to drain")
+	if err := fs.Parse(args); err != nil {
+		return exitConfig
+	}
+	if *url == "" {
+		fmt.Fprintln(stderr, "relay migrate: set RELAY_VALKEY_URL or -valkey-url: the embedded store has nothing to migrate")
+		return exitConfig
+	}
+	client, closeFn, _, err := valkeyconn.Open(ctx, *url, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
+		return exitRuntime
+	}
+	defer closeFn()
+	rep, err := store.Migrate(ctx, client, *ns, *drop)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
+		return exitRuntime
+	}
+	if rep.Jobs > 0 && !*drop {
+		fmt.Fprintf(stdout, "namespace %q: %d jobs still in the v1 layout %v, %d presence records; nothing changed.\n"+
+			"Keep the old relays running with sites' traffic stopped until their deadlines clear them, then run this again "+
+			"(or pass -drop-jobs to delete them).\n", *ns, rep.Jobs, rep.ByState, rep.Presence)
+		return exitRuntime
+	}
+	fmt.Fprintf(stdout, "namespace %q: layout v%d (%d v1 keys deleted, %d jobs dropped); start the new relays.\n",
+		*ns, store.LayoutVersion, rep.Deleted, rep.Jobs)
+	return exitOK
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// BenchmarkIdleTick is what one idle device costs per tick: the store calls
+// of a heartbeat (Sweep, Seen, CancelRequests, RenewLeases with nothing
+// held) and of an empty claim (routes on three sites, nothing queued), over
+// 1,000 devices. valkey-us/op is the server's CPU (user+sys from INFO), so
+// run it against a private server:
+//
+//	redis-server --port 6391 --save '' &
+//	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6391/0 go test ./internal/store -run '^$' -bench IdleTick -benchtime 5000x
+//
+// scripts/op and cmds/op count EVALSHA calls and all calls (INFO
+// commandstats) per tick.
+func BenchmarkIdleTick(b *testing.B) {
+	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false) })
+	b.Run("view", func(b *testing.B) { benchIdleTick(b, true) })
+}
+
+// benchIdleTick: with view, the Store runs its work view (RunWorkView),
+// as the relay does.
+func benchIdleTick(b *testing.B, view bool) {
+	be := realBackend(b)
+	s := newStore(b, be, Options{Logger: quietLogger()})
+	ctx := context.Background()
+	if view {
+		vctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.RunWorkView(vctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		for !s.viewLive() {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	const devices = 1000
+	devs := make([]protocol.PublicIdentity, devices)
+	for i := range devices {
+		devs[i] = freshDevice()
+		if _, err := s.Seen(ctx, Presence{RunnerID: fmt.Sprint("idle-", i), Owner: "alice", Device: devs[i],
+			Capabilities: []byte("[]"), Withheld: []byte("[]")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sites := []string{"site_a", "site_b", "site_c"}
+	tick := func(i int) {
+		r := fmt.Sprint("idle-", i%devices)
+		if _, err := s.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Seen(ctx, Presence{RunnerID: r, Owner: "alice", Device: devs[i%devices],
+			Capabilities: []byte("[]"), Withheld: []byte("[]")}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.CancelRequests(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.RenewLeases(ctx, RenewInput{RunnerID: r, LeaseMs: 60000}); err != nil {
+			b.Fatal(err)
+		}
+		in := ClaimInput{RunnerID: r, Owner: "alice", Device: devs[i%devices], Kinds: []string{protocol.KindGenerate}, Max: 4, LeaseMs: 60000}
+		for _, st := range sites {
+			in.Routes = append(in.Routes, Route{st, "alice"}, Route{st, "bob"})
+		}
+		if got, err := s.Claim(ctx, in); err != nil || len(got) != 0 {
+			b.Fatalf("claim: %d %v", len(got), err)
+		}
+	}
+	for i := range devices { // every device ticks once before the measured ticks
+		tick(i)
+	}
+	cpu0, scripts0, cmds0 := serverCost(b, be.client)
+	b.ResetTimer()
+	for i := range b.N {
+		tick(i)
+	}
+	b.StopTimer()
+	cpu1, scripts1, cmds1 := serverCost(b, be.client)
+	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "valkey-us/op")
+	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/op")
+	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/op")
+}
+
+// serverCost is the server's CPU seconds, EVALSHA/EVAL calls and all calls
+// so far (server-wide).
+func serverCost(b *testing.B, c valkey.Client) (cpu float64, scripts, cmds int64) {
+	info, err := c.Do(context.Background(), c.B().Info().Section("all").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		}
+		if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		}
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			name, stats, _ := strings.Cut(rest, ":")
+			calls := strings.TrimPrefix(strings.Split(stats, ",")[0], "calls=")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			cmds += n
+			if strings.HasPrefix(name, "eval") {
+				scripts += n
+			}
+		}
+	}
+	return cpu, scripts, cmds
+}

@@ -1,0 +1,354 @@
+package store
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/lua"
+)
+
+// keyHashSlot is a key's cluster slot: CRC16 of its hash tag (the first
+// non-empty {...}), or of the whole key.
+func keyHashSlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return keySlot(key[i+1 : i+1+j])
+		}
+	}
+	return keySlot(key)
+}
+
+// keySlot is CRC16/XMODEM mod 16384, as a cluster computes it (vectors from
+// the Redis cluster specification and its documentation).
+func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
+	if got := keySlot("123456789"); got != 0x31C3%16384 {
+		t.Fatalf("crc16(123456789) slot %d, want %d", got, 0x31C3%16384)
+	}
+	for key, want := range map[string]uint16{"foo": 12182, "bar": 5061, "hello": 866, "{user1000}.following": 3443} {
+		if got := keyHashSlot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// Shards spread over the slot space in equal ranges, so a cluster's
+// contiguous slot ranges give each primary its share of the shards.
+func TestShardsTileTheSlotSpace(t *testing.T) {
+	h := newH(t, realBackend(t), Options{})
+	n := len(h.s.k.shards)
+	if n != DefaultShards {
+		t.Fatalf("%d shards, want %d", n, DefaultShards)
+	}
+	for i, p := range h.s.k.shards {
+		slot := int(keyHashSlot(p + "x"))
+		if lo, hi := i*16384/n, (i+1)*16384/n; slot < lo || slot >= hi {
+			t.Errorf("shard %d (%q) is on slot %d, outside [%d, %d)", i, p, slot, lo, hi)
+		}
+	}
+}
+
+// A site id or runner id cannot choose its slot: ids that would all carry
+// the same hash tag if tags were taken from ids ("{x}..."), or that are
+// otherwise alike, spread over the shards like any others, and every key a
+// site's jobs create is on that site's shard.
+func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
+	b := realBackend(t)
+	h := newH(t, b, Options{})
+	slots := map[uint16]int{}
+	for i := range 64 {
+		id := fmt.Sprintf("{same}%d", i)
+		slots[keyHashSlot(h.s.k.job(id, "j"))]++
+		slots[keyHashSlot(h.s.k.presence(id))]++
+	}
+	// 128 keys over 16 shards: all on one shard would be a crafted win;
+	// a uniform spread leaves no shard with more than a quarter.
+	if len(slots) < DefaultShards/2 {
+		t.Fatalf("64 crafted sites and runners landed on %d slots: %v", len(slots), slots)
+	}
+	for slot, n := range slots {
+		if n > 32 {
+			t.Errorf("slot %d holds %d of 128 crafted keys", slot, n)
+		}
+	}
+
+	// Every key two sites' jobs create, through a whole life: each site's
+	// keys on its own shard's slot (the runner's held sets per shard, on the
+	// job's shard), nothing on a third slot but the runner's record and
+	// presence.
+	a, c := "{same}a", otherShardSite(h.s, "{same}a")
+	for _, s := range []string{a, c} {
+		st := stub("j-"+s, "alice")
+		h.enqueueStub(s, st)
+	}
+	got := h.claim(routes([]string{a, c}, []string{"alice"}), runner("{same}r"))
+	if len(got) != 2 {
+		t.Fatalf("claimed %d, want 2", len(got))
+	}
+	for _, g := range got {
+		if r, err := h.s.Seal(h.ctx, g.SiteID, stubID(g), envelope); err != nil || r.State != StateReady {
+			t.Fatalf("seal: %+v %v", r, err)
+		}
+	}
+	h.seen("{same}r", "alice", freshDevice(), "[]", "[]")
+	slotA, slotC := keyHashSlot(h.s.k.job(a, "x")), keyHashSlot(h.s.k.job(c, "x"))
+	if slotA == slotC {
+		t.Fatal("the two sites share a slot")
+	}
+	own := map[uint16]bool{slotA: true, slotC: true, keyHashSlot(h.s.k.presence("{same}r")): true, keyHashSlot(h.s.k.layout()): true}
+	for _, k := range scanKeys(t, b.client, h.s.KeyPattern()) {
+		if !own[keyHashSlot(k)] {
+			t.Errorf("key %q is on slot %d, none of the sites', the runner's or the fleet's", k, keyHashSlot(k))
+		}
+		if strings.Contains(k, ":"+enc(a)) && keyHashSlot(k) != slotA {
+			t.Errorf("site a's key %q is off its shard", k)
+		}
+		if strings.Contains(k, ":"+enc(c)) && keyHashSlot(k) != slotC {
+			t.Errorf("site c's key %q is off its shard", k)
+		}
+	}
+}
+
+// Every script call, and every command a script runs inside, stays on one
+// slot: MONITOR shows both (script-issued commands as "[0 lua]"), and the
+// workload below runs every Script the store has.
+func TestEveryScriptStaysOnOneSlot(t *testing.T) {
+	b := realBackend(t)
+	m := startMonitor(t)
+	h := newH(t, b, Options{OnChurn: func(ChurnReport) {}})
+	ctx := context.Background()
+
+	byHash := map[string]string{}
+	sources, err := loadScripts(lua.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range sources {
+		sum := sha1.Sum([]byte(src))
+		byHash[hex.EncodeToString(sum[:])] = name
+	}
+
+	// The workload: every operation, jobs on two shards.
+	a, c := site, otherShardSite(h.s, site)
+	for i, s := range []string{a, c, a, c} {
+		h.enqueueStub(s, stub(fmt.Sprint("w", i), "alice"))
+	}
+	got := h.claim(routes([]string{a, c}, []string{"alice"}))
+	if len(got) != 4 {
+		t.Fatalf("claimed %d", len(got))
+	}
+	_, _ = h.s.Job(ctx, a, "w0")
+	_, _ = h.s.Jobs(ctx)
+	_, _ = h.s.Awaiting(ctx, a)
+	_, _ = h.s.PendingJobs(ctx, a)
+	h.s.Seal(ctx, got[0].SiteID, stubID(got[0]), envelope)
+	h.s.Seal(ctx, got[1].SiteID, stubID(got[1]), envelope)
+	h.take(stubID(got[0]), "runner_1", got[0].Lease.ID)
+	h.take(stubID(got[1]), "runner_1", got[0].Lease.ID) // another job's lease: the bare-id probe
+	h.take("nope", "runner_1", "zz-not-ours")
+	h.complete(stubID(got[0]), "runner_1", got[0].Lease.ID, "ok")
+	_, _ = h.s.Finished(ctx, got[0].SiteID)
+	_, _ = h.s.ResultJobs(ctx, got[0].SiteID)
+	h.s.Cancel(ctx, got[1].SiteID, stubID(got[1]))
+	_, _ = h.s.CancelRequests(ctx, "runner_1")
+	_, _ = h.s.RenewLeases(ctx, RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[1])}})
+	h.release("runner_1", []protocol.GrantRef{grant(got[2])}, ReasonRefused, nil)
+	_ = h.s.WriteRawStubForTests(ctx, got[2].SiteID, stubID(got[2]), []byte(`{"bad":1}`))
+	h.claim(routes([]string{a, c}, []string{"alice"}))
+	h.s.AdvanceClockForTests(3_600_000)
+	h.sweep()
+	h.seen("runner_1", "alice", freshDevice(), "[]", "[]")
+	_, _ = h.s.Presence(ctx, "runner_1")
+	_, _ = h.s.PresenceHead(ctx, "runner_1")
+	_, _ = h.s.Everyone(ctx)
+	_, _ = h.s.Advertised(ctx, "alice")
+	_ = h.s.DropPresence(ctx, "runner_1")
+	p := PendingPairing{DeviceCode: "dc1", UserCode: "ABCD-EFGH", Device: freshDevice(), Label: "l", Platform: "linux",
+		Capabilities: []byte("[]"), ExpiresAt: h.now() + 600_000, Source: "10.0.0.1"}
+	_, _ = h.s.PutPairing(ctx, p)
+	_, _ = h.s.PairingByDeviceCode(ctx, "dc1")
+	_, _ = h.s.PairingByUserCode(ctx, "ABCD-EFGH")
+	_, _ = h.s.ShowPairing(ctx, "ABCD-EFGH")
+	target := ProjectionTarget{Document: h.s.k.p + "projection", Approved: h.s.k.p + "projection:approved", Channel: h.s.k.p + "projection:changed"}
+	_, _, _ = h.s.ApprovePairing(ctx, target, Approval{UserCode: "ABCD-EFGH", DeviceCode: "dc1", RunnerID: "r9", Record: []byte(`{"owner":"o","runnerId":"r9"}`)})
+	p.DeviceCode, p.UserCode = "dc2", "WXYZ-WXYZ"
+	_, _ = h.s.PutPairing(ctx, p)
+	_ = h.s.DenyPairing(ctx, "WXYZ-WXYZ")
+	_ = h.s.DropPairing(ctx, "dc1")
+	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: quietLogger()}); err != nil {
+		t.Fatal(err) // the layout script, on a namespace that has its record
+	}
+
+	marker := h.s.k.p + "workload-done"
+	if err := b.client.Do(ctx, b.client.B().Echo().Message(marker).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var current string // the script whose inner commands follow
+	var slot uint16
+	ns := h.s.Namespace() + ":"
+	for {
+		line, err := m.rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("monitor: %v", err)
+		}
+		toks := monitorTokens(line)
+		if len(toks) == 0 {
+			continue
+		}
+		cmd := strings.ToLower(toks[0])
+		if cmd == "echo" && len(toks) == 2 && toks[1] == marker {
+			break
+		}
+		if strings.Contains(line, " lua] ") {
+			if current == "" {
+				continue
+			}
+			var keys []string
+			switch cmd {
+			case "time", "publish", "info": // no key
+			case "del", "exists", "unlink":
+				keys = toks[1:]
+			default:
+				if len(toks) > 1 {
+					keys = toks[1:2]
+				}
+			}
+			for _, k := range keys {
+				if keyHashSlot(k) != slot {
+					t.Errorf("%s: %s %q is on slot %d, KEYS[1] on %d", current, cmd, k, keyHashSlot(k), slot)
+				}
+			}
+			continue
+		}
+		current = ""
+		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" {
+			continue
+		}
+		if len(toks) < 4 || !strings.HasPrefix(toks[3], ns) {
+			continue
+		}
+		name := byHash[toks[1]]
+		if cmd == "eval" || cmd == "eval_ro" {
+			sum := sha1.Sum([]byte(toks[1]))
+			name = byHash[hex.EncodeToString(sum[:])]
+		}
+		var n int
+		fmt.Sscan(toks[2], &n)
+		current, slot = name, keyHashSlot(toks[3])
+		seen[name] = true
+		for _, k := range toks[3 : 3+n] {
+			if keyHashSlot(k) != slot {
+				t.Errorf("%s: KEYS %q on slot %d, KEYS[1] on %d", name, k, keyHashSlot(k), slot)
+			}
+		}
+	}
+	for _, sc := range Scripts {
+		if !seen[sc.Name] {
+			t.Errorf("the workload never ran %s", sc.Name)
+		}
+	}
+}
+
+// A claim over sites on several shards: every eligible job is granted once
+// and the answer is in first-enqueue order across shards; with a Max that
+// cannot take them all, the oldest job over all the routes is granted.
+func TestClaimAcrossShardsOrder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		a, c := site, otherShardSite(h.s, site)
+		team := func(id string) protocol.JobStub {
+			st := stub(id, "bob")
+			st.Audience = protocol.AudienceTeam
+			return st
+		}
+		// c's first job is the oldest of all.
+		h.enqueueStub(c, team("c1"))
+		h.enqueueStub(a, team("a1"))
+		h.enqueueStub(c, team("c2"))
+		h.enqueueStub(a, team("a2"))
+		both := routes([]string{a, c}, []string{"bob"})
+		first := h.claim(both, maxJobs(1))
+		equalStrings(t, "Max 1", ids(first), []string{"c1"})
+		rest := h.claim(both, maxJobs(10), runner("runner_2"))
+		equalStrings(t, "the rest", ids(rest), []string{"a1", "c2", "a2"})
+	})
+}
+
+// A namespace written by an older relay in the single-slot layout is
+// refused at start with a message naming `relay migrate`; Migrate refuses
+// to touch it while v1 jobs are stored, and once they are gone (drained, or
+// dropped) it keeps pairing codes, the projection and the policy, deletes
+// the v1 routing keys and lets the new store start.
+func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := randomNamespace()
+		p := ns + ":{" + ns + "}:"
+		t.Cleanup(func() { deleteKeys(t, b.client, ns+":*") })
+		do := func(args ...string) {
+			t.Helper()
+			if err := b.client.Do(ctx, b.client.B().Arbitrary(args...).Build()).Error(); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+		}
+		// A v1 namespace: a job in every state, presence, and the keys
+		// that carry over.
+		states := []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone}
+		for i, st := range states {
+			m := enc(site) + ":" + enc(fmt.Sprint("j", i))
+			do("HSET", p+"j:"+m, "id", fmt.Sprint("j", i), "state", st)
+			do("ZADD", p+"all", fmt.Sprint(i+1), m)
+			do("SADD", p+"st:"+st, m)
+			do("ZADD", p+"due", "4102444800000", m)
+		}
+		do("SET", p+"seq", "5")
+		do("ZADD", p+"pidx", "1", enc("runner_1"))
+		do("HSET", p+"p:"+enc("runner_1"), "runnerId", "runner_1")
+		do("HSET", p+"pc:d", "dc", "{}")
+		do("HSET", p+"projection", "version", "7", "json", "{}")
+		do("HSET", p+"pol:c", "x", "[]")
+
+		_, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()})
+		if !errors.Is(err, ErrLegacyLayout) || !strings.Contains(err.Error(), "relay migrate") {
+			t.Fatalf("New on a v1 namespace: %v", err)
+		}
+		rep, err := Migrate(ctx, b.client, ns, false)
+		if err != nil || rep.Jobs != 5 || len(rep.ByState) != 5 || rep.Written {
+			t.Fatalf("migrate with jobs: %+v %v", rep, err)
+		}
+		if _, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()}); !errors.Is(err, ErrLegacyLayout) {
+			t.Fatalf("after a refused migrate: %v", err)
+		}
+		rep, err = Migrate(ctx, b.client, ns, true)
+		if err != nil || !rep.Written || rep.Deleted == 0 {
+			t.Fatalf("migrate dropping jobs: %+v %v", rep, err)
+		}
+		s, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()})
+		if err != nil {
+			t.Fatalf("New after migrate: %v", err)
+		}
+		for _, k := range []string{"pc:d", "projection", "pol:c"} {
+			if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(p+k).Build()).AsInt64(); n != 1 {
+				t.Errorf("%s did not carry over", k)
+			}
+		}
+		for _, k := range []string{"all", "seq", "due", "pidx", "st:queued"} {
+			if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(p+k).Build()).AsInt64(); n != 0 {
+				t.Errorf("v1 key %s left behind", k)
+			}
+		}
+		if jobs, err := s.Jobs(ctx); err != nil || len(jobs) != 0 {
+			t.Fatalf("jobs after migrate: %d %v", len(jobs), err)
+		}
+		// Migrating again is a no-op.
+		if rep, err := Migrate(ctx, b.client, ns, false); err != nil || rep.Deleted != 0 {
+			t.Fatalf("second migrate: %+v %v", rep, err)
+		}
+	})
+}

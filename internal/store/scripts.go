@@ -1,0 +1,91 @@
+package store
+
+// Script is one operation of lua/: the file lua/<Name>.lua, run as one
+// atomic EVALSHA. ReadOnly scripts run with EVALSHA_RO (a replica may
+// serve them); the file's header declares the same mode ("-- mode:
+// read-only" or "-- mode: write"), which TestScriptsMatchTheirHeaders checks
+// and lua.TestScriptHeaders lints (a read-only script names no write
+// command and never reads the clock: miniredis refuses TIME there).
+type Script struct {
+	Name     string
+	ReadOnly bool
+	// Work: the script may add queue entries or bring a due instant
+	// closer on its shard, so this Store's work view of that shard is
+	// forgotten after it runs.
+	Work bool
+}
+
+// The store's scripts. Every call goes through Store.run with one of these,
+// so every script call, from any caller, is observed the same way.
+var (
+	scAwaiting        = Script{Name: "awaiting", ReadOnly: true}
+	scCancel          = Script{Name: "cancel", ReadOnly: false}
+	scCancelRequests  = Script{Name: "cancel_requests", ReadOnly: true}
+	scClaim           = Script{Name: "claim", ReadOnly: false, Work: true}
+	scComplete        = Script{Name: "complete", ReadOnly: false, Work: true}
+	scEnqueue         = Script{Name: "enqueue", ReadOnly: false, Work: true}
+	scFinished        = Script{Name: "finished", ReadOnly: true}
+	scHolds           = Script{Name: "holds", ReadOnly: false, Work: true}
+	scJob             = Script{Name: "job", ReadOnly: true}
+	scJobsPage        = Script{Name: "jobs_page", ReadOnly: true}
+	scLayout          = Script{Name: "layout", ReadOnly: false}
+	scPairingApprove  = Script{Name: "pairing_approve", ReadOnly: false}
+	scPairingByUser   = Script{Name: "pairing_by_user", ReadOnly: false}
+	scPairingDeny     = Script{Name: "pairing_deny", ReadOnly: false}
+	scPairingDrop     = Script{Name: "pairing_drop", ReadOnly: false}
+	scPairingGet      = Script{Name: "pairing_get", ReadOnly: false}
+	scPairingPut      = Script{Name: "pairing_put", ReadOnly: false}
+	scPairingShow     = Script{Name: "pairing_show", ReadOnly: false}
+	scPendingPage     = Script{Name: "pending_page", ReadOnly: true}
+	scPresenceAll     = Script{Name: "presence_all", ReadOnly: false}
+	scPresenceByOwner = Script{Name: "presence_by_owner", ReadOnly: false}
+	scPresenceDrop    = Script{Name: "presence_drop", ReadOnly: false}
+	scPresenceGet     = Script{Name: "presence_get", ReadOnly: true}
+	scPresenceHead    = Script{Name: "presence_head", ReadOnly: true}
+	scPresenceSeen    = Script{Name: "presence_seen", ReadOnly: false}
+	scRelease         = Script{Name: "release", ReadOnly: false, Work: true}
+	scRenew           = Script{Name: "renew", ReadOnly: false, Work: true}
+	scResultsGet      = Script{Name: "results_get", ReadOnly: true}
+	scResultsPage     = Script{Name: "results_page", ReadOnly: true}
+	scSeal            = Script{Name: "seal", ReadOnly: false, Work: true}
+	scSweep           = Script{Name: "sweep", ReadOnly: false, Work: true}
+	scTake            = Script{Name: "take", ReadOnly: false, Work: true}
+	scWriteRawStub    = Script{Name: "write_raw_stub", ReadOnly: false}
+)
+
+// Scripts is every script the store runs.
+var Scripts = []Script{
+	scAwaiting,
+	scCancel,
+	scCancelRequests,
+	scClaim,
+	scComplete,
+	scEnqueue,
+	scFinished,
+	scHolds,
+	scJob,
+	scJobsPage,
+	scLayout,
+	scPairingApprove,
+	scPairingByUser,
+	scPairingDeny,
+	scPairingDrop,
+	scPairingGet,
+	scPairingPut,
+	scPairingShow,
+	scPendingPage,
+	scPresenceAll,
+	scPresenceByOwner,
+	scPresenceDrop,
+	scPresenceGet,
+	scPresenceHead,
+	scPresenceSeen,
+	scRelease,
+	scRenew,
+	scResultsGet,
+	scResultsPage,
+	scSeal,
+	scSweep,
+	scTake,
+	scWriteRawStub,
+}

@@ -1,0 +1,77 @@
+package store
+
+import (
+	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/byollm/relay-go/lua"
+)
+
+// Every script the store runs is a typed value whose mode is the one its
+// header declares, and every operation file in lua/ (other than the policy
+// store's) is one of them.
+func TestScriptsMatchTheirHeaders(t *testing.T) {
+	declared := map[string]bool{}
+	for _, sc := range Scripts {
+		declared[sc.Name] = true
+		body, err := fs.ReadFile(lua.FS, sc.Name+".lua")
+		if err != nil {
+			t.Errorf("%s: %v", sc.Name, err)
+			continue
+		}
+		mode := ""
+		for _, line := range strings.Split(string(body), "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			if m, ok := strings.CutPrefix(line, "-- mode: "); ok {
+				mode = strings.Fields(m)[0]
+			}
+		}
+		if want := map[bool]string{true: "read-only", false: "write"}[sc.ReadOnly]; mode != want {
+			t.Errorf("%s: Go says %s, the header says %q", sc.Name, want, mode)
+		}
+	}
+	ops, _ := fs.Glob(lua.FS, "*.lua")
+	for _, op := range ops {
+		name := strings.TrimSuffix(op, ".lua")
+		if !declared[name] && !strings.HasPrefix(name, "policy_") {
+			t.Errorf("lua/%s has no Script value", op)
+		}
+	}
+}
+
+// The routing constants are written twice, in api.go and lib/store.lua;
+// they must agree.
+func TestLuaConstantsMatchGo(t *testing.T) {
+	body, err := fs.ReadFile(lua.FS, "lib/store.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := regexp.MustCompile(`(?m)^local ([A-Z_]+) = '?([0-9a-z-]+)'?`)
+	got := map[string]string{}
+	for _, m := range local.FindAllStringSubmatch(string(body), -1) {
+		got[m[1]] = m[2]
+	}
+	want := map[string]string{
+		"AWAITING_MS":       strconv.Itoa(AwaitingPayloadMs),
+		"UNSEALED_PER_PAIR": strconv.Itoa(UnsealedPerPair),
+		"EVICT_AT":          strconv.Itoa(SealAttemptsBeforeEviction),
+		"CHURN_EXPIRIES":    strconv.Itoa(ChurnExpiries),
+		"CHURN_WINDOW_MS":   strconv.Itoa(ChurnWindowMs),
+		"CHURN_QUIET_MS":    strconv.Itoa(ChurnQuietMs),
+		"QUEUED":            StateQueued,
+		"AWAITING":          StateAwaitingPayload,
+		"READY":             StateReady,
+		"RUNNING":           StateRunning,
+		"DONE":              StateDone,
+	}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("lib/store.lua %s = %q, Go says %q", name, got[name], v)
+		}
+	}
+}
