@@ -180,7 +180,7 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
 	args := []string{filepath.Join("node_modules", "vitest", "vitest.mjs"), "run",
-		"--reporter=default", "--reporter=json", "--outputFile.json="+report}
+		"--reporter=default", "--reporter=json", "--outputFile.json=" + report}
 	if only != nil {
 		args = append(args, "--testNamePattern", " ("+strings.Join(only, "|")+") ")
 	}
