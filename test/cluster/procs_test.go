@@ -266,6 +266,9 @@ func (c *privateCluster) nodes(t *testing.T, via string) []clusterNode {
 	if err != nil {
 		t.Fatalf("CLUSTER NODES via %s: %v", via, err)
 	}
+	// RESP3 sends CLUSTER NODES as a verbatim string, which keeps its
+	// "txt:" format prefix here.
+	text = strings.TrimPrefix(text, "txt:")
 	var out []clusterNode
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		f := strings.Fields(line)
