@@ -246,6 +246,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 		}
 	}
 	j := res.rep.Jobs
+	t.Logf("store errors the replicas answered with 503, by kind: %v", storeErrors(t, relays))
 	t.Logf("SUMMARY %s: fault at %.1fs of load: %s | probes %d %v, slowest %.0f ms | load: jobs enqueued %d collected %d cancelled %d lost %d run-twice %d, 503s answered %d | history: %d ops, %d enqueued, %d done, %d cancelled, %d in the store, %d grants (%d jobs granted again), %d results accepted, violations %d",
 		fr.name, faultAt.Seconds(), fr.outcome, len(probes), statuses, float64(slowest.Microseconds())/1000,
 		j.Enqueued, j.Collected, j.Cancelled, j.Lost, j.RunTwice, refused503,
@@ -412,6 +413,44 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		return faultRun{name: "migration", outcome: fmt.Sprintf("slot %d moved %s -> %s: %d keys in %d MIGRATE batches over %.2fs",
 			slot, src.addr, dst.addr, moved, batches, took.Seconds())}
 	})
+}
+
+// storeErrors counts the store errors the replicas logged (each answered
+// with the retryable 503), by the cluster's error kind.
+func storeErrors(t *testing.T, relays []*relayProc) map[string]int {
+	t.Helper()
+	kinds := []string{"CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "non local key", "connection refused", "context deadline exceeded", "EOF"}
+	out := map[string]int{}
+	for _, r := range relays {
+		files, _ := filepath.Glob(filepath.Join(r.logDir, "*.log"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				var e struct {
+					Msg string `json:"msg"`
+					Err string `json:"err"`
+				}
+				if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "relay: store unavailable" {
+					continue
+				}
+				kind := "other"
+				for _, k := range kinds {
+					if strings.Contains(e.Err, k) {
+						kind = k
+						break
+					}
+				}
+				out[kind]++
+				if kind == "other" && out[kind] <= 3 {
+					t.Logf("store error of another kind: %s", e.Err)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // waitFirstEnqueues waits until the load generator has enqueued n jobs (its
