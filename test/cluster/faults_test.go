@@ -94,6 +94,7 @@ const pollBody = `{"protocolVersion":"2","action":"poll","deviceCode":"abcdefghi
 
 // probe is one direct request to a replica while the cluster changes.
 type probe struct {
+	at      time.Time
 	status  int
 	code    string
 	elapsed time.Duration
@@ -189,7 +190,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 				}
 				t0 := time.Now()
 				st, body := post(ctx, hc, r.url()+"/byollm/pair", pollBody)
-				p := probe{status: st, code: errorCode(body), elapsed: time.Since(t0)}
+				p := probe{at: t0, status: st, code: errorCode(body), elapsed: time.Since(t0)}
 				mu.Lock()
 				probes = append(probes, p)
 				mu.Unlock()
@@ -198,6 +199,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 	}
 	faultAt := time.Since(loadStart)
 	fr := fault(t, cl, slot)
+	faultEnd := time.Now()
 	time.Sleep(2 * time.Second)
 	close(stopProbes)
 	wg.Wait()
@@ -233,7 +235,12 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 		}
 	}
 	statuses := map[string]int{}
-	var slowest time.Duration
+	var slowest, lastRefusal time.Duration
+	for _, p := range probes {
+		if p.status != http.StatusOK {
+			lastRefusal = max(lastRefusal, p.at.Sub(faultEnd))
+		}
+	}
 	var slow, notRetryable int
 	for _, p := range probes {
 		statuses[fmt.Sprintf("%d %s", p.status, p.code)]++
@@ -247,8 +254,8 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 	}
 	j := res.rep.Jobs
 	t.Logf("store errors the replicas answered with 503, by kind: %v", storeErrors(t, relays))
-	t.Logf("SUMMARY %s: fault at %.1fs of load: %s | probes %d %v, slowest %.0f ms | load: jobs enqueued %d collected %d cancelled %d lost %d run-twice %d, 503s answered %d | history: %d ops, %d enqueued, %d done, %d cancelled, %d in the store, %d grants (%d jobs granted again), %d results accepted, violations %d",
-		fr.name, faultAt.Seconds(), fr.outcome, len(probes), statuses, float64(slowest.Microseconds())/1000,
+	t.Logf("SUMMARY %s: fault at %.1fs of load: %s | probes %d %v, slowest %.0f ms, last refusal %.0f ms after the fault ended | load: jobs enqueued %d collected %d cancelled %d lost %d run-twice %d, 503s answered %d | history: %d ops, %d enqueued, %d done, %d cancelled, %d in the store, %d grants (%d jobs granted again), %d results accepted, violations %d",
+		fr.name, faultAt.Seconds(), fr.outcome, len(probes), statuses, float64(slowest.Microseconds())/1000, float64(lastRefusal.Milliseconds()),
 		j.Enqueued, j.Collected, j.Cancelled, j.Lost, j.RunTwice, refused503,
 		sum.Ops, sum.Enqueued, sum.Done, sum.Cancelled, sum.InStore, sum.Grants, sum.Regranted, sum.Accepted, len(sum.Violations))
 
@@ -318,6 +325,69 @@ func TestPrimaryFailoverUnderLoad(t *testing.T) {
 		return faultRun{name: "failover", outcome: fmt.Sprintf("slot %d: primary %s SIGKILLed (replica caught up in %v), replica %s promoted %.2fs later",
 			slot, primary.addr, caughtUp.Round(time.Millisecond), replica.addr, promoted.Seconds())}
 	})
+}
+
+// TestClusterDownUnderLoad takes the whole cluster down for three seconds
+// (cluster_state:fail: every node answers every command with CLUSTERDOWN)
+// and brings it back: one empty slot, far from the namespace's, is dropped
+// from every node's map (CLUSTER DELSLOTS; with cluster-require-full-coverage
+// a cluster missing a slot refuses everything) and then given back to its
+// owner (CLUSTER ADDSLOTS).
+func TestClusterDownUnderLoad(t *testing.T) {
+	runUnderFault(t, func(t *testing.T, cl *privateCluster, slot int) faultRun {
+		ctx := context.Background()
+		other := (slot + 8192) % 16384
+		owner, _ := cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), other)
+		o := node(t, owner.addr)
+		if n, err := o.Do(ctx, o.B().ClusterCountkeysinslot().Slot(int64(other)).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("slot %d holds %d keys (%v)", other, n, err)
+		}
+		all := cl.nodes(t, owner.addr)
+		for _, n := range all {
+			c := node(t, n.addr)
+			if err := c.Do(ctx, c.B().ClusterDelslots().Slot(int64(other)).Build()).Error(); err != nil {
+				t.Fatalf("DELSLOTS %d on %s: %v", other, n.addr, err)
+			}
+		}
+		down := time.Now()
+		waitState(t, all, "fail", 10*time.Second)
+		failedIn := time.Since(down)
+		time.Sleep(3 * time.Second)
+		if err := o.Do(ctx, o.B().ClusterAddslots().Slot(int64(other)).Build()).Error(); err != nil {
+			t.Fatalf("ADDSLOTS %d on %s: %v", other, owner.addr, err)
+		}
+		back := time.Now()
+		waitState(t, all, "ok", 30*time.Second)
+		return faultRun{name: "clusterdown", outcome: fmt.Sprintf("slot %d dropped on all %d nodes: cluster_state:fail after %v, held 3s; given back to %s, ok again after %v",
+			other, len(all), failedIn.Round(time.Millisecond), owner.addr, time.Since(back).Round(time.Millisecond))}
+	})
+}
+
+// waitState waits until every node reports cluster_state:want.
+func waitState(t *testing.T, nodes []clusterNode, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	clients := make([]valkey.Client, len(nodes))
+	for i, n := range nodes {
+		clients[i] = node(t, n.addr)
+	}
+	for {
+		all := true
+		for _, c := range clients {
+			info, err := c.Do(context.Background(), c.B().ClusterInfo().Build()).ToString()
+			if err != nil || !strings.Contains(info, "cluster_state:"+want) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster_state not %s on every node after %v", want, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitReplicaOffset waits until the replica has applied everything the
