@@ -12,7 +12,8 @@
 #    job, and relay CPU per job.
 # 2. Idle cost: IDLE_DAEMONS (default 1000) simulated daemons that ticked
 #    like the real one when idle (a heartbeat and an empty claim every 10 s),
-#    a trickle of 0.05 jobs/s so the run has an end. Measured over a steady
+#    a trickle of 0.05 jobs/s so the run has an end (its one site polls once
+#    a second), three replicas sweeping every second. Measured over a steady
 #    window after pairing: relay CPU and Valkey CPU per idle tick (one
 #    heartbeat + one claim), Valkey commands and scripts per tick.
 #
@@ -56,7 +57,8 @@ cpu_ticks() {
 }
 
 # snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
-# primary its CPU seconds, script calls and all command calls.
+# primary its CPU seconds, script calls and the commands clients sent (one
+# INFO per sample included).
 snapshot() {
   local nodes="" p
   for p in "${PRIMARIES[@]}"; do
@@ -66,12 +68,12 @@ cpu = 0.0; scripts = 0; calls = 0
 for line in sys.stdin:
     if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
         cpu += float(line.split(":")[1])
+    elif line.startswith("total_commands_processed:"):
+        calls = int(line.split(":")[1])  # commands clients sent (not those scripts ran)
     elif line.startswith("cmdstat_"):
         name, rest = line[8:].split(":", 1)
-        n = int(rest.split("calls=")[1].split(",")[0])
-        calls += n
         if name.startswith(("eval", "fcall")):
-            scripts += n
+            scripts += int(rest.split("calls=")[1].split(",")[0])
 print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls}))' "$p"),
   done
   printf '{"t": %s, "relayTicks": %s, "nodes": [%s]}\n' "$(date +%s.%N)" "$(cpu_ticks "${RELAY_PIDS[@]}")" "${nodes%,}"
@@ -121,7 +123,8 @@ start_relays "$NS"
 replicas=$(IFS=,; echo "${URLS[*]}")
 log "idle: $IDLE_DAEMONS daemons ticking every 10 s for ${IDLE_FOR}s"
 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 1 -daemons "$IDLE_DAEMONS" -slots 1 \
-  -pair none -rate 0.05 -duration "${IDLE_FOR}s" -drain 20s -ttl 120s -heartbeat 10s -claim-poll 10s -quiet \
+  -pair none -rate 0.05 -duration "${IDLE_FOR}s" -drain 20s -ttl 120s -heartbeat 10s -claim-poll 10s \
+  -pending-poll 1s -results-poll 1s -quiet \
   -json "$OUT/cluster-idle.json" >"$OUT/cluster-idle.txt" &
 LG=$!; STARTED+=("$LG")
 : >"$OUT/cluster-idle-samples.jsonl"
@@ -165,7 +168,8 @@ print(f"steady window {secs:.0f} s, ~{ticks:.0f} idle ticks (whole run: {hb} hea
 print("| per idle tick (heartbeat + empty claim) | value |\n|---|---|")
 print(f"| Valkey CPU | {1e6*vcpu/ticks:.0f} µs |")
 print(f"| relay CPU (3 replicas) | {1e6*rcpu/ticks:.0f} µs |")
-print(f"| Valkey commands | {calls/ticks:.2f} |")
+print(f"| Valkey commands run, those inside scripts included (total_commands_processed) | {calls/ticks:.2f} |")
 print(f"| Lua scripts | {scr/ticks:.2f} |")
-print(f"| Valkey CPU per primary (s over the window) | {', '.join(f'{n2['cpu']-n1['cpu']:.2f}' for n1, n2 in zip(x['nodes'], y['nodes']))} |")
+per = ", ".join("%.2f" % (n2["cpu"] - n1["cpu"]) for n1, n2 in zip(x["nodes"], y["nodes"]))
+print(f"| Valkey CPU per primary (s over the window) | {per} |")
 EOF
