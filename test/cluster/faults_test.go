@@ -1,8 +1,9 @@
 // Package cluster_test runs relay replicas on a private Valkey Cluster
 // (three primaries, one replica each) under the load generator while the
-// cluster changes under them: a primary killed and its replica promoted,
-// and the namespace's slot migrated to another primary with
-// SETSLOT MIGRATING/IMPORTING, MIGRATE and SETSLOT NODE. Every operation of
+// cluster changes under them: a primary holding some of the namespace's
+// shards killed and its replica promoted, and one shard's slot (one holding
+// jobs) migrated to another primary with SETSLOT MIGRATING/IMPORTING,
+// MIGRATE and SETSLOT NODE. Every operation of
 // the run is recorded (internal/loadgen's History) and checked afterwards
 // with test/chaos/history: nothing lost, nothing granted under two live
 // leases, no result accepted twice. While the cluster changes, requests may
@@ -110,7 +111,7 @@ type faultRun struct {
 // runs the load generator through both, calls fault in the middle of the
 // load while probing each replica directly every 50 ms, and checks the
 // run.
-func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slot int) faultRun) {
+func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns string) faultRun) {
 	cl := newPrivateCluster(t)
 	ns := "cl-" + randomHex(6)
 	token := "cluster-" + randomHex(12)
@@ -130,10 +131,6 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 		}
 		urls[i] = r.url()
 	}
-	// Every key of the namespace carries its hash tag (the single-slot
-	// layout): the namespace is in one slot, on one primary.
-	slot := cl.keyslot(t, "{"+ns+"}")
-
 	log := &history.Log{}
 	cfg := loadgen.Config{
 		Replicas:    urls,
@@ -198,7 +195,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 		}()
 	}
 	faultAt := time.Since(loadStart)
-	fr := fault(t, cl, slot)
+	fr := fault(t, cl, ns)
 	faultEnd := time.Now()
 	time.Sleep(2 * time.Second)
 	close(stopProbes)
@@ -284,17 +281,41 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 	}
 }
 
-// TestPrimaryFailoverUnderLoad kills (SIGKILL) the primary serving the
-// namespace's slot in the middle of the load; its replica is promoted by
-// the cluster's own failure detection. Writes are paused on the primary
+// TestPrimaryFailoverUnderLoad kills (SIGKILL), in the middle of the load,
+// the primary serving the most of the namespace's job keys (the sharded
+// layout spreads the namespace's 16 shards over every primary, so it holds
+// some of the shards, not all); its replica is promoted by the cluster's
+// own failure detection. Writes are paused on the primary
 // and the replica caught up first, so the kill cuts cleanly: Valkey
 // replicates asynchronously, and a write acknowledged in the last
 // milliseconds before a crash can be lost with the primary, which no
 // client of it can prevent (the relay does not WAIT for replicas).
 func TestPrimaryFailoverUnderLoad(t *testing.T) {
-	runUnderFault(t, func(t *testing.T, cl *privateCluster, slot int) faultRun {
+	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
-		primary, replica := cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), slot)
+		via := fmt.Sprintf("127.0.0.1:%d", cl.base)
+		jobSlots := cl.jobSlots(t, ns)
+		byPrimary := map[string][]int{}
+		keysOn := map[string]int{}
+		var slot int
+		for s, n := range jobSlots {
+			p, _ := cl.owner(t, via, s)
+			byPrimary[p.id] = append(byPrimary[p.id], s)
+			keysOn[p.id] += n
+		}
+		if len(byPrimary) < 2 {
+			t.Fatalf("the namespace's jobs are on %d primary(ies), want them spread: %v", len(byPrimary), jobSlots)
+		}
+		best := ""
+		for id, n := range keysOn {
+			if best == "" || n > keysOn[best] {
+				best = id
+			}
+		}
+		slot = byPrimary[best][0]
+		primary, replica := cl.owner(t, via, slot)
+		heldSlots := byPrimary[best]
+		sort.Ints(heldSlots)
 		if replica.id == "" {
 			t.Fatalf("primary %s has no replica: %+v", primary.addr, cl.nodes(t, primary.addr))
 		}
@@ -322,25 +343,41 @@ func TestPrimaryFailoverUnderLoad(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		promoted := time.Since(killed)
-		return faultRun{name: "failover", outcome: fmt.Sprintf("slot %d: primary %s SIGKILLed (replica caught up in %v), replica %s promoted %.2fs later",
-			slot, primary.addr, caughtUp.Round(time.Millisecond), replica.addr, promoted.Seconds())}
+		return faultRun{name: "failover", outcome: fmt.Sprintf("primary %s held %d of the %d shard slots with jobs (%v; %d of %d job keys): SIGKILLed (replica caught up in %v), replica %s promoted %.2fs later",
+			primary.addr, len(heldSlots), len(jobSlots), heldSlots, keysOn[best], sumValues(jobSlots), caughtUp.Round(time.Millisecond), replica.addr, promoted.Seconds())}
 	})
 }
 
 // TestClusterDownUnderLoad takes the whole cluster down for three seconds
 // (cluster_state:fail: every node answers every command with CLUSTERDOWN)
-// and brings it back: one empty slot, far from the namespace's, is dropped
+// and brings it back: one empty slot, none of the namespace's, is dropped
 // from every node's map (CLUSTER DELSLOTS; with cluster-require-full-coverage
 // a cluster missing a slot refuses everything) and then given back to its
 // owner (CLUSTER ADDSLOTS).
 func TestClusterDownUnderLoad(t *testing.T) {
-	runUnderFault(t, func(t *testing.T, cl *privateCluster, slot int) faultRun {
+	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
-		other := (slot + 8192) % 16384
-		owner, _ := cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), other)
-		o := node(t, owner.addr)
-		if n, err := o.Do(ctx, o.B().ClusterCountkeysinslot().Slot(int64(other)).Build()).AsInt64(); err != nil || n != 0 {
-			t.Fatalf("slot %d holds %d keys (%v)", other, n, err)
+		// An empty slot: the namespace's shards each take one slot of a
+		// 1024-slot range, so most slots hold nothing.
+		var (
+			other int
+			owner clusterNode
+			o     valkey.Client
+		)
+		for cand := 8191; ; cand++ {
+			if cand == 8191+512 {
+				t.Fatal("no empty slot in 8191..8702")
+			}
+			owner, _ = cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), cand)
+			o = node(t, owner.addr)
+			n, err := o.Do(ctx, o.B().ClusterCountkeysinslot().Slot(int64(cand)).Build()).AsInt64()
+			if err != nil {
+				t.Fatalf("COUNTKEYSINSLOT %d: %v", cand, err)
+			}
+			if n == 0 {
+				other = cand
+				break
+			}
 		}
 		all := cl.nodes(t, owner.addr)
 		for _, n := range all {
@@ -423,15 +460,26 @@ func replOffset(t *testing.T, c valkey.Client, field string) int64 {
 	return 0
 }
 
-// TestSlotMigrationUnderLoad moves the namespace's slot to another primary
+// TestSlotMigrationUnderLoad moves one shard's slot (the one holding the
+// most job keys when the fault starts) to another primary
 // the way valkey-cli --cluster reshard does, in small batches so the
 // migration spans many requests: SETSLOT IMPORTING on the target,
 // MIGRATING on the source, MIGRATE ... KEYS a few at a time (clients meet
 // ASK and TRYAGAIN meanwhile), then SETSLOT NODE on every primary (clients
 // meet MOVED).
 func TestSlotMigrationUnderLoad(t *testing.T) {
-	runUnderFault(t, func(t *testing.T, cl *privateCluster, slot int) faultRun {
+	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
+		jobSlots := cl.jobSlots(t, ns)
+		slot, most := -1, 0
+		for s, n := range jobSlots {
+			if n > most {
+				slot, most = s, n
+			}
+		}
+		if slot < 0 {
+			t.Fatal("no shard holds a job")
+		}
 		src, _ := cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), slot)
 		var dst clusterNode
 		for _, n := range cl.nodes(t, src.addr) {
@@ -480,8 +528,8 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		if now, _ := cl.owner(t, src.addr, slot); now.id != dst.id {
 			t.Fatalf("slot %d still on %s after the migration", slot, now.addr)
 		}
-		return faultRun{name: "migration", outcome: fmt.Sprintf("slot %d moved %s -> %s: %d keys in %d MIGRATE batches over %.2fs",
-			slot, src.addr, dst.addr, moved, batches, took.Seconds())}
+		return faultRun{name: "migration", outcome: fmt.Sprintf("shard slot %d (%d job keys when chosen; %d of the namespace's %d slots with jobs) moved %s -> %s: %d keys in %d MIGRATE batches over %.2fs",
+			slot, most, 1, len(jobSlots), src.addr, dst.addr, moved, batches, took.Seconds())}
 	})
 }
 
@@ -503,7 +551,14 @@ func storeErrors(t *testing.T, relays []*relayProc) map[string]int {
 					Msg string `json:"msg"`
 					Err string `json:"err"`
 				}
-				if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "relay: store unavailable" {
+				if json.Unmarshal([]byte(line), &e) != nil {
+					continue
+				}
+				if strings.HasPrefix(e.Msg, "relay: request failed on a bug") {
+					t.Logf("%s answered 500: %s", r.name, e.Err)
+					continue
+				}
+				if e.Msg != "relay: store unavailable" {
 					continue
 				}
 				kind := "other"

@@ -344,6 +344,52 @@ func (c *privateCluster) pid(t *testing.T, addr string) int {
 	return pid
 }
 
+// jobSlots reads, from every primary, the namespace's job records
+// (<ns>:{<shard tag>}:j:...) and counts them by cluster slot: the slots of
+// the shards that hold jobs right now.
+func (c *privateCluster) jobSlots(t *testing.T, ns string) map[int]int {
+	t.Helper()
+	ctx := context.Background()
+	out := map[int]int{}
+	slotOf := map[string]int{}
+	for _, n := range c.nodes(t, fmt.Sprintf("127.0.0.1:%d", c.base)) {
+		if !n.primary {
+			continue
+		}
+		cl := node(t, n.addr)
+		cursor := uint64(0)
+		for {
+			e, err := cl.Do(ctx, cl.B().Scan().Cursor(cursor).Match(ns+":{*}:j:*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatalf("SCAN on %s: %v", n.addr, err)
+			}
+			for _, k := range e.Elements {
+				if strings.Count(k, ":") > 4 { // j:<S>:<J>:ref and :ra are parts of a job
+					continue
+				}
+				tag, _, _ := strings.Cut(k[strings.Index(k, "{")+1:], "}")
+				if _, ok := slotOf[tag]; !ok {
+					slotOf[tag] = c.keyslot(t, "{"+tag+"}")
+				}
+				out[slotOf[tag]]++
+			}
+			if e.Cursor == 0 {
+				break
+			}
+			cursor = e.Cursor
+		}
+	}
+	return out
+}
+
+func sumValues(m map[int]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // keyslot is the cluster slot of key.
 func (c *privateCluster) keyslot(t *testing.T, key string) int {
 	t.Helper()
