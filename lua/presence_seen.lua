@@ -1,6 +1,10 @@
 -- presence_seen: record a heartbeat (§2.15). An existing record keeps its
 -- owner and device; only lastSeenAt, capabilities and withheld are replaced
--- (never merged; an empty array is a value).
+-- (never merged; an empty array is a value). The record keeps a digest of
+-- the two lists (field ld): when a heartbeat carries the lists the record
+-- already holds, which is almost every idle tick, only lastSeenAt and the
+-- expiry are written. A record without ld (written before it existed)
+-- differs from every digest, so its lists are rewritten once.
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
@@ -11,23 +15,31 @@
 -- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
 -- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
 -- ARGV[10] ttl ms ("0": records never expire, as in the reference)
+-- ARGV[11] digest of ARGV[8] and ARGV[9] (hex; computed by the caller)
 -- Reply: the record as a flat hash without capabilities and withheld (the
 -- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
 -- copy its own lists back
 
 local now = fmt(clock())
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'lastSeenAt', now, 'capabilities', ARGV[8], 'withheld', ARGV[9])
+-- One read is both the existence check and the reply's fields: a record
+-- always has runnerId.
+local r = redis.call('HMGET', KEYS[1], 'runnerId', 'owner', 'device', 'ld')
+if r[1] then
+  if r[4] == ARGV[11] then
+    redis.call('HSET', KEYS[1], 'lastSeenAt', now)
+  else
+    redis.call('HSET', KEYS[1], 'lastSeenAt', now, 'capabilities', ARGV[8], 'withheld', ARGV[9], 'ld', ARGV[11])
+  end
 else
   redis.call('HSET', KEYS[1], 'runnerId', ARGV[5], 'owner', ARGV[6], 'device', ARGV[7],
-    'capabilities', ARGV[8], 'withheld', ARGV[9], 'lastSeenAt', now)
+    'capabilities', ARGV[8], 'withheld', ARGV[9], 'ld', ARGV[11], 'lastSeenAt', now)
   -- A new record goes to the end of the listing, even if an index entry of a
   -- lost record lingers (everyone() cleans those).
   redis.call('ZADD', KEYS[2], next_seq(KEYS[3]), ARGV[4])
+  r = {ARGV[5], ARGV[6], ARGV[7]}
 end
 redis.call('SADD', KEYS[4], ARGV[4])
 if ARGV[10] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[10])
 end
-local r = redis.call('HMGET', KEYS[1], 'runnerId', 'owner', 'device', 'lastSeenAt')
-return {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', r[4]}
+return {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', now}

@@ -3,6 +3,9 @@ package store
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -40,7 +43,7 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 	msg, err := s.run(ctx, scPresenceSeen,
 		s.presenceSeenKeys(p.RunnerID, p.Owner),
 		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10))
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld))
 	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
@@ -53,6 +56,21 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 	}
 	rec.Capabilities, rec.Withheld = caps, withheld
 	return *rec, nil
+}
+
+// listsDigest names a heartbeat's two lists for presence_seen, which
+// rewrites them only when the record's digest differs: SHA-256 over both
+// (length-prefixed, so no split of the bytes between the two collides),
+// first 16 bytes in hex. A device can only make its own record keep its
+// own older lists, and 128 bits leave no practical collision anyway.
+func listsDigest(caps, withheld []byte) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(caps)))
+	h.Write(n[:])
+	h.Write(caps)
+	h.Write(withheld)
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // orEmptyArray stores a missing matrix as [], the reference's empty answer.

@@ -59,7 +59,7 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 		devJSON, _ := json.Marshal(dev)
 		msg, err := h.s.run(h.ctx, scPresenceSeen,
 			h.s.presenceSeenKeys("runner_1", "alice"),
-			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0")
+			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0", listsDigest([]byte(caps), []byte(`[]`)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,6 +80,58 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 		got := h.seen("runner_1", "alice", dev, caps, `[{"kind":"llm.chat"}]`)
 		if p := h.presence("runner_1"); !reflect.DeepEqual(got, *p) {
 			t.Fatalf("seen answered %+v, the record is %+v", got, p)
+		}
+	})
+}
+
+// A heartbeat carrying the lists the record already holds writes only
+// lastSeenAt and the expiry: the stored lists are not rewritten (a marker
+// put in their place survives it). New lists replace them, and a record
+// without a digest (written before presence_seen kept one) gets its lists
+// rewritten on its next heartbeat. Fails on a presence_seen that rewrites
+// the lists on every heartbeat.
+func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		dev := freshDevice()
+		caps := `[{"kind":"llm.chat"}]`
+		h.seen("runner_1", "alice", dev, caps, `[]`)
+		key := h.s.k.presence("runner_1")
+		mark := func() {
+			t.Helper()
+			if err := b.client.Do(h.ctx, b.client.B().Hset().Key(key).FieldValue().FieldValue("capabilities", `"marker"`).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stored := func() string {
+			t.Helper()
+			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(key).Field("capabilities").Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		mark()
+		before := h.presence("runner_1").LastSeenAt
+		h.s.AdvanceClockForTests(1000)
+		got := h.seen("runner_1", "alice", dev, caps, `[]`)
+		if v := stored(); v != `"marker"` {
+			t.Fatalf("an unchanged heartbeat rewrote the lists: %s", v)
+		}
+		if got.LastSeenAt <= before || h.presence("runner_1").LastSeenAt != got.LastSeenAt {
+			t.Fatalf("lastSeenAt %d after %d, stored %d", got.LastSeenAt, before, h.presence("runner_1").LastSeenAt)
+		}
+		h.seen("runner_1", "alice", dev, caps, `[{"kind":"llm.chat"}]`)
+		if v := stored(); v != caps {
+			t.Fatalf("changed withheld did not rewrite the lists: capabilities %s", v)
+		}
+		mark()
+		if err := b.client.Do(h.ctx, b.client.B().Hdel().Key(key).Field("ld").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		h.seen("runner_1", "alice", dev, caps, `[{"kind":"llm.chat"}]`)
+		if v := stored(); v != caps {
+			t.Fatalf("a record without a digest kept its lists: capabilities %s", v)
 		}
 	})
 }
