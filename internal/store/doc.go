@@ -103,7 +103,9 @@
 //	sr:⟨S⟩                 HASH  the site's enqueue token bucket: t, at
 //	p:⟨R⟩                  HASH  presence (on shard(R)): runnerId, owner,
 //	                             device, capabilities, withheld (raw JSON),
-//	                             lastSeenAt
+//	                             lastSeenAt, ld (digest of the two lists: a
+//	                             heartbeat with the same lists writes only
+//	                             lastSeenAt and the expiry)
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> first-seen number (next_seq)
 //	                             of the shard's runners (Everyone merges the
 //	                             shards by it)

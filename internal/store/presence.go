@@ -104,16 +104,36 @@ func (s *Store) PresenceHead(ctx context.Context, runnerID string) (*Presence, e
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return nil, fmt.Errorf("presence head: %w", err)
 	}
-	msg, err := s.run(ctx, scPresenceHead, []string{s.k.presence(runnerID)})
+	// One plain HMGET, not a script: it authenticates every daemon
+	// request (an idle claim included), and a single-key read needs no
+	// atomicity a command does not have. A record always has runnerId, so
+	// all-nil fields mean there is none.
+	vals, err := s.do(ctx, "presence_head", s.c.B().Hmget().Key(s.k.presence(runnerID)).
+		Field("runnerId", "owner", "device", "lastSeenAt").Build()).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("presence head: %w", err)
 	}
-	p, err := parsePresence(msg)
-	if err != nil {
-		return nil, fmt.Errorf("presence head: %w", err)
+	if len(vals) != 4 {
+		return nil, fmt.Errorf("presence head: %w: %d fields", ErrUnexpectedReply, len(vals))
 	}
-	if p != nil {
-		p.Capabilities, p.Withheld = nil, nil
+	f := make([]string, 4)
+	for i, v := range vals {
+		if v.IsNil() {
+			if i == 0 {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("presence head: %w: field %d of a record is missing", ErrUnexpectedReply, i)
+		}
+		if f[i], err = v.ToString(); err != nil {
+			return nil, fmt.Errorf("presence head: %w", err)
+		}
+	}
+	p := &Presence{RunnerID: f[0], Owner: f[1]}
+	if p.LastSeenAt, err = strconv.ParseInt(f[3], 10, 64); err != nil {
+		return nil, fmt.Errorf("presence head: lastSeenAt: %w", err)
+	}
+	if err := json.Unmarshal([]byte(f[2]), &p.Device); err != nil {
+		return nil, fmt.Errorf("presence head: device: %w", err)
 	}
 	return p, nil
 }

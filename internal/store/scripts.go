@@ -41,7 +41,6 @@ var (
 	scPresenceByOwner = Script{Name: "presence_by_owner", ReadOnly: false}
 	scPresenceDrop    = Script{Name: "presence_drop", ReadOnly: false}
 	scPresenceGet     = Script{Name: "presence_get", ReadOnly: true}
-	scPresenceHead    = Script{Name: "presence_head", ReadOnly: true}
 	scPresenceSeen    = Script{Name: "presence_seen", ReadOnly: false}
 	scRelease         = Script{Name: "release", ReadOnly: false, Work: true}
 	scRenew           = Script{Name: "renew", ReadOnly: false, Work: true}
@@ -78,7 +77,6 @@ var Scripts = []Script{
 	scPresenceByOwner,
 	scPresenceDrop,
 	scPresenceGet,
-	scPresenceHead,
 	scPresenceSeen,
 	scRelease,
 	scRenew,
