@@ -209,3 +209,45 @@ func freeLoopbackPort(t *testing.T) string {
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	return port
 }
+
+// Sites on different shards name different generations (each shard has its
+// own epoch), and reading one site's results must not throw away what the
+// cache holds for another: a second read of a site whose results did not
+// change runs no results_get, whatever site was read in between. Fails on
+// a cache keeping one generation for every site, which refetched every
+// result on almost every read once a namespace had sites on two shards.
+func TestResultCacheKeepsSitesOfOtherShards(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		counter := &countingObserver{n: map[string]int{}}
+		h := newH(t, b, Options{ObserveScript: counter.observe})
+		other := otherShardSite(h.s, site)
+		for _, st := range []string{site, other} {
+			j := h.enqueueStub(st, stub("j-"+st, "alice"))
+			g := h.claim(routes([]string{st}, []string{"alice"}))
+			if len(g) != 1 {
+				t.Fatalf("claim on %s: %d grants", st, len(g))
+			}
+			if r, err := h.s.Seal(h.ctx, st, j.ID, envelope); err != nil || r.Refused != "" {
+				t.Fatalf("seal %s: %+v %v", st, r, err)
+			}
+			r, err := h.s.Complete(h.ctx, CompleteInput{JobID: j.ID, RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: []byte(`{"r":1}`), Disposition: "ok"})
+			if err != nil || !r.Accepted {
+				t.Fatalf("complete %s: %+v %v", st, r, err)
+			}
+		}
+		for _, st := range []string{site, other} {
+			if res, err := h.s.ResultJobs(h.ctx, st); err != nil || len(res) != 1 {
+				t.Fatalf("results of %s: %d %v", st, len(res), err)
+			}
+		}
+		counter.take()
+		for _, st := range []string{site, other, site} {
+			if res, err := h.s.ResultJobs(h.ctx, st); err != nil || len(res) != 1 {
+				t.Fatalf("results of %s again: %d %v", st, len(res), err)
+			}
+		}
+		if n := counter.take()["results_get"]; n != 0 {
+			t.Fatalf("cached results fetched again: %d results_get calls", n)
+		}
+	})
+}

@@ -104,32 +104,39 @@ const DefaultResultCacheBytes = 64 << 20
 // stored result. Valkey can lose its data (restart without persistence,
 // FLUSHALL, failover to a replica that missed writes), and then seq is
 // handed out again; the entries are therefore filed under the data
-// generation (the namespace's epoch, a random id the first enqueue after a
-// loss writes, plus the server's replication id, which a failover changes)
-// and served only to a read whose own listing named the same generation.
+// generation (the epoch of the site's shard, a random id the first enqueue
+// after a loss writes there, plus the server's replication id, which a
+// failover changes) and served only to a read whose own listing named the
+// same generation. The generation is kept per site: sites on different
+// shards (on a cluster, on different nodes) name different generations,
+// and one site's read must not empty the cache of the others.
 type resultCache struct {
 	mu    sync.Mutex
 	limit int
 	bytes int
-	epoch string
-	sites map[string]map[string]*ResultJob // site id -> "seq:eJ" -> result
+	sites map[string]siteResults // site id -> its entries and their generation
 }
 
-// get returns the site's entries filed under epoch; none when the cache
-// holds another epoch or epoch is "" (no epoch stored: trust nothing).
+type siteResults struct {
+	epoch   string
+	entries map[string]*ResultJob // "seq:eJ" -> result
+}
+
+// get returns the site's entries filed under epoch; none when they were
+// filed under another epoch or epoch is "" (no epoch stored: trust nothing).
 func (c *resultCache) get(siteID, epoch string) map[string]*ResultJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if epoch == "" || epoch != c.epoch {
+	sr, ok := c.sites[siteID]
+	if epoch == "" || !ok || sr.epoch != epoch {
 		return nil
 	}
-	return c.sites[siteID]
+	return sr.entries
 }
 
 // put replaces the site's entries with the ones its latest listing named,
-// or forgets every site when the cache would grow past its bound. Entries
-// of another epoch are all dropped first: they name seqs of a store that
-// no longer exists.
+// filed under that listing's epoch, or forgets every site when the cache
+// would grow past its bound.
 func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 	size := 0
 	for _, r := range entries {
@@ -137,12 +144,10 @@ func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sites == nil || epoch != c.epoch {
-		c.sites = map[string]map[string]*ResultJob{}
-		c.bytes = 0
-		c.epoch = epoch
+	if c.sites == nil {
+		c.sites = map[string]siteResults{}
 	}
-	for _, r := range c.sites[siteID] {
+	for _, r := range c.sites[siteID].entries {
 		c.bytes -= resultSize(r)
 	}
 	delete(c.sites, siteID)
@@ -150,10 +155,10 @@ func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 		return
 	}
 	if c.bytes+size > c.limit {
-		c.sites = map[string]map[string]*ResultJob{}
+		c.sites = map[string]siteResults{}
 		c.bytes = 0
 	}
-	c.sites[siteID] = entries
+	c.sites[siteID] = siteResults{epoch: epoch, entries: entries}
 	c.bytes += size
 }
 
