@@ -64,7 +64,7 @@ snapshot() {
   for p in "${PRIMARIES[@]}"; do
     nodes+=$(redis-cli -p "$p" info everything | tr -d '\r' | python3 -c '
 import sys, json
-cpu = 0.0; scripts = 0; calls = 0
+cpu = 0.0; scripts = 0; calls = 0; bycmd = {}
 for line in sys.stdin:
     if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
         cpu += float(line.split(":")[1])
@@ -72,9 +72,11 @@ for line in sys.stdin:
         calls = int(line.split(":")[1])  # commands clients sent (not those scripts ran)
     elif line.startswith("cmdstat_"):
         name, rest = line[8:].split(":", 1)
+        n = int(rest.split("calls=")[1].split(",")[0])
+        bycmd[name] = n
         if name.startswith(("eval", "fcall")):
-            scripts += int(rest.split("calls=")[1].split(",")[0])
-print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls}))' "$p"),
+            scripts += n
+print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls, "bycmd": bycmd}))' "$p"),
   done
   printf '{"t": %s, "relayTicks": %s, "nodes": [%s]}\n' "$(date +%s.%N)" "$(cpu_ticks "${RELAY_PIDS[@]}")" "${nodes%,}"
 }
@@ -172,4 +174,13 @@ print(f"| Valkey commands run, those inside scripts included (total_commands_pro
 print(f"| Lua scripts | {scr/ticks:.2f} |")
 per = ", ".join("%.2f" % (n2["cpu"] - n1["cpu"]) for n1, n2 in zip(x["nodes"], y["nodes"]))
 print(f"| Valkey CPU per primary (s over the window) | {per} |")
+# Commands by name per tick (the scripts' own commands included: INFO
+# commandstats counts those too), the cluster's gossip and INFO excluded.
+by = {}
+for n1, n2 in zip(x["nodes"], y["nodes"]):
+    for k, v in n2.get("bycmd", {}).items():
+        d = v - n1.get("bycmd", {}).get(k, 0)
+        if d and k not in ("info", "cluster|info", "cluster|nodes", "cluster|slots", "cluster|shards", "ping"):
+            by[k] = by.get(k, 0) + d
+print("| commands by name per tick | " + ", ".join(f"{k} {v/ticks:.2f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) + " |")
 EOF

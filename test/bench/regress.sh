@@ -18,7 +18,7 @@ ROOT=$PWD
 OUT=$ROOT/test/bench/out
 BIN=$OUT/bin
 mkdir -p "$OUT" "$BIN"
-rm -f "$OUT"/regress-*
+rm -rf "$OUT"/regress-*
 
 export PATH="/usr/local/go/bin:$PATH"
 OLD_REV=${OLD_REV:-0fa7b5d}
