@@ -247,6 +247,11 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 				t.Errorf("%s: KEYS %q on slot %d, KEYS[1] on %d", name, k, keyHashSlot(k), slot)
 			}
 		}
+		// The last key is the migration guard (GuardKey), so a cluster
+		// refuses the call up front while the slot migrates.
+		if g := GuardKey(prefixOf(toks[3])); n < 2 || toks[3+n-1] != g {
+			t.Errorf("%s: the last of KEYS %q is not the migration guard %q", name, toks[3:3+n], g)
+		}
 	}
 	for _, sc := range Scripts {
 		if !seen[sc.Name] {
