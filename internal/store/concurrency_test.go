@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,14 +19,35 @@ import (
 // concurrency: a real server, two Store instances (replicas) on separate
 // multiplexed clients, 32 connections, dozens of goroutines.
 
-// replicaClients opens n clients of 2^mux connections each, named so the
-// test can count its connections on the server.
-func replicaClients(t *testing.T, n, mux int, name string) []valkey.Client {
+// raceServer is a real server the race tests run against: the one at
+// RELAY_TEST_VALKEY_URL and, when RELAY_TEST_VALKEY_CLUSTER_URL is set,
+// the cluster (where the namespace's keys live on one primary's slot).
+type raceServer struct{ name, url string }
+
+func raceServers() []raceServer {
+	out := []raceServer{{"valkey", testValkeyURL()}}
+	if u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL"); u != "" {
+		out = append(out, raceServer{"cluster", u})
+	}
+	return out
+}
+
+// eachRaceServer runs f as a subtest per real server.
+func eachRaceServer(t *testing.T, f func(t *testing.T, url string)) {
+	for _, s := range raceServers() {
+		t.Run(s.name, func(t *testing.T) { f(t, s.url) })
+	}
+}
+
+// replicaClients opens n clients of 2^mux connections each (per node, on a
+// cluster), named so the test can count its connections on the server.
+func replicaClients(t *testing.T, url string, n, mux int, name string) []valkey.Client {
 	t.Helper()
-	opt, err := valkey.ParseURL(testValkeyURL())
+	opt, err := valkey.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt.ClusterOption.MaxMovedRedirections = 4
 	opt.PipelineMultiplex = mux
 	opt.ClientName = name
 	var out []valkey.Client
@@ -40,22 +62,30 @@ func replicaClients(t *testing.T, n, mux int, name string) []valkey.Client {
 	return out
 }
 
+// countConnections counts name's connections on the node that has the
+// most of them (on a cluster, every primary gets its own set).
 func countConnections(t *testing.T, c valkey.Client, name string) int {
 	t.Helper()
-	list, err := c.Do(context.Background(), c.B().ClientList().Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
+	most := 0
+	for _, n := range c.Nodes() {
+		list, err := n.Do(context.Background(), n.B().ClientList().Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, strings.Count(list, " name="+name+" "))
 	}
-	return strings.Count(list, " name="+name+" ")
+	return most
 }
 
-func TestClaimAtomicUnderConcurrency(t *testing.T) {
+func TestClaimAtomicUnderConcurrency(t *testing.T) { eachRaceServer(t, claimAtomicRace) }
+
+func claimAtomicRace(t *testing.T, url string) {
 	const (
 		sites, owners, perPair = 10, 5, 60 // 50 pairs, 3000 jobs
 		workers                = 64
 	)
 	ns := randomNamespace()
-	clients := replicaClients(t, 2, 4, "claimrace-"+ns) // 2 x 16 connections
+	clients := replicaClients(t, url, 2, 4, "claimrace-"+ns) // 2 x 16 connections
 	stores := []*Store{
 		newStore(t, backend{"a", clients[0]}, Options{Namespace: ns}),
 		newStore(t, backend{"b", clients[1]}, Options{Namespace: ns}),
@@ -207,10 +237,12 @@ func TestUnsealedCapUnderConcurrency(t *testing.T) {
 // Concurrent sweepers on two replicas settle each timeout exactly once: one
 // requeue, one seal attempt and one churn note per timeout, one eviction per
 // job, one churn report per pair across the fleet.
-func TestConcurrentSweepersSettleOnce(t *testing.T) {
+func TestConcurrentSweepersSettleOnce(t *testing.T) { eachRaceServer(t, sweepersRace) }
+
+func sweepersRace(t *testing.T, url string) {
 	const pairs, perPair, sweepers = 200, 2, 8
 	ns := randomNamespace()
-	clients := replicaClients(t, 2, 3, "sweeprace-"+ns)
+	clients := replicaClients(t, url, 2, 3, "sweeprace-"+ns)
 	var repMu sync.Mutex
 	reports := map[string]int{}
 	onChurn := func(r ChurnReport) {

@@ -24,7 +24,9 @@ import (
 
 // Every store test runs against both backends: a real server at
 // RELAY_TEST_VALKEY_URL (default redis://127.0.0.1:6379/0) and the embedded
-// miniredis. Each test gets its own random namespace and deletes its keys.
+// miniredis, plus a Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL when
+// that is set (.ci/run sets it; `.ci/cluster start` prints one). Each test
+// gets its own random namespace and deletes its keys.
 
 type backend struct {
 	name   string
@@ -61,6 +63,18 @@ func allBackends(t testing.TB) []backend {
 			return
 		}
 		backendsList = []backend{{"valkey", real}, {"embedded", emb}}
+		if u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL"); u != "" {
+			cl, _, _, err := valkeyconn.Open(ctx, u, quietLogger())
+			if err != nil {
+				backendsErr = fmt.Errorf("RELAY_TEST_VALKEY_CLUSTER_URL: %w", err)
+				return
+			}
+			if !valkeyconn.IsCluster(cl) {
+				backendsErr = fmt.Errorf("RELAY_TEST_VALKEY_CLUSTER_URL=%s is not a cluster (CLUSTER SLOTS refused)", u)
+				return
+			}
+			backendsList = append(backendsList, backend{"cluster", cl})
+		}
 	})
 	if backendsErr != nil {
 		t.Fatalf("backends: %v", backendsErr)
@@ -109,20 +123,11 @@ func scanKeys(t testing.TB, c valkey.Client, pattern string) []string {
 	return keys
 }
 
+// scan lists the keys on every primary (valkeyconn.Keys), sorted.
 func scan(c valkey.Client, pattern string) ([]string, error) {
-	ctx := context.Background()
-	var out []string
-	cursor := uint64(0)
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e.Elements...)
-		if e.Cursor == 0 {
-			break
-		}
-		cursor = e.Cursor
+	out, err := valkeyconn.Keys(context.Background(), c, pattern)
+	if err != nil {
+		return nil, err
 	}
 	sort.Strings(out)
 	return out, nil
@@ -137,24 +142,8 @@ func deleteKeys(t testing.TB, c valkey.Client, pattern string) {
 
 // purge deletes every key matching pattern (never FLUSHDB: the server is shared).
 func purge(c valkey.Client, pattern string) error {
-	keys, err := scan(c, pattern)
-	if err != nil {
-		return err
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		cmds := make([]valkey.Completed, n)
-		for i, k := range keys[:n] {
-			cmds[i] = c.B().Del().Key(k).Build() // one slot per command
-		}
-		for _, r := range c.DoMulti(context.Background(), cmds...) {
-			if err := r.Error(); err != nil {
-				return err
-			}
-		}
-		keys = keys[n:]
-	}
-	return nil
+	_, err := valkeyconn.DeleteMatching(context.Background(), c, pattern)
+	return err
 }
 
 // dump is every key of the namespace with its DUMP bytes: two equal dumps

@@ -16,7 +16,12 @@ import (
 )
 
 // Open connects to url (valkey-go ParseURL form, e.g.
-// redis://127.0.0.1:6379/0) and pings it. An empty url starts an embedded
+// redis://127.0.0.1:6379/0) and pings it. A Valkey Cluster is found by
+// itself: valkey-go asks the first reachable address for CLUSTER SLOTS and
+// opens a cluster client when it answers, following MOVED and ASK; list
+// more seed nodes with repeated addr= parameters, and leave out the
+// database (a cluster has only 0), e.g.
+// redis://10.0.0.1:6379?addr=10.0.0.2:6379&addr=10.0.0.3:6379. An empty url starts an embedded
 // server on a loopback port instead and reports embedded=true. closeFn
 // releases the client and, when embedded, stops the server; call it once.
 func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client, closeFn func(), embedded bool, err error) {
@@ -34,6 +39,12 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 	// any RESP2 server (older Redis, Valkey forks) works too.
 	opt.DisableCache = true
 	opt.RetryDelay = quickRetries
+	// By default a MOVED or ASK is followed for as long as the context
+	// allows; during a slot migration or a failover a few hops reach the
+	// owner, and a slot bouncing between nodes beyond that (a storm) is
+	// better answered with the retryable 503 at once than after the whole
+	// store timeout.
+	opt.ClusterOption.MaxMovedRedirections = maxRedirects
 	c, err = valkey.NewClient(opt)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)
@@ -58,6 +69,14 @@ func quickRetries(attempts int, _ valkey.Completed, _ error) time.Duration {
 	}
 	return time.Duration(attempts) * 5 * time.Millisecond
 }
+
+// maxRedirects is how many MOVED/ASK hops one command may take: a migrating
+// slot costs at most a MOVED to the new owner and an ASK back (or the other
+// way round), and a failover one MOVED more.
+const maxRedirects = 4
+
+// IsCluster reports whether c talks to a Valkey Cluster.
+func IsCluster(c valkey.Client) bool { return c.Mode() == valkey.ClientModeCluster }
 
 func redact(opt valkey.ClientOption) string { return fmt.Sprint(opt.InitAddress) }
 
@@ -115,33 +134,76 @@ func openEmbedded(ctx context.Context, logger *slog.Logger) (valkey.Client, func
 	return c, closeFn, true, nil
 }
 
-// DeleteMatching deletes every key matching pattern (a SCAN MATCH glob, for
-// example a store's KeyPattern) in batches and reports how many it deleted.
-// Tests use it to leave a shared server as they found it; it walks one
-// node's keyspace. One UNLINK per key, pipelined: a namespace's keys lie on
-// many slots, and a multi-key command must stay within one.
-func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, error) {
-	deleted := 0
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return deleted, fmt.Errorf("delete %s: scan: %w", pattern, err)
+// Keys lists every key matching pattern (a SCAN MATCH glob). On a cluster
+// walks every primary's keyspace (SCAN sees one node's); replicas are left
+// out, since they may still hold a key their primary has just deleted.
+func Keys(ctx context.Context, c valkey.Client, pattern string) ([]string, error) {
+	nodes := map[string]valkey.Client{"": c}
+	if IsCluster(c) {
+		nodes = c.Nodes()
+	}
+	seen := map[string]bool{}
+	var out []string
+	for addr, n := range nodes {
+		if addr != "" && isReplica(ctx, n) {
+			continue
 		}
-		if len(e.Elements) > 0 {
-			cmds := make([]valkey.Completed, len(e.Elements))
-			for i, k := range e.Elements {
-				cmds[i] = c.B().Unlink().Key(k).Build()
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return out, fmt.Errorf("scan %s on %q: %w", pattern, addr, err)
 			}
-			for _, r := range c.DoMulti(ctx, cmds...) {
-				if err := r.Error(); err != nil {
-					return deleted, fmt.Errorf("delete %s: %w", pattern, err)
+			for _, k := range e.Elements {
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
 				}
 			}
-			deleted += len(e.Elements)
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return deleted, nil
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
 		}
 	}
+	return out, nil
+}
+
+// isReplica reports whether n says it is a replica. The embedded miniredis
+// answers CLUSTER SLOTS (so valkey-go treats it as a one-node cluster) but
+// not ROLE: a node that cannot say is taken for a primary.
+func isReplica(ctx context.Context, n valkey.Client) bool {
+	role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
+	if err != nil || len(role) == 0 {
+		return false
+	}
+	r, _ := role[0].ToString()
+	return r == "slave"
+}
+
+// DeleteMatching deletes every key matching pattern (a SCAN MATCH glob, for
+// example a store's KeyPattern) and reports how many it deleted. Tests use
+// it to leave a shared server as they found it. One UNLINK per key, in
+// pipelined batches, so that on a cluster each goes to its own slot's owner.
+func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, error) {
+	keys, err := Keys(ctx, c, pattern)
+	if err != nil {
+		return 0, fmt.Errorf("delete: %w", err)
+	}
+	deleted := 0
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		cmds := make(valkey.Commands, 0, n)
+		for _, k := range keys[:n] {
+			cmds = append(cmds, c.B().Unlink().Key(k).Build())
+		}
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			d, err := r.AsInt64()
+			if err != nil {
+				return deleted, fmt.Errorf("delete %s: %w", pattern, err)
+			}
+			deleted += int(d)
+		}
+		keys = keys[n:]
+	}
+	return deleted, nil
 }

@@ -75,3 +75,53 @@ func TestOpenBadURL(t *testing.T) {
 		t.Fatal("accepted a bad scheme")
 	}
 }
+
+// A cluster URL opens a cluster client; Keys and DeleteMatching reach keys
+// on every primary (SCAN alone sees one node), once each.
+func TestOpenCluster(t *testing.T) {
+	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
+	if u == "" {
+		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to connect to (start one with .ci/cluster start)")
+	}
+	ctx := context.Background()
+	c, closeFn, embedded, err := Open(ctx, u, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if embedded || !IsCluster(c) {
+		t.Fatalf("embedded %v, cluster %v", embedded, IsCluster(c))
+	}
+	prefix := "valkeyconn-cluster-test:"
+	var keys []string
+	for i := range 64 { // 64 tags spread over every primary
+		k := prefix + "{" + strings.Repeat("x", i+1) + "}"
+		keys = append(keys, k)
+		if err := c.Do(ctx, c.B().Set().Key(k).Value("1").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := map[string]bool{}
+	for addr, n := range c.Nodes() {
+		if isReplica(ctx, n) {
+			continue
+		}
+		if got, _ := n.Do(ctx, n.B().Dbsize().Build()).AsInt64(); got > 0 {
+			owners[addr] = true
+		}
+	}
+	if len(owners) < 2 {
+		t.Fatalf("keys landed on %d primaries, want several", len(owners))
+	}
+	found, err := Keys(ctx, c, prefix+"*")
+	if err != nil || len(found) != len(keys) {
+		t.Fatalf("Keys found %d of %d (%v)", len(found), len(keys), err)
+	}
+	n, err := DeleteMatching(ctx, c, prefix+"*")
+	if err != nil || n != len(keys) {
+		t.Fatalf("deleted %d of %d (%v)", n, len(keys), err)
+	}
+	if left, _ := Keys(ctx, c, prefix+"*"); len(left) != 0 {
+		t.Fatalf("left %q", left)
+	}
+}

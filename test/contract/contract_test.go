@@ -1,7 +1,9 @@
 // Package contract runs the routing-store contract that @byollm/relay@0.1.1
 // publishes (`@byollm/relay/store-contract`), unmodified, under vitest against
 // the Go store, through the loopback bridge in ./bridge. It runs once per
-// backend: the Valkey at RELAY_TEST_VALKEY_URL and the embedded miniredis.
+// backend: the Valkey at RELAY_TEST_VALKEY_URL, the embedded miniredis, and
+// the Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL (skipped, saying so,
+// when that is unset; .ci/run always sets it).
 //
 // Needs node and npm on PATH; installs test/contract/node_modules from the
 // committed package-lock.json with `npm ci` when it is missing.
@@ -88,8 +90,12 @@ func TestStoreContract(t *testing.T) {
 		{name: "valkey", url: valkeyURL()},
 		{name: "embedded", url: ""},
 	}
+	backends = append(backends, struct{ name, url string }{"cluster", os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")})
 	for _, backend := range backends {
 		t.Run(backend.name, func(t *testing.T) {
+			if backend.name == "cluster" && backend.url == "" {
+				t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the contract on (start one with .ci/cluster start)")
+			}
 			report := runContract(t, backend.name, backend.url)
 			var failures []string
 			for _, file := range report.TestResults {
@@ -131,6 +137,9 @@ func runContract(t *testing.T, backend, url string) vitestReport {
 	defer closeClient()
 	if embedded != (url == "") {
 		t.Fatalf("open %q: embedded = %v", url, embedded)
+	}
+	if backend == "cluster" && !valkeyconn.IsCluster(client) {
+		t.Fatalf("RELAY_TEST_VALKEY_CLUSTER_URL=%s is not a cluster", url)
 	}
 
 	b := bridge.New(client, logger)

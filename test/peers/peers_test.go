@@ -78,6 +78,46 @@ var scenarios = []struct {
 }
 
 func TestPeers(t *testing.T) {
+	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
+	if valkeyURL == "" {
+		valkeyURL = "redis://127.0.0.1:6379/0"
+	}
+	runPeers(t, valkeyURL, nil)
+}
+
+// clusterScenarios are what TestPeersCluster runs: a round trip, two
+// daemons competing and a replica killed, which between them exercise every
+// store operation the daemon and the cloud lane use, in a fraction of the
+// whole suite's time.
+var clusterScenarios = []string{"S1", "S4", "S8"}
+
+// TestPeersCluster runs part of the suite with the three replicas on the
+// Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL (.ci/run starts one).
+func TestPeersCluster(t *testing.T) {
+	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
+	if u == "" {
+		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the peers on (start one with .ci/cluster start)")
+	}
+	if os.Getenv("PEERS_RELAY") == "reference" {
+		t.Skip("PEERS_RELAY=reference: the reference has no store to put on a cluster")
+	}
+	runPeers(t, u, clusterScenarios)
+}
+
+// runPeers runs the suite against replicas on valkeyURL; only, if not nil,
+// names the scenarios to run (by their S/P number) and the rest are skipped.
+func runPeers(t *testing.T, valkeyURL string, only []string) {
+	wanted := func(title string) bool {
+		if only == nil {
+			return true
+		}
+		for _, id := range only {
+			if strings.HasPrefix(title, id+" ") {
+				return true
+			}
+		}
+		return false
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatalf("getwd: %v", err)
@@ -91,10 +131,6 @@ func TestPeers(t *testing.T) {
 	target := os.Getenv("PEERS_RELAY")
 	if target == "" {
 		target = "go"
-	}
-	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if valkeyURL == "" {
-		valkeyURL = "redis://127.0.0.1:6379/0"
 	}
 	namespace := "peers-" + randomHex(6)
 
@@ -143,8 +179,12 @@ func TestPeers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
-	suite := exec.CommandContext(ctx, "node", filepath.Join("node_modules", "vitest", "vitest.mjs"), "run",
-		"--reporter=default", "--reporter=json", "--outputFile.json="+report)
+	args := []string{filepath.Join("node_modules", "vitest", "vitest.mjs"), "run",
+		"--reporter=default", "--reporter=json", "--outputFile.json=" + report}
+	if only != nil {
+		args = append(args, "--testNamePattern", " ("+strings.Join(only, "|")+") ")
+	}
+	suite := exec.CommandContext(ctx, "node", args...)
 	suite.Dir = dir
 	suite.Env = append(os.Environ(),
 		"PEERS_ORIGIN="+origin,
@@ -184,7 +224,7 @@ func TestPeers(t *testing.T) {
 		t.Fatalf("read vitest report: %v (suite exit: %v)", err, runErr)
 	}
 	for _, sc := range scenarios {
-		if sc.needsReplica && len(replicas) < 2 {
+		if (sc.needsReplica && len(replicas) < 2) || !wanted(sc.title) {
 			continue
 		}
 		res, ok := results[sc.title]
@@ -198,6 +238,9 @@ func TestPeers(t *testing.T) {
 		}
 	}
 	for title, res := range results {
+		if only != nil && (res.Status == "skipped" || res.Status == "pending") {
+			continue // filtered out by --testNamePattern
+		}
 		if res.Status != "passed" && !isScenario(title) {
 			t.Errorf("%s: %s\n%s", title, res.Status, strings.Join(res.FailureMessages, "\n"))
 		}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // ContractSite is the site id the contract routes under (CONTRACT_SITE);
@@ -83,24 +84,11 @@ func (b *Bridge) Close(ctx context.Context) error {
 }
 
 // DeleteKeys removes every key matching pattern (a store's KeyPattern: its
-// random namespace, so nothing another test or service owns).
+// random namespace, so nothing another test or service owns), on every
+// primary of a cluster.
 func DeleteKeys(ctx context.Context, client valkey.Client, pattern string) error {
-	var cursor uint64
-	for {
-		entry, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return fmt.Errorf("delete %s: scan: %w", pattern, err)
-		}
-		for _, key := range entry.Elements {
-			if err := client.Do(ctx, client.B().Del().Key(key).Build()).Error(); err != nil {
-				return fmt.Errorf("delete %s: del %s: %w", pattern, key, err)
-			}
-		}
-		cursor = entry.Cursor
-		if cursor == 0 {
-			return nil
-		}
-	}
+	_, err := valkeyconn.DeleteMatching(ctx, client, pattern)
+	return err
 }
 
 func randomHex(n int) string {

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Benchmark on a local Valkey Cluster (three primaries, no replicas, made by
+# .ci/cluster on CLUSTER_BASE_PORT, default 7101), three relay replicas on it.
+#
+#   test/bench/cluster.sh                  # both parts, about 5 minutes
+#   BENCH_QUICK=1 test/bench/cluster.sh    # smaller, about 2 minutes
+#
+# 1. Load split: the load generator with 12 sites and 24 daemons through the
+#    three replicas. Reports each primary's CPU (INFO cpu used_cpu_sys +
+#    used_cpu_user, before and after) and its share of the cluster's total,
+#    script calls (INFO commandstats: EVAL*, EVALSHA*, FCALL*) per collected
+#    job, and relay CPU per job.
+# 2. Idle cost: IDLE_DAEMONS (default 1000) simulated daemons that ticked
+#    like the real one when idle (a heartbeat and an empty claim every 10 s),
+#    a trickle of 0.05 jobs/s so the run has an end (its one site polls once
+#    a second), three replicas sweeping every second. Measured over a steady
+#    window after pairing: relay CPU and Valkey CPU per idle tick (one
+#    heartbeat + one claim), Valkey commands and scripts per tick.
+#
+# Output: test/bench/out/cluster.md (and cluster-*.json raw samples).
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=$ROOT/test/bench/out
+BIN=$OUT/bin
+mkdir -p "$OUT" "$BIN"
+rm -f "$OUT"/cluster-*
+
+export PATH="/usr/local/go/bin:$PATH"
+TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+CLK_TCK=$(getconf CLK_TCK)
+QUICK=${BENCH_QUICK:-0}
+IDLE_DAEMONS=${IDLE_DAEMONS:-1000}
+if [ "$QUICK" = 1 ]; then LOAD_JOBS=1500; IDLE_FOR=70; else LOAD_JOBS=4000; IDLE_FOR=100; fi
+
+export CLUSTER_BASE_PORT=${CLUSTER_BASE_PORT:-7101} CLUSTER_REPLICAS=0 CLUSTER_DIR=$OUT/cluster-nodes
+PRIMARIES=("$CLUSTER_BASE_PORT" $((CLUSTER_BASE_PORT + 1)) $((CLUSTER_BASE_PORT + 2)))
+
+STARTED=()
+cleanup() {
+  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
+  bash .ci/cluster stop || true
+}
+trap cleanup EXIT
+log() { printf '[cluster-bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+cpu_ticks() {
+  local total=0 pid f
+  for pid in "$@"; do
+    f=$(sed 's/^.*) //' "/proc/$pid/stat")
+    set -- $f
+    total=$((total + ${12} + ${13}))
+  done
+  echo "$total"
+}
+
+# snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
+# primary its CPU seconds, script calls and the commands clients sent (one
+# INFO per sample included).
+snapshot() {
+  local nodes="" p
+  for p in "${PRIMARIES[@]}"; do
+    nodes+=$(redis-cli -p "$p" info everything | tr -d '\r' | python3 -c '
+import sys, json
+cpu = 0.0; scripts = 0; calls = 0
+for line in sys.stdin:
+    if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
+        cpu += float(line.split(":")[1])
+    elif line.startswith("total_commands_processed:"):
+        calls = int(line.split(":")[1])  # commands clients sent (not those scripts ran)
+    elif line.startswith("cmdstat_"):
+        name, rest = line[8:].split(":", 1)
+        if name.startswith(("eval", "fcall")):
+            scripts += int(rest.split("calls=")[1].split(",")[0])
+print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls}))' "$p"),
+  done
+  printf '{"t": %s, "relayTicks": %s, "nodes": [%s]}\n' "$(date +%s.%N)" "$(cpu_ticks "${RELAY_PIDS[@]}")" "${nodes%,}"
+}
+
+start_relays() { # NAMESPACE: three replicas; sets URLS, ADMIN, RELAY_PIDS
+  local ns=$1 i outf
+  URLS=() RELAY_PIDS=() ADMIN=""
+  for i in 1 2 3; do
+    outf=$OUT/cluster-$ns-r$i.stdout
+    RELAY_VALKEY_URL=$CLUSTER_URL RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
+      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
+      "$BIN/relay" >"$outf" 2>"$OUT/cluster-$ns-r$i.log" &
+    STARTED+=($!); RELAY_PIDS+=($!)
+    for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
+    [ -s "$outf" ] || { log "relay not ready"; cat "$OUT/cluster-$ns-r$i.log" >&2; exit 1; }
+    URLS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["listen"])' "$outf")")
+    [ -n "$ADMIN" ] || ADMIN="http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")"
+  done
+}
+
+log "building relay and loadgen"
+go build -o "$BIN/relay" ./cmd/relay
+go build -o "$BIN/loadgen" ./cmd/loadgen
+log "starting the cluster on ports ${PRIMARIES[*]}"
+CLUSTER_URL=$(bash .ci/cluster start)
+log "cluster at $CLUSTER_URL"
+
+# ---- 1. load split ---------------------------------------------------------
+NS="cbench-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+start_relays "$NS"
+replicas=$(IFS=,; echo "${URLS[*]}")
+log "load: warm-up"
+timeout 120 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 2 -daemons 4 -jobs 200 \
+  -concurrency 16 -quiet >"$OUT/cluster-warmup.txt"
+snapshot >"$OUT/cluster-load-before.json"
+log "load: 12 sites, 24 daemons, $LOAD_JOBS jobs"
+timeout 400 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 12 -daemons 24 -slots 8 \
+  -concurrency 64 -payload 256 -ttl 60s -drain 30s -jobs "$LOAD_JOBS" -results-poll 250ms -pending-poll 20ms \
+  -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -quiet -json "$OUT/cluster-load.json" >"$OUT/cluster-load.txt"
+snapshot >"$OUT/cluster-load-after.json"
+kill "${RELAY_PIDS[@]}" 2>/dev/null || true; wait "${RELAY_PIDS[@]}" 2>/dev/null || true
+
+# ---- 2. idle ---------------------------------------------------------------
+NS="cidle-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+start_relays "$NS"
+replicas=$(IFS=,; echo "${URLS[*]}")
+log "idle: $IDLE_DAEMONS daemons ticking every 10 s for ${IDLE_FOR}s"
+"$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 1 -daemons "$IDLE_DAEMONS" -slots 1 \
+  -pair none -rate 0.05 -duration "${IDLE_FOR}s" -drain 20s -ttl 120s -heartbeat 10s -claim-poll 10s \
+  -pending-poll 1s -results-poll 1s -quiet \
+  -json "$OUT/cluster-idle.json" >"$OUT/cluster-idle.txt" &
+LG=$!; STARTED+=("$LG")
+: >"$OUT/cluster-idle-samples.jsonl"
+while kill -0 "$LG" 2>/dev/null; do snapshot >>"$OUT/cluster-idle-samples.jsonl"; sleep 5; done
+wait "$LG" || log "idle loadgen exited $?"
+
+python3 - "$OUT" "$CLK_TCK" "$IDLE_DAEMONS" "$IDLE_FOR" <<'EOF' | tee "$OUT/cluster.md"
+import json, sys
+out, tck, daemons, idle_for = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+b = json.load(open(f"{out}/cluster-load-before.json")); a = json.load(open(f"{out}/cluster-load-after.json"))
+rep = json.load(open(f"{out}/cluster-load.json"))
+jobs = rep["jobs"]["collected"]
+cpu = [y["cpu"] - x["cpu"] for x, y in zip(b["nodes"], a["nodes"])]
+scripts = [y["scripts"] - x["scripts"] for x, y in zip(b["nodes"], a["nodes"])]
+total = sum(cpu) or 1e-9
+relay = (a["relayTicks"] - b["relayTicks"]) / tck
+print(f"### Load split: 12 sites, 24 daemons, 3 replicas on a 3-primary cluster\n")
+print(f"{jobs} jobs collected at {rep['jobsPerSecond']:.0f} jobs/s; lost {rep['jobs']['lost']}, run twice {rep['jobs']['runTwice']}\n")
+print("| primary | Valkey CPU s | share | scripts | scripts/job |\n|---|---|---|---|---|")
+for n, c, s in zip(a["nodes"], cpu, scripts):
+    print(f"| :{n['port']} | {c:.2f} | {100*c/total:.0f}% | {s} | {s/max(jobs,1):.2f} |")
+print(f"| all | {total:.2f} | 100% | {sum(scripts)} | {sum(scripts)/max(jobs,1):.2f} |\n")
+print(f"Valkey CPU per job {1000*total/max(jobs,1):.3f} ms; relay CPU per job {1000*relay/max(jobs,1):.3f} ms (3 replicas)\n")
+
+samples = [json.loads(l) for l in open(f"{out}/cluster-idle-samples.jsonl") if l.strip()]
+t0 = samples[0]["t"]
+win = [s for s in samples if 40 <= s["t"] - t0 <= idle_for - 5]
+if len(win) < 2:
+    print("idle: no steady window (run too short)"); sys.exit(0)
+x, y = win[0], win[-1]
+secs = y["t"] - x["t"]
+ticks = daemons * secs / 10.0   # one heartbeat + one empty claim per daemon per 10 s
+vcpu = sum(n2["cpu"] - n1["cpu"] for n1, n2 in zip(x["nodes"], y["nodes"]))
+calls = sum(n2["calls"] - n1["calls"] for n1, n2 in zip(x["nodes"], y["nodes"]))
+scr = sum(n2["scripts"] - n1["scripts"] for n1, n2 in zip(x["nodes"], y["nodes"]))
+rcpu = (y["relayTicks"] - x["relayTicks"]) / tck
+irep = json.load(open(f"{out}/cluster-idle.json"))
+hb = irep["endpoints"].get("heartbeat", {}).get("requests", 0); cl = irep["endpoints"].get("claim", {}).get("requests", 0)
+print(f"### Idle cost: {daemons} daemons, a heartbeat and an empty claim every 10 s each\n")
+print(f"steady window {secs:.0f} s, ~{ticks:.0f} idle ticks (whole run: {hb} heartbeats, {cl} claims, {irep['jobs']['collected']} jobs)\n")
+print("| per idle tick (heartbeat + empty claim) | value |\n|---|---|")
+print(f"| Valkey CPU | {1e6*vcpu/ticks:.0f} µs |")
+print(f"| relay CPU (3 replicas) | {1e6*rcpu/ticks:.0f} µs |")
+print(f"| Valkey commands run, those inside scripts included (total_commands_processed) | {calls/ticks:.2f} |")
+print(f"| Lua scripts | {scr/ticks:.2f} |")
+per = ", ".join("%.2f" % (n2["cpu"] - n1["cpu"]) for n1, n2 in zip(x["nodes"], y["nodes"]))
+print(f"| Valkey CPU per primary (s over the window) | {per} |")
+EOF
