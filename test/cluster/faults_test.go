@@ -130,8 +130,8 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, slo
 		}
 		urls[i] = r.url()
 	}
-	// Every key of the namespace carries its hash tag (the single-slot
-	// layout): the namespace is in one slot, on one primary.
+	// The namespace's fleet-wide slot (layout record, projection, pairing
+	// codes); its 16 shards have slots of their own.
 	slot := cl.keyslot(t, "{"+ns+"}")
 
 	log := &history.Log{}
@@ -423,15 +423,17 @@ func replOffset(t *testing.T, c valkey.Client, field string) int64 {
 	return 0
 }
 
-// TestSlotMigrationUnderLoad moves the namespace's slot to another primary
-// the way valkey-cli --cluster reshard does, in small batches so the
-// migration spans many requests: SETSLOT IMPORTING on the target,
-// MIGRATING on the source, MIGRATE ... KEYS a few at a time (clients meet
-// ASK and TRYAGAIN meanwhile), then SETSLOT NODE on every primary (clients
-// meet MOVED).
+// TestSlotMigrationUnderLoad moves the namespace's busiest shard's slot to
+// another primary the way valkey-cli --cluster reshard does, in small
+// batches so the migration spans many requests: SETSLOT IMPORTING on the
+// target, MIGRATING on the source, MIGRATE ... KEYS a few at a time (clients
+// meet ASK and TRYAGAIN meanwhile, and every script of that shard is refused
+// up front by its migration guard key), then SETSLOT NODE on every primary
+// (clients meet MOVED).
 func TestSlotMigrationUnderLoad(t *testing.T) {
 	runUnderFault(t, func(t *testing.T, cl *privateCluster, slot int) faultRun {
 		ctx := context.Background()
+		slot = busiestSlot(t, cl, slot)
 		src, _ := cl.owner(t, fmt.Sprintf("127.0.0.1:%d", cl.base), slot)
 		var dst clusterNode
 		for _, n := range cl.nodes(t, src.addr) {
@@ -483,6 +485,46 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		return faultRun{name: "migration", outcome: fmt.Sprintf("slot %d moved %s -> %s: %d keys in %d MIGRATE batches over %.2fs",
 			slot, src.addr, dst.addr, moved, batches, took.Seconds())}
 	})
+}
+
+// busiestSlot is the slot of the hash tag holding the most keys of the
+// run's namespace (every key of it starts with "cl-"): a shard with jobs,
+// queues and leases in use, which scripts are working on while it moves.
+// It is fallback when no key is found.
+func busiestSlot(t *testing.T, cl *privateCluster, fallback int) int {
+	t.Helper()
+	count := map[string]int{}
+	for _, n := range cl.nodes(t, fmt.Sprintf("127.0.0.1:%d", cl.base)) {
+		if !n.primary {
+			continue
+		}
+		c := node(t, n.addr)
+		var cursor uint64
+		for {
+			e, err := c.Do(context.Background(), c.B().Scan().Cursor(cursor).Match("cl-*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatalf("scan %s: %v", n.addr, err)
+			}
+			for _, k := range e.Elements {
+				if i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}'); i >= 0 && j > i {
+					count[k[i+1:j]]++
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	best := ""
+	for tag, n := range count {
+		if best == "" || n > count[best] || n == count[best] && tag < best {
+			best = tag
+		}
+	}
+	if best == "" {
+		return fallback
+	}
+	return cl.keyslot(t, "{"+best+"}")
 }
 
 // storeErrors counts the store errors the replicas logged (each answered
