@@ -56,6 +56,17 @@
 // command each script runs). Go never sends a multi-key command across
 // slots; fan-outs are one single-slot call per shard.
 //
+// Every script also declares, as its last key, its slot's migration guard
+// ⟨prefix⟩mguard (GuardKey), which is never written: Store.run appends it
+// and lib/common.lua takes it off before the script body reads KEYS. While
+// a slot migrates (SETSLOT MIGRATING/IMPORTING), a cluster aborts a script
+// at the first undeclared key that is not on the node, keeping what it
+// already wrote; but it checks declared keys before running anything, and
+// a missing one there gets ASK or TRYAGAIN. The guard is always missing, so
+// every script of a migrating slot is refused whole, as unavailable, and
+// none runs half-way (TestStoreScriptsRefusedWholeDuringMigration). Outside
+// a migration a declared key that does not exist costs nothing.
+//
 // Variable key parts are base64url without padding, written ⟨x⟩ below: they
 // contain no ':', '{', '}' or ';', so any site id, job id, owner, runner or
 // kind yields an unambiguous key. A job's member in indexes that span sites
