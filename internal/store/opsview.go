@@ -33,12 +33,18 @@ import (
 // exact (one SCARD/ZCARD each); Queued, Ready and Running come from reading
 // the live set in pages and are exact unless Partial (the page budget ran
 // out first; they are then lower bounds).
+//
+// The oldest queued job is the one with the smallest seq among the queued
+// jobs read, so it is the site's oldest unless Partial. A job's seq is its
+// first enqueue's instant in µs on its shard's server clock (next_seq in
+// lua/lib/common.lua), so OldestQueuedAt is when it was enqueued, in ms.
 type SiteStates struct {
 	Live, Queued, AwaitingPayload, Ready, Running, Done int64
 	Partial                                             bool
 	OldestQueuedID                                      string // "" when none queued
 	OldestQueuedSeq                                     int64
-	Scripts                                             int // script calls the read took
+	OldestQueuedAt                                      int64 // ms: OldestQueuedSeq / 1000
+	Scripts                                             int   // script calls the read took
 }
 
 // OpsSiteStates reads a site's jobs by state in at most maxPages pages of
@@ -79,6 +85,7 @@ func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxP
 		if v[9] != "" && (out.OldestQueuedID == "" || n(9) < out.OldestQueuedSeq) {
 			out.OldestQueuedSeq, out.OldestQueuedID = n(9), v[10]
 		}
+		out.OldestQueuedAt = out.OldestQueuedSeq / 1000
 		cursor = v[0]
 		if cursor == "0" {
 			return out, nil
