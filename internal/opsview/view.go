@@ -253,9 +253,9 @@ type SiteView struct {
 	OldestQueued      string           `json:"oldestQueuedJob,omitempty"`
 	OldestQueuedAt    int64            `json:"oldestQueuedAt,omitempty"`    // ms: its first enqueue (the store's seq)
 	OldestQueuedAgeMs int64            `json:"oldestQueuedAgeMs,omitempty"` // now - OldestQueuedAt; a lower bound when Partial
-	PerMinute         []Minute         `json:"perMinute"`                          // newest first, summed over replicas
-	Refusals          map[string]int64 `json:"refusals"`                           // last 10 minutes, by reason
-	UnsealedLapses    int64            `json:"unsealedLapses"`                     // awaiting timeouts in the churn window
+	PerMinute         []Minute         `json:"perMinute"`                   // newest first, summed over replicas
+	Refusals          map[string]int64 `json:"refusals"`                    // last 10 minutes, by reason
+	UnsealedLapses    int64            `json:"unsealedLapses"`              // awaiting timeouts in the churn window
 	LapsesByOwner     map[string]int64 `json:"unsealedLapsesByOwner"`
 	Devices           []DeviceRow      `json:"devices"` // this page of the devices that may serve it
 	DevicesTotal      int              `json:"devicesTotal"`
