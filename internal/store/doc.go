@@ -43,7 +43,12 @@
 //   - pairing codes, the projection, approvals, the policy and the layout
 //     record: fleet-wide. Each is small and bounded (at most
 //     PairingCapacity codes; one projection and policy document), and
-//     pairing approval must be atomic with the projection write.
+//     pairing approval must be atomic with the projection write;
+//   - the operations view's own records (replica heartbeats, site view
+//     tokens; opsview.go): fleet-wide too, bounded by MaxReplicaRecords
+//     and MaxViewTokens. Its reads of the routing keys go shard by shard
+//     like every other read: a site's page reads its site's shard only, a
+//     device's page the shards of its runner's record.
 //
 // shard(x) is HMAC-SHA256(salt, domain, x) mod Shards, the salt coming from
 // the layout record: hash tags are derived, never taken from ids, so no
@@ -140,6 +145,8 @@
 //	projection, projection:approved    internal/projectionsync's document and
 //	                             the devices approved by code; pairing_approve
 //	                             writes the second and bumps the first's version
+//	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opsview.go)
+//	ops:tk, ops:ti         HASH  scoped view tokens by digest, digest by id
 //
 // # Claims spanning shards
 //
