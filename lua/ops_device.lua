@@ -1,18 +1,25 @@
 -- ops_device: the jobs a runner holds, for the operations view. Pure read,
 -- bounded: the first ARGV[4] entries of held:<eR> in seq order, one HMGET
--- each; never a payload or result. It reads the current key layout
--- (internal/store/doc.go).
--- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+-- each; never a payload or result. A runner's held and cxl sets exist once
+-- per shard where it was granted jobs (internal/store/doc.go); Go runs this
+-- on each shard of the runner's record rsh:<eR>, and only those.
 --
--- KEYS[1]  held:<eR>  jobs R holds, done included
--- KEYS[2]  cxl:<eR>   cancelled jobs R holds
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  held:<eR>  jobs R holds on this shard, done included
+-- KEYS[2]  cxl:<eR>   cancelled jobs R holds on this shard
 -- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  most held entries examined
--- Reply: {held (ZCARD), cancelled (ZCARD), then 4 strings per examined job
---         that is not done: site id, job id, state, lease expiry}
+-- ARGV[4]  most held entries examined (0: none, only the counts)
+-- Reply: {held (ZCARD), cancelled (ZCARD), entries examined, then 4 strings
+--         per examined job that is not done: site id, job id, state, lease
+--         expiry}
 
-local out = {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
-local page = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+local n = tonumber(ARGV[4])
+local page = {}
+if n > 0 then
+  page = redis.call('ZRANGE', KEYS[1], 0, n - 1)
+end
+local out = {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), #page}
 for _, m in ipairs(page) do
   local v = redis.call('HMGET', P .. 'j:' .. m, 'state', 'site', 'id', 'ce')
   if v[1] and v[1] ~= 'done' then

@@ -1,7 +1,10 @@
 -- ops_presence: several runners' presence at once, for the operations
 -- view's device lists (one call per page instead of one per device). Pure
--- read, O(1) per key. It reads the current key layout (internal/store/doc.go).
--- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+-- read, O(1) per key. A presence record lives on its runner's shard, so Go
+-- runs this once per shard, with the runners of that shard only.
+--
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
 -- KEYS[1]  p:<eR> of the first runner; KEYS[i] the i-th
 -- ARGV[1..3] prefix, offset, churn (unused)

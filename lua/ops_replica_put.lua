@@ -2,6 +2,12 @@
 -- Bounded: one string per replica that expires with its TTL, and an index
 -- trimmed of entries older than the TTL and to ARGV[7] members.
 --
+-- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
+-- internal/store/opsview.go).
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+--
 -- KEYS[1]  ops:rs        ZSET  replica id (base64url) -> last write (ms)
 -- KEYS[2]  ops:r:<eid>   STR   the replica's record (JSON written by Go)
 -- ARGV[1..3] prefix, offset, churn (unused)

@@ -1,7 +1,12 @@
 -- ops_replicas: the replicas' heartbeat records, newest first, for the
 -- operations view. Pure read, bounded by ARGV[4]; records that expired are
 -- skipped.
--- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+--
+-- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
+-- internal/store/opsview.go).
+--
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
 -- KEYS[1]  ops:rs  ZSET replica id (base64url) -> last write (ms)
 -- ARGV[1..3] prefix, offset, churn (unused)

@@ -1,8 +1,11 @@
 -- ops_site: one page of a site's live jobs split by state, for the
 -- operations view (internal/opsview). Pure read, bounded: SSCAN of the
 -- site's live set sl:<eS> (one set, never the keyspace) with COUNT ARGV[6],
--- one HMGET per member. It reads the current key layout (internal/store/doc.go).
--- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+-- one HMGET per member. It reads the sharded layout (internal/store/doc.go):
+-- every key is the site's, on the site's shard.
+--
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
 -- KEYS[1]  sl:<eS>   the site's live jobs (not done, not cancelled)
 -- KEYS[2]  aw:<eS>   its awaiting-payload index

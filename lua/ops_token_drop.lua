@@ -1,5 +1,11 @@
 -- ops_token_drop: revoke a scoped view token by its id.
 --
+-- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
+-- internal/store/opsview.go).
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+--
 -- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
 -- KEYS[2]  ops:ti  HASH  token id -> token digest
 -- ARGV[1..3] prefix, offset, churn (unused)

@@ -1,5 +1,10 @@
 -- ops_token_get: the record of a scoped view token by its digest. Pure read.
--- Read-only: runs with EVALSHA_RO (internal/store/opsview.go lists it).
+--
+-- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
+-- internal/store/opsview.go).
+--
+-- mode: read-only
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
 -- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
 -- ARGV[1..3] prefix, offset, churn (unused)

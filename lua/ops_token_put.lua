@@ -1,6 +1,12 @@
 -- ops_token_put: store a scoped view token (its SHA-256, never the token)
 -- with its record, for the operations view. Bounded by ARGV[7] tokens.
 --
+-- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
+-- internal/store/opsview.go).
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+--
 -- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON {id, site, createdAt}
 -- KEYS[2]  ops:ti  HASH  token id -> token digest
 -- ARGV[1..3] prefix, offset, churn (unused)

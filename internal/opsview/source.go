@@ -44,7 +44,7 @@ const (
 	sitePages    = 16  // ... at most this many per site page: 2048 live jobs, beyond that counts say "at least"
 	heldLimit    = 64  // held entries a device page examines
 	replicaLimit = 64  // replica records the fleet page reads
-	ListPage     = 50  // sites or devices per HTML/JSON page (one presence script per page)
+	ListPage     = 50  // sites or devices per HTML/JSON page (one presence script per shard the page's devices are on)
 )
 
 // StoreSource implements Source over the routing store, the projection in
@@ -119,8 +119,9 @@ type ValkeyInfo struct {
 }
 
 // Shard is one cluster primary and its share of the namespace's keys. The
-// current layout keeps every key of a namespace under one hash tag, so one
-// primary holds all of them (doc.go, mode G).
+// store lays a namespace out over shards whose hash tags sit in equal slot
+// ranges (internal/store/doc.go, mode S), so the primaries share them as
+// they share the slot ranges.
 type Shard struct {
 	ID    string `json:"id"`
 	Slots string `json:"slots"`
@@ -165,7 +166,7 @@ func (s StoreSource) Valkey(ctx context.Context) (ValkeyInfo, error) {
 		out.Clustered = true
 		out.Topology = "cluster"
 		if sh, err := s.Client.Do(ctx, s.Client.B().ClusterShards().Build()).ToArray(); err == nil {
-			out.Topology = fmt.Sprintf("cluster: %d shards; this namespace's keys all on the primary of its hash tag's slot", len(sh))
+			out.Topology = fmt.Sprintf("cluster: %d shards; the namespace's store shards spread over them by slot range", len(sh))
 		}
 	}
 	return out, nil

@@ -97,7 +97,7 @@ input,button{font:inherit;padding:.4rem .6rem}
 <div class="card">done<b id="st-done">{{index .Jobs "done"}}</b></div>
 <div class="card">unsealed lapses<b id="lapses">{{.UnsealedLapses}}</b>in the churn window</div>
 </div>
-<p>Oldest queued job: {{if .OldestQueued}}<a href="/ui/job/{{.SiteID}}/{{.OldestQueued}}">{{.OldestQueued}}</a>, queued at least {{dur .OldestQueuedAgeMs}}{{else}}none{{end}}</p>
+<p>Oldest queued job: {{if .OldestQueued}}<a href="/ui/job/{{.SiteID}}/{{.OldestQueued}}">{{.OldestQueued}}</a>, enqueued {{if .Partial}}at least {{end}}<span id="oldest-age">{{dur .OldestQueuedAgeMs}}</span> ago{{if .Partial}} (the oldest of the live jobs read){{end}}{{else}}none{{end}}</p>
 <h2>Per minute (all replicas)</h2>
 {{if .PerMinute}}<table id="per-minute"><tr><th>minute (UTC)</th><th>enqueued</th><th>completed</th></tr>{{range .PerMinute}}<tr><td>{{minute .At}}</td><td>{{.Enqueued}}</td><td>{{.Completed}}</td></tr>{{end}}</table>{{else}}<p class="muted">nothing in the last 10 minutes</p>{{end}}
 <h2>Refusals, last 10 minutes</h2>

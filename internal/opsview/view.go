@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
@@ -37,17 +36,6 @@ type Handler struct {
 	log      *slog.Logger
 	online   int64
 	mux      *http.ServeMux
-
-	// firstQueued remembers, per site, when this replica first saw the
-	// site's oldest queued job: the store keeps no enqueue instant, so a
-	// queued job's age is "at least since then".
-	mu          sync.Mutex
-	firstQueued map[string]queuedSeen
-}
-
-type queuedSeen struct {
-	jobID string
-	at    int64
 }
 
 // New builds the view.
@@ -60,7 +48,7 @@ func New(o Options) *Handler {
 	}
 	h := &Handler{src: o.Source, adminSet: o.AdminToken != "", adminSum: sha256.Sum256([]byte(o.AdminToken)),
 		secure: o.Secure, log: o.Logger.With(slog.String("component", "opsview")), online: o.OnlineWithinMs,
-		mux: http.NewServeMux(), firstQueued: map[string]queuedSeen{}}
+		mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /ui/login", func(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, "login", page{Title: "Log in"})
 	})
@@ -263,11 +251,11 @@ type SiteView struct {
 	Live              int64            `json:"live"`
 	Partial           bool             `json:"partial,omitempty"`
 	OldestQueued      string           `json:"oldestQueuedJob,omitempty"`
-	OldestQueuedSince int64            `json:"oldestQueuedSinceAtLeast,omitempty"` // ms: first seen queued by this replica
-	OldestQueuedAgeMs int64            `json:"oldestQueuedAgeMs,omitempty"`        // at least
-	PerMinute         []Minute         `json:"perMinute"`                          // newest first, summed over replicas
-	Refusals          map[string]int64 `json:"refusals"`                           // last 10 minutes, by reason
-	UnsealedLapses    int64            `json:"unsealedLapses"`                     // awaiting timeouts in the churn window
+	OldestQueuedAt    int64            `json:"oldestQueuedAt,omitempty"`    // ms: its first enqueue (the store's seq)
+	OldestQueuedAgeMs int64            `json:"oldestQueuedAgeMs,omitempty"` // now - OldestQueuedAt; a lower bound when Partial
+	PerMinute         []Minute         `json:"perMinute"`                   // newest first, summed over replicas
+	Refusals          map[string]int64 `json:"refusals"`                    // last 10 minutes, by reason
+	UnsealedLapses    int64            `json:"unsealedLapses"`              // awaiting timeouts in the churn window
 	LapsesByOwner     map[string]int64 `json:"unsealedLapsesByOwner"`
 	Devices           []DeviceRow      `json:"devices"` // this page of the devices that may serve it
 	DevicesTotal      int              `json:"devicesTotal"`
@@ -323,9 +311,10 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request, p principal) {
 	v.Jobs = map[string]int64{store.StateQueued: st.Queued, store.StateAwaitingPayload: st.AwaitingPayload,
 		store.StateReady: st.Ready, store.StateRunning: st.Running, store.StateDone: st.Done}
 	if st.OldestQueuedID != "" {
-		v.OldestQueued = st.OldestQueuedID
-		v.OldestQueuedSince = h.queuedSince(siteID, st.OldestQueuedID, v.Now)
-		v.OldestQueuedAgeMs = v.Now - v.OldestQueuedSince
+		// seq is the enqueue instant on the site's shard's clock; Now may
+		// come from another node's, so a skew of a few ms is clamped.
+		v.OldestQueued, v.OldestQueuedAt = st.OldestQueuedID, st.OldestQueuedAt
+		v.OldestQueuedAgeMs = max(v.Now-st.OldestQueuedAt, 0)
 	}
 	reps, err := h.src.Replicas(ctx)
 	if err != nil {
@@ -385,19 +374,6 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request, p principal) {
 		return v.Devices[i].LastSeenAt > v.Devices[j].LastSeenAt
 	})
 	h.show(w, r, p, "site", "Site "+siteID, v)
-}
-
-func (h *Handler) queuedSince(siteID, jobID string, now int64) int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if q, ok := h.firstQueued[siteID]; ok && q.jobID == jobID {
-		return q.at
-	}
-	if len(h.firstQueued) >= activitySites {
-		clear(h.firstQueued)
-	}
-	h.firstQueued[siteID] = queuedSeen{jobID: jobID, at: now}
-	return now
 }
 
 // ---- device ----

@@ -319,8 +319,15 @@ func TestSiteCountsMatchTheStore(t *testing.T) {
 func siteCounts(t *testing.T, embedded bool) {
 	e := setupOn(t, embedded)
 	ctx := context.Background()
+	var q3Before, q3After int64 // the store clock around q3's enqueue
 	for _, id := range []string{"q1", "q2", "q3", "q4", "q5"} {
+		if id == "q3" {
+			q3Before = now(t, e.st)
+		}
 		enqueue(t, e.st, "site-a", id, "alice")
+		if id == "q3" {
+			q3After = now(t, e.st)
+		}
 	}
 	enqueue(t, e.st, "site-b", "other", "bob")
 	got := claim(t, e.st, "alice-laptop", "alice", store.Route{SiteID: "site-a", Owner: "alice"})
@@ -369,6 +376,32 @@ func siteCounts(t *testing.T, embedded bool) {
 			t.Errorf("job page (json %v): %d %s", asJSON, a.status, a.body)
 		}
 	}
+	// The oldest queued job's age is its true age, from the enqueue
+	// instant the store keeps (seq), not from when this replica first saw
+	// it: an hour later, a first look at the page says an hour.
+	e.st.AdvanceClockForTests(3_600_000)
+	a = get(t, nil, e.srv.URL, "/ui/site/site-a", adminToken, true)
+	sv = SiteView{}
+	if err := json.Unmarshal([]byte(a.body), &sv); err != nil {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	if sv.OldestQueued != "q3" || sv.OldestQueuedAt < q3Before || sv.OldestQueuedAt > q3After ||
+		sv.OldestQueuedAgeMs != sv.Now-sv.OldestQueuedAt || sv.OldestQueuedAgeMs < 3_600_000 {
+		t.Errorf("oldest queued %q at %d (enqueued within [%d, %d]), age %d ms at %d; want q3, its enqueue instant, over an hour",
+			sv.OldestQueued, sv.OldestQueuedAt, q3Before, q3After, sv.OldestQueuedAgeMs, sv.Now)
+	}
+	if h := get(t, nil, e.srv.URL, "/ui/site/site-a", adminToken, false); !strings.Contains(h.body, `enqueued <span id="oldest-age">1h`) {
+		t.Errorf("the page does not say the age exactly: %s", h.body)
+	}
+}
+
+func now(t *testing.T, st *store.Store) int64 {
+	t.Helper()
+	n, err := st.Now(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A site-plane refusal is counted under the site it names, by its error

@@ -96,7 +96,10 @@ func (s *Store) writeKeys() []string {
 
 func (s *Store) exec(ctx context.Context, sc *valkey.Lua, keys []string, args ...string) (valkey.ValkeyMessage, error) {
 	all := append([]string{s.p, "0", "0"}, args...)
-	msg, err := sc.Exec(ctx, s.c, keys, all).ToMessage()
+	// The migration guard goes last (store.GuardKey), as lib/common.lua,
+	// which every policy script includes, expects.
+	withGuard := append(keys[:len(keys):len(keys)], store.GuardKey(s.p))
+	msg, err := sc.Exec(ctx, s.c, withGuard, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}

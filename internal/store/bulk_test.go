@@ -28,6 +28,7 @@ func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs [
 				t.Fatal(err)
 			}
 			keys, args := s.enqueueCall(siteID, st, raw)
+			keys = append(keys, GuardKey(prefixOf(keys[0]))) // as Store.run does
 			execs = append(execs, valkey.LuaExec{Keys: keys, Args: append([]string{prefixOf(keys[0]), "0", churn}, args...)})
 		}
 		for _, r := range s.scripts[scEnqueue.Name].ExecMulti(ctx, c, execs...) {

@@ -43,7 +43,12 @@
 //   - pairing codes, the projection, approvals, the policy and the layout
 //     record: fleet-wide. Each is small and bounded (at most
 //     PairingCapacity codes; one projection and policy document), and
-//     pairing approval must be atomic with the projection write.
+//     pairing approval must be atomic with the projection write;
+//   - the operations view's own records (replica heartbeats, site view
+//     tokens; opsview.go): fleet-wide too, bounded by MaxReplicaRecords
+//     and MaxViewTokens. Its reads of the routing keys go shard by shard
+//     like every other read: a site's page reads its site's shard only, a
+//     device's page the shards of its runner's record.
 //
 // shard(x) is HMAC-SHA256(salt, domain, x) mod Shards, the salt coming from
 // the layout record: hash tags are derived, never taken from ids, so no
@@ -55,6 +60,17 @@
 // slot, by construction (TestEveryScriptStaysOnOneSlot watches every
 // command each script runs). Go never sends a multi-key command across
 // slots; fan-outs are one single-slot call per shard.
+//
+// Every script also declares, as its last key, its slot's migration guard
+// ⟨prefix⟩mguard (GuardKey), which is never written: Store.run appends it
+// and lib/common.lua takes it off before the script body reads KEYS. While
+// a slot migrates (SETSLOT MIGRATING/IMPORTING), a cluster aborts a script
+// at the first undeclared key that is not on the node, keeping what it
+// already wrote; but it checks declared keys before running anything, and
+// a missing one there gets ASK or TRYAGAIN. The guard is always missing, so
+// every script of a migrating slot is refused whole, as unavailable, and
+// none runs half-way (TestStoreScriptsRefusedWholeDuringMigration). Outside
+// a migration a declared key that does not exist costs nothing.
 //
 // Variable key parts are base64url without padding, written ⟨x⟩ below: they
 // contain no ':', '{', '}' or ';', so any site id, job id, owner, runner or
@@ -131,6 +147,8 @@
 //	projection, projection:approved    internal/projectionsync's document and
 //	                             the devices approved by code; pairing_approve
 //	                             writes the second and bumps the first's version
+//	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opsview.go)
+//	ops:tk, ops:ti         HASH  scoped view tokens by digest, digest by id
 //
 // # Claims spanning shards
 //

@@ -43,7 +43,7 @@ func TestCraftedIDsCannotChooseTheHashTag(t *testing.T) {
 				t.Fatalf("enqueue %q: %v", id, err)
 			}
 			got := h.claim(runner(runnerID), deviceOwner(owner), func(in *ClaimInput) {
-				in.Routes = []Route{{siteID, owner}}
+				in.Routes = []Route{{SiteID: siteID, Owner: owner}}
 			})
 			if len(got) != 1 || stubID(got[0]) != jobID {
 				t.Fatalf("%d %q: claim granted %q", i, id, ids(got))

@@ -71,7 +71,7 @@ func benchIdleTick(b *testing.B, view bool) {
 		}
 		in := ClaimInput{RunnerID: r, Owner: "alice", Device: devs[i%devices], Kinds: []string{protocol.KindGenerate}, Max: 4, LeaseMs: 60000}
 		for _, st := range sites {
-			in.Routes = append(in.Routes, Route{st, "alice"}, Route{st, "bob"})
+			in.Routes = append(in.Routes, Route{SiteID: st, Owner: "alice"}, Route{SiteID: st, Owner: "bob"})
 		}
 		if got, err := s.Claim(ctx, in); err != nil || len(got) != 0 {
 			b.Fatalf("claim: %d %v", len(got), err)

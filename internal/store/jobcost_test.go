@@ -35,7 +35,7 @@ func benchJobCost(b *testing.B, view bool) {
 	}
 	dev := freshDevice()
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: dev, Kinds: []string{protocol.KindGenerate},
-		Routes: []Route{{site, "alice"}}, Max: 1, LeaseMs: 60000}
+		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
 	one := func(i int) {
 		id := fmt.Sprint("job-", i)
 		if _, err := s.Enqueue(ctx, EnqueueInput{ID: id, SiteID: site, Stub: stub(id, "alice")}); err != nil {

@@ -183,6 +183,19 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: quietLogger()}); err != nil {
 		t.Fatal(err) // the layout script, on a namespace that has its record
 	}
+	// The operations view's reads and records (opsview.go).
+	_, _ = h.s.OpsSiteStates(ctx, a, 10, 2)
+	_, _ = h.s.OpsChurn(ctx, a, []string{"alice", "bob"})
+	_, _ = h.s.OpsPresence(ctx, []string{"runner_1", "runner_2", "runner_3"})
+	if d, err := h.s.OpsDeviceLeases(ctx, "runner_1", 10); err != nil || d.Held == 0 {
+		t.Fatalf("ops device: %+v %v", d, err) // it must have run on the runner's shards
+	}
+	_, _ = h.s.PutReplicaRecord(ctx, "rep1", []byte(`{"id":"rep1"}`), 60_000)
+	_, _ = h.s.ReplicaRecords(ctx, 10)
+	_ = h.s.PutViewToken(ctx, "d1", "t1", []byte(`{"id":"t1"}`))
+	_, _ = h.s.ViewToken(ctx, "d1")
+	_, _ = h.s.ViewTokens(ctx)
+	_, _ = h.s.DropViewToken(ctx, "t1")
 
 	marker := h.s.k.p + "workload-done"
 	if err := b.client.Do(ctx, b.client.B().Echo().Message(marker).Build()).Error(); err != nil {
@@ -246,6 +259,11 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 			if keyHashSlot(k) != slot {
 				t.Errorf("%s: KEYS %q on slot %d, KEYS[1] on %d", name, k, keyHashSlot(k), slot)
 			}
+		}
+		// The last key is the migration guard (GuardKey), so a cluster
+		// refuses the call up front while the slot migrates.
+		if g := GuardKey(prefixOf(toks[3])); n < 2 || toks[3+n-1] != g {
+			t.Errorf("%s: the last of KEYS %q is not the migration guard %q", name, toks[3:3+n], g)
 		}
 	}
 	for _, sc := range Scripts {

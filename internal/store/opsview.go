@@ -1,12 +1,17 @@
 package store
 
 // Reads and records for the operations view (internal/opsview). They read
-// the CURRENT key layout (doc.go: one hash tag, j:⟨S⟩:⟨J⟩, sl:⟨S⟩, aw:⟨S⟩,
-// fin:⟨S⟩, held:⟨R⟩, cxl:⟨R⟩, churn:⟨S⟩:⟨O⟩) and keep their own keys under
-// ops:; everything the view needs from the store is in this file and in
-// lua/ops_*.lua, so a change of layout ports them in one place. Every read
-// is bounded (pages of one set or index, never SCAN or KEYS) and runs with
-// EVALSHA_RO.
+// the sharded layout (doc.go, mode S): a site's page reads its site's shard
+// only (j:⟨S⟩:⟨J⟩, sl:⟨S⟩, aw:⟨S⟩, fin:⟨S⟩, churn:⟨S⟩:⟨O⟩), a device's
+// page reads the runner's record of shards (rsh:⟨R⟩) and then held:⟨R⟩ and
+// cxl:⟨R⟩ on those shards only, and presence is read one script per shard
+// of the runners asked for. Everything the view needs from the store is in
+// this file and in lua/ops_*.lua, so a change of layout ports them in one
+// place. Every read is bounded (pages of one set or index, never SCAN or
+// KEYS), single-slot, and runs with EVALSHA_RO.
+//
+// The view's own keys are fleet-wide ("<ns>:{<ns>}:"): small and bounded
+// (at most MaxReplicaRecords replicas, MaxViewTokens tokens).
 //
 //	ops:rs                 ZSET  replica id -> last heartbeat (ms)
 //	ops:r:⟨id⟩             STR   the replica's heartbeat record (JSON), PX TTL
@@ -18,27 +23,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 
 	"github.com/valkey-io/valkey-go"
 )
 
-func init() {
-	for _, n := range []string{"ops_site", "ops_churn", "ops_presence", "ops_device", "ops_replicas", "ops_token_get", "ops_token_list"} {
-		readOnlyScripts[n] = true
-	}
-}
-
 // SiteStates is a site's jobs by state. Live, AwaitingPayload and Done are
 // exact (one SCARD/ZCARD each); Queued, Ready and Running come from reading
 // the live set in pages and are exact unless Partial (the page budget ran
 // out first; they are then lower bounds).
+//
+// The oldest queued job is the one with the smallest seq among the queued
+// jobs read, so it is the site's oldest unless Partial. A job's seq is its
+// first enqueue's instant in µs on its shard's server clock (next_seq in
+// lua/lib/common.lua), so OldestQueuedAt is when it was enqueued, in ms.
 type SiteStates struct {
 	Live, Queued, AwaitingPayload, Ready, Running, Done int64
 	Partial                                             bool
 	OldestQueuedID                                      string // "" when none queued
 	OldestQueuedSeq                                     int64
-	Scripts                                             int // script calls the read took
+	OldestQueuedAt                                      int64 // ms: OldestQueuedSeq / 1000
+	Scripts                                             int   // script calls the read took
 }
 
 // OpsSiteStates reads a site's jobs by state in at most maxPages pages of
@@ -52,7 +58,7 @@ func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxP
 	var out SiteStates
 	cursor := "0"
 	for {
-		msg, err := s.run(ctx, "ops_site", keys, eS, cursor, strconv.Itoa(pageSize))
+		msg, err := s.run(ctx, scOpsSite, keys, eS, cursor, strconv.Itoa(pageSize))
 		if err != nil {
 			return SiteStates{}, fmt.Errorf("ops site: %w", err)
 		}
@@ -79,6 +85,7 @@ func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxP
 		if v[9] != "" && (out.OldestQueuedID == "" || n(9) < out.OldestQueuedSeq) {
 			out.OldestQueuedSeq, out.OldestQueuedID = n(9), v[10]
 		}
+		out.OldestQueuedAt = out.OldestQueuedSeq / 1000
 		cursor = v[0]
 		if cursor == "0" {
 			return out, nil
@@ -98,11 +105,15 @@ func (s *Store) OpsChurn(ctx context.Context, siteID string, owners []string) (m
 	if len(owners) == 0 {
 		return out, nil
 	}
+	if err := s.checkID("site id", siteID); err != nil {
+		return nil, fmt.Errorf("ops churn: %w", err)
+	}
+	// Churn notes live on the site's shard, beside its jobs.
 	keys := make([]string, len(owners))
 	for i, o := range owners {
-		keys[i] = s.k.p + "churn:" + enc(siteID) + ":" + enc(o)
+		keys[i] = s.k.sp(siteID) + "churn:" + enc(siteID) + ":" + enc(o)
 	}
-	msg, err := s.run(ctx, "ops_churn", keys)
+	msg, err := s.run(ctx, scOpsChurn, keys)
 	if err != nil {
 		return nil, fmt.Errorf("ops churn: %w", err)
 	}
@@ -123,44 +134,54 @@ type PresenceSeen struct {
 	Capabilities json.RawMessage
 }
 
-// OpsPresence reads several runners' presence in one script; runners
-// without a record are absent from the map.
+// OpsPresence reads several runners' presence, one script per shard the
+// runners' records are on (a presence record lives on shard(runner));
+// runners without a record are absent from the map.
 func (s *Store) OpsPresence(ctx context.Context, runnerIDs []string) (map[string]PresenceSeen, error) {
 	out := map[string]PresenceSeen{}
-	if len(runnerIDs) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(runnerIDs))
-	for i, r := range runnerIDs {
+	byShard := map[int][]string{}
+	var order []int
+	for _, r := range runnerIDs {
 		if err := s.checkID("runner id", r); err != nil {
 			return nil, fmt.Errorf("ops presence: %w", err)
 		}
-		keys[i] = s.k.presence(r)
+		sh := s.k.runnerShard(r)
+		if _, ok := byShard[sh]; !ok {
+			order = append(order, sh)
+		}
+		byShard[sh] = append(byShard[sh], r)
 	}
-	msg, err := s.run(ctx, "ops_presence", keys)
-	if err != nil {
-		return nil, fmt.Errorf("ops presence: %w", err)
-	}
-	parts, err := elems(msg, 3*len(runnerIDs))
-	if err != nil {
-		return nil, fmt.Errorf("ops presence: %w", err)
-	}
-	for i, r := range runnerIDs {
-		var f [3]string
-		for j := range f {
-			if f[j], err = str(parts[3*i+j]); err != nil {
-				return nil, fmt.Errorf("ops presence: %w", err)
+	for _, sh := range order {
+		ids := byShard[sh]
+		keys := make([]string, len(ids))
+		for i, r := range ids {
+			keys[i] = s.k.presence(r)
+		}
+		msg, err := s.run(ctx, scOpsPresence, keys)
+		if err != nil {
+			return nil, fmt.Errorf("ops presence: %w", err)
+		}
+		parts, err := elems(msg, 3*len(ids))
+		if err != nil {
+			return nil, fmt.Errorf("ops presence: %w", err)
+		}
+		for i, r := range ids {
+			var f [3]string
+			for j := range f {
+				if f[j], err = str(parts[3*i+j]); err != nil {
+					return nil, fmt.Errorf("ops presence: %w", err)
+				}
 			}
+			if f[0] == "" {
+				continue
+			}
+			seen, _ := strconv.ParseInt(f[1], 10, 64)
+			p := PresenceSeen{Owner: f[0], LastSeenAt: seen}
+			if f[2] != "" {
+				p.Capabilities = json.RawMessage(f[2])
+			}
+			out[r] = p
 		}
-		if f[0] == "" {
-			continue
-		}
-		seen, _ := strconv.ParseInt(f[1], 10, 64)
-		p := PresenceSeen{Owner: f[0], LastSeenAt: seen}
-		if f[2] != "" {
-			p.Capabilities = json.RawMessage(f[2])
-		}
-		out[r] = p
 	}
 	return out, nil
 }
@@ -181,36 +202,54 @@ type DeviceLeases struct {
 	Active          []HeldJob
 }
 
-// OpsDeviceLeases reads a runner's leases, bounded by limit.
+// OpsDeviceLeases reads a runner's leases. A runner's held and cxl sets
+// exist once per shard where it was granted a job, so this reads the
+// runner's record of those shards (rsh:⟨R⟩, one ZRANGE) and runs one
+// script on each of them only; Active examines at most limit held entries
+// over all of them, in shard order.
 func (s *Store) OpsDeviceLeases(ctx context.Context, runnerID string, limit int) (DeviceLeases, error) {
 	if err := s.checkID("runner id", runnerID); err != nil {
 		return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
 	}
-	msg, err := s.run(ctx, "ops_device", []string{s.k.held(runnerID), s.k.cancelled(runnerID)}, strconv.Itoa(limit))
+	shards, err := s.runnerShardList(ctx, runnerID)
 	if err != nil {
-		return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
+		return DeviceLeases{}, fmt.Errorf("ops device: runner shards: %w", err)
 	}
-	parts, err := elems(msg, 2)
-	if err != nil || (len(parts)-2)%4 != 0 {
-		return DeviceLeases{}, fmt.Errorf("ops device: reply of %d items: %v", len(parts), err)
-	}
-	var out DeviceLeases
-	if out.Held, err = num(parts[0]); err != nil {
-		return out, fmt.Errorf("ops device: %w", err)
-	}
-	if out.Cancelled, err = num(parts[1]); err != nil {
-		return out, fmt.Errorf("ops device: %w", err)
-	}
-	out.Active = []HeldJob{}
-	for i := 2; i < len(parts); i += 4 {
-		var f [4]string
-		for j := range f {
-			if f[j], err = str(parts[i+j]); err != nil {
-				return out, fmt.Errorf("ops device: %w", err)
-			}
+	sort.Ints(shards)
+	out := DeviceLeases{Active: []HeldJob{}}
+	left := limit
+	for _, sh := range shards {
+		msg, err := s.run(ctx, scOpsDevice, []string{s.k.held(sh, runnerID), s.k.cancelled(sh, runnerID)}, strconv.Itoa(left))
+		if err != nil {
+			return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
 		}
-		ce, _ := strconv.ParseInt(f[3], 10, 64)
-		out.Active = append(out.Active, HeldJob{SiteID: f[0], JobID: f[1], State: f[2], LeaseExpiresAt: ce})
+		parts, err := elems(msg, 3)
+		if err != nil || (len(parts)-3)%4 != 0 {
+			return DeviceLeases{}, fmt.Errorf("ops device: reply of %d items: %v", len(parts), err)
+		}
+		var held, cxl, examined int64
+		if held, err = num(parts[0]); err != nil {
+			return out, fmt.Errorf("ops device: %w", err)
+		}
+		if cxl, err = num(parts[1]); err != nil {
+			return out, fmt.Errorf("ops device: %w", err)
+		}
+		if examined, err = num(parts[2]); err != nil {
+			return out, fmt.Errorf("ops device: %w", err)
+		}
+		out.Held += held
+		out.Cancelled += cxl
+		left -= int(examined)
+		for i := 3; i < len(parts); i += 4 {
+			var f [4]string
+			for j := range f {
+				if f[j], err = str(parts[i+j]); err != nil {
+					return out, fmt.Errorf("ops device: %w", err)
+				}
+			}
+			ce, _ := strconv.ParseInt(f[3], 10, 64)
+			out.Active = append(out.Active, HeldJob{SiteID: f[0], JobID: f[1], State: f[2], LeaseExpiresAt: ce})
+		}
 	}
 	return out, nil
 }
@@ -228,7 +267,7 @@ func (s *Store) PutReplicaRecord(ctx context.Context, replicaID string, record [
 		return 0, fmt.Errorf("replica record: %w: not JSON or over 1 MiB", ErrInvalidInput)
 	}
 	e := enc(replicaID)
-	msg, err := s.run(ctx, "ops_replica_put", []string{s.k.p + "ops:rs", s.k.p + "ops:r:" + e},
+	msg, err := s.run(ctx, scOpsReplicaPut, []string{s.k.p + "ops:rs", s.k.p + "ops:r:" + e},
 		e, string(record), strconv.FormatInt(ttlMs, 10), strconv.Itoa(MaxReplicaRecords))
 	if err != nil {
 		return 0, fmt.Errorf("replica record: %w", err)
@@ -242,7 +281,7 @@ func (s *Store) PutReplicaRecord(ctx context.Context, replicaID string, record [
 
 // ReplicaRecords reads the live replicas' records, newest first, at most limit.
 func (s *Store) ReplicaRecords(ctx context.Context, limit int) ([]json.RawMessage, error) {
-	msg, err := s.run(ctx, "ops_replicas", []string{s.k.p + "ops:rs"}, strconv.Itoa(limit))
+	msg, err := s.run(ctx, scOpsReplicas, []string{s.k.p + "ops:rs"}, strconv.Itoa(limit))
 	if err != nil {
 		return nil, fmt.Errorf("replica records: %w", err)
 	}
@@ -277,7 +316,7 @@ func (s *Store) tokenKeys() []string { return []string{s.k.p + "ops:tk", s.k.p +
 // PutViewToken stores a view token's record under the token's digest (the
 // caller hashes; the token itself is never stored).
 func (s *Store) PutViewToken(ctx context.Context, digest, id string, record []byte) error {
-	n, err := s.runInt(ctx, "ops_token_put", s.tokenKeys(), digest, id, string(record), strconv.Itoa(MaxViewTokens))
+	n, err := s.runInt(ctx, scOpsTokenPut, s.tokenKeys(), digest, id, string(record), strconv.Itoa(MaxViewTokens))
 	if err != nil {
 		return fmt.Errorf("put view token: %w", err)
 	}
@@ -289,7 +328,7 @@ func (s *Store) PutViewToken(ctx context.Context, digest, id string, record []by
 
 // ViewToken reads a token's record by digest; nil, nil when there is none.
 func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, error) {
-	msg, err := s.run(ctx, "ops_token_get", s.tokenKeys()[:1], digest)
+	msg, err := s.run(ctx, scOpsTokenGet, s.tokenKeys()[:1], digest)
 	if err != nil {
 		return nil, fmt.Errorf("view token: %w", err)
 	}
@@ -305,7 +344,7 @@ func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, 
 
 // DropViewToken revokes a token by id; false when there was none.
 func (s *Store) DropViewToken(ctx context.Context, id string) (bool, error) {
-	n, err := s.runInt(ctx, "ops_token_drop", s.tokenKeys(), id)
+	n, err := s.runInt(ctx, scOpsTokenDrop, s.tokenKeys(), id)
 	if err != nil {
 		return false, fmt.Errorf("drop view token: %w", err)
 	}
@@ -314,7 +353,7 @@ func (s *Store) DropViewToken(ctx context.Context, id string) (bool, error) {
 
 // ViewTokens lists every token's record.
 func (s *Store) ViewTokens(ctx context.Context) ([]json.RawMessage, error) {
-	msg, err := s.run(ctx, "ops_token_list", s.tokenKeys()[:1])
+	msg, err := s.run(ctx, scOpsTokenList, s.tokenKeys()[:1])
 	if err != nil {
 		return nil, fmt.Errorf("view tokens: %w", err)
 	}

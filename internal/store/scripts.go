@@ -29,6 +29,16 @@ var (
 	scJob             = Script{Name: "job", ReadOnly: true}
 	scJobsPage        = Script{Name: "jobs_page", ReadOnly: true}
 	scLayout          = Script{Name: "layout", ReadOnly: false}
+	scOpsChurn        = Script{Name: "ops_churn", ReadOnly: true}
+	scOpsDevice       = Script{Name: "ops_device", ReadOnly: true}
+	scOpsPresence     = Script{Name: "ops_presence", ReadOnly: true}
+	scOpsReplicaPut   = Script{Name: "ops_replica_put", ReadOnly: false}
+	scOpsReplicas     = Script{Name: "ops_replicas", ReadOnly: true}
+	scOpsSite         = Script{Name: "ops_site", ReadOnly: true}
+	scOpsTokenDrop    = Script{Name: "ops_token_drop", ReadOnly: false}
+	scOpsTokenGet     = Script{Name: "ops_token_get", ReadOnly: true}
+	scOpsTokenList    = Script{Name: "ops_token_list", ReadOnly: true}
+	scOpsTokenPut     = Script{Name: "ops_token_put", ReadOnly: false}
 	scPairingApprove  = Script{Name: "pairing_approve", ReadOnly: false}
 	scPairingByUser   = Script{Name: "pairing_by_user", ReadOnly: false}
 	scPairingDeny     = Script{Name: "pairing_deny", ReadOnly: false}
@@ -65,6 +75,16 @@ var Scripts = []Script{
 	scJob,
 	scJobsPage,
 	scLayout,
+	scOpsChurn,
+	scOpsDevice,
+	scOpsPresence,
+	scOpsReplicaPut,
+	scOpsReplicas,
+	scOpsSite,
+	scOpsTokenDrop,
+	scOpsTokenGet,
+	scOpsTokenList,
+	scOpsTokenPut,
 	scPairingApprove,
 	scPairingByUser,
 	scPairingDeny,

@@ -335,7 +335,11 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 	if script.Work {
 		defer s.view.touched(prefixOf(keys[0]))
 	}
-	msg, err = sc.Exec(ctx, s.c, keys, all).ToMessage()
+	// The migration guard goes last (see GuardKey); lib/common.lua takes it
+	// off again, so a script's KEYS are what its caller passed.
+	withGuard := make([]string, 0, len(keys)+1)
+	withGuard = append(append(withGuard, keys...), GuardKey(prefixOf(keys[0])))
+	msg, err = sc.Exec(ctx, s.c, withGuard, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}
@@ -352,6 +356,21 @@ func prefixOf(key string) string {
 	}
 	return key
 }
+
+// GuardKey is the migration guard of the shard (or fleet-wide set) whose
+// prefix is prefix: a key that is never written. Every script declares it
+// as its last KEYS entry (Store.run appends it; lib/common.lua removes it
+// before the script body sees KEYS). A script builds most of its keys from
+// KEYS[1]'s prefix instead of declaring them, and on a cluster whose slot is
+// migrating Redis aborts a script mid-way, its earlier writes kept, when it
+// touches an undeclared key that is not there. Redis checks declared keys
+// before running anything: while the slot is MIGRATING a missing declared
+// key gets ASK (all missing) or TRYAGAIN (some), and on the IMPORTING side
+// TRYAGAIN (several keys, some missing). The guard is always missing, so
+// during a migration every script of that slot is refused before it starts
+// (an unavailable store error, a retryable 503) and none runs half-way.
+// Outside a migration a missing declared key costs nothing.
+func GuardKey(prefix string) string { return prefix + "mguard" }
 
 // checkID refuses identifiers that are too long or hold U+0000 (which the
 // reference's joined keys rule out, §1.1). Every other byte is fine: key

@@ -13,9 +13,18 @@
 -- and Lua 5.1's tostring keeps only 14 significant digits, so fmt() is the
 -- only way a computed instant is written anywhere.
 
-local P = string.match(KEYS[1], '^[^{]*{[^}]*}:')
+-- KEYS' last entry is the migration guard P .. 'mguard', a key never
+-- written (internal/store GuardKey): declaring it makes a cluster refuse
+-- the whole script up front while its slot migrates, instead of aborting
+-- it half-way at the first undeclared key already moved. It is taken off
+-- here, before any script body looks at KEYS or #KEYS.
+local G = table.remove(KEYS)
+local P = KEYS[1] and string.match(KEYS[1], '^[^{]*{[^}]*}:')
 if not P or P ~= ARGV[1] then
   return redis.error_reply('ERR relay: ARGV[1] is not the prefix of KEYS[1]')
+end
+if G ~= P .. 'mguard' then
+  return redis.error_reply('ERR relay: the last key is not the migration guard of KEYS[1]\'s prefix')
 end
 
 local function fmt(x)

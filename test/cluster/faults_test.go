@@ -461,12 +461,13 @@ func replOffset(t *testing.T, c valkey.Client, field string) int64 {
 }
 
 // TestSlotMigrationUnderLoad moves one shard's slot (the one holding the
-// most job keys when the fault starts) to another primary
-// the way valkey-cli --cluster reshard does, in small batches so the
-// migration spans many requests: SETSLOT IMPORTING on the target,
-// MIGRATING on the source, MIGRATE ... KEYS a few at a time (clients meet
-// ASK and TRYAGAIN meanwhile), then SETSLOT NODE on every primary (clients
-// meet MOVED).
+// most job keys when the fault starts: jobs, queues and leases in use) to
+// another primary the way valkey-cli --cluster reshard does, in small
+// batches so the migration spans many requests: SETSLOT IMPORTING on the
+// target, MIGRATING on the source, MIGRATE ... KEYS a few at a time
+// (clients meet ASK and TRYAGAIN meanwhile, and every script of that shard
+// is refused up front by its migration guard key), then SETSLOT NODE on
+// every primary (clients meet MOVED).
 func TestSlotMigrationUnderLoad(t *testing.T) {
 	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()

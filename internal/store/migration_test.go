@@ -1,0 +1,399 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// These tests need a Valkey/Redis Cluster (RELAY_TEST_VALKEY_CLUSTER_URL,
+// e.g. the one .ci/cluster starts) and move one slot between its primaries
+// by hand, as an operator resharding does: SETSLOT IMPORTING on the target,
+// MIGRATING on the source, MIGRATE a few keys, then SETSLOT NODE. They are
+// skipped without one: neither miniredis nor a single server has slots.
+
+// migrationCluster is a cluster client plus one plain client per primary.
+type migrationCluster struct {
+	c     valkey.Client
+	nodes []clusterPrimary
+}
+
+type clusterPrimary struct {
+	id, addr string
+	c        valkey.Client
+	lo, hi   []int // the slot ranges it serves
+}
+
+func openMigrationCluster(t *testing.T) *migrationCluster {
+	t.Helper()
+	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
+	if u == "" {
+		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is not set (start one with .ci/cluster start)")
+	}
+	opt, err := valkey.ParseURL(u)
+	if err != nil {
+		t.Fatalf("cluster url: %v", err)
+	}
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatalf("cluster client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	if c.Mode() != valkey.ClientModeCluster {
+		t.Fatalf("RELAY_TEST_VALKEY_CLUSTER_URL %s is not a cluster", u)
+	}
+	mc := &migrationCluster{c: c}
+	mc.refresh(t)
+	return mc
+}
+
+// refresh reads CLUSTER NODES from the first primary it can reach.
+func (mc *migrationCluster) refresh(t *testing.T) {
+	t.Helper()
+	var text string
+	for _, addr := range mc.c.Nodes() {
+		s, err := addr.Do(context.Background(), addr.B().ClusterNodes().Build()).ToString()
+		if err == nil {
+			text = strings.TrimPrefix(s, "txt:") // RESP3 sends it as a verbatim string
+			break
+		}
+	}
+	if text == "" {
+		t.Fatal("CLUSTER NODES: no node answered")
+	}
+	old := map[string]valkey.Client{}
+	for _, n := range mc.nodes {
+		old[n.addr] = n.c
+	}
+	mc.nodes = nil
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+			continue
+		}
+		n := clusterPrimary{id: f[0], addr: strings.Split(f[1], "@")[0]}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // an open migration, not a served range
+			}
+			var lo, hi int
+			if _, err := fmt.Sscanf(r, "%d-%d", &lo, &hi); err != nil {
+				fmt.Sscanf(r, "%d", &lo)
+				hi = lo
+			}
+			n.lo, n.hi = append(n.lo, lo), append(n.hi, hi)
+		}
+		if c, ok := old[n.addr]; ok {
+			n.c = c
+		} else {
+			c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.addr}, ForceSingleClient: true, DisableCache: true})
+			if err != nil {
+				t.Fatalf("node %s: %v", n.addr, err)
+			}
+			t.Cleanup(c.Close)
+			n.c = c
+		}
+		mc.nodes = append(mc.nodes, n)
+	}
+}
+
+// owner is the primary serving slot, and another primary.
+func (mc *migrationCluster) owner(t *testing.T, slot int) (owner, other clusterPrimary) {
+	t.Helper()
+	mc.refresh(t)
+	oi := -1
+	for i, n := range mc.nodes {
+		for j := range n.lo {
+			if slot >= n.lo[j] && slot <= n.hi[j] {
+				oi = i
+			}
+		}
+	}
+	if oi < 0 || len(mc.nodes) < 2 {
+		t.Fatalf("slot %d: no owner among %d primaries", slot, len(mc.nodes))
+	}
+	return mc.nodes[oi], mc.nodes[(oi+1)%len(mc.nodes)]
+}
+
+func must(t *testing.T, n clusterPrimary, args ...string) {
+	t.Helper()
+	if err := n.c.Do(context.Background(), n.c.B().Arbitrary(args...).Build()).Error(); err != nil {
+		t.Fatalf("%s: %v: %v", n.addr, args, err)
+	}
+}
+
+// slotKeys lists the keys of slot a primary holds.
+func slotKeys(t *testing.T, n clusterPrimary, slot int) []string {
+	t.Helper()
+	keys, err := n.c.Do(context.Background(), n.c.B().ClusterGetkeysinslot().Slot(int64(slot)).Count(100000).Build()).AsStrSlice()
+	if err != nil {
+		t.Fatalf("%s: GETKEYSINSLOT: %v", n.addr, err)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// beginMigration opens slot's migration from src to dst.
+func beginMigration(t *testing.T, slot int, src, dst clusterPrimary) {
+	t.Helper()
+	must(t, dst, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "IMPORTING", src.id)
+	must(t, src, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "MIGRATING", dst.id)
+}
+
+// moveKeys MIGRATEs keys (of a migrating slot) from src to dst.
+func moveKeys(t *testing.T, src, dst clusterPrimary, keys ...string) {
+	t.Helper()
+	if len(keys) == 0 {
+		return
+	}
+	host, port, _ := strings.Cut(dst.addr, ":")
+	must(t, src, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
+}
+
+// finishMigration moves slot's remaining keys and gives the slot to dst on
+// every primary.
+func (mc *migrationCluster) finishMigration(t *testing.T, slot int, src, dst clusterPrimary) {
+	t.Helper()
+	moveKeys(t, src, dst, slotKeys(t, src, slot)...)
+	must(t, dst, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "NODE", dst.id)
+	must(t, src, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "NODE", dst.id)
+	for _, n := range mc.nodes {
+		if n.id != src.id && n.id != dst.id {
+			must(t, n, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "NODE", dst.id)
+		}
+	}
+}
+
+// slotDump is every key of slot on src and dst with its DUMP bytes (ASKING
+// first: dst does not serve the slot yet). Equal dumps: nothing changed.
+func slotDump(t *testing.T, slot int, nodes ...clusterPrimary) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range nodes {
+		for _, k := range slotKeys(t, n, slot) {
+			rs := n.c.DoMulti(context.Background(), n.c.B().Asking().Build(), n.c.B().Dump().Key(k).Build())
+			v, err := rs[1].ToString()
+			if err != nil {
+				t.Fatalf("%s: DUMP %s: %v", n.addr, k, err)
+			}
+			out[n.addr+" "+k] = v
+		}
+	}
+	return out
+}
+
+// purgeCluster deletes every key matching pattern on every primary.
+func (mc *migrationCluster) purgeCluster(t *testing.T, pattern string) {
+	t.Helper()
+	mc.refresh(t)
+	for _, n := range mc.nodes {
+		if err := purge(n.c, pattern); err != nil {
+			t.Errorf("cleanup on %s: %v", n.addr, err)
+		}
+	}
+}
+
+// migrateBack ends the test's migration of slot (from home to away), however
+// far it got, and moves the slot back to home, so the shared cluster keeps
+// its layout. Opening a migration again is harmless.
+func (mc *migrationCluster) migrateBack(t *testing.T, slot int, home, away clusterPrimary) {
+	t.Helper()
+	if now, _ := mc.owner(t, slot); now.id == home.id {
+		beginMigration(t, slot, home, away)
+		mc.finishMigration(t, slot, home, away)
+	}
+	beginMigration(t, slot, away, home)
+	mc.finishMigration(t, slot, away, home)
+}
+
+// The failure the guard exists for, on a script that does not declare one:
+// while a slot migrates, a script that writes KEYS[1] and then touches an
+// undeclared key of the same slot that has already moved is aborted at that
+// touch, and its first write stays. Declaring a key that never exists
+// (GuardKey) makes the server refuse the same script before it starts.
+func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
+	mc := openMigrationCluster(t)
+	ctx := context.Background()
+	ns := randomNamespace()
+	p := ns + ":{" + ns + "/guard}:"
+	a, moved := p+"a", p+"b"
+	slot := int(keyHashSlot(a))
+	src, dst := mc.owner(t, slot)
+	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, ns+":*") })
+
+	for _, k := range []string{a, moved} {
+		if err := mc.c.Do(ctx, mc.c.B().Set().Key(k).Value("0").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beginMigration(t, slot, src, dst)
+	moveKeys(t, src, dst, moved)
+
+	script := fmt.Sprintf("redis.call('INCR', KEYS[1]); redis.call('GET', %q); return 1", moved)
+	eval := func(keys ...string) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return mc.c.Do(ctx, mc.c.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Build()).Error()
+	}
+	get := func() string {
+		v, err := mc.c.Do(ctx, mc.c.B().Get().Key(a).Build()).ToString()
+		if err != nil {
+			t.Fatalf("GET %s: %v", a, err)
+		}
+		return v
+	}
+
+	err := eval(a)
+	if err == nil || !strings.Contains(err.Error(), "non local key") {
+		t.Fatalf("the unguarded script: %v, want the server's non-local-key abort", err)
+	}
+	if v := get(); v != "1" {
+		t.Fatalf("after the aborted unguarded script %s is %q; the partial write this test reproduces is %q", a, v, "1")
+	}
+
+	err = eval(a, GuardKey(p))
+	if Classify(err) != ClassUnavailable || !strings.Contains(err.Error(), "TRYAGAIN") && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the guarded script: %v (class %v), want TRYAGAIN (unavailable) before it runs", err, Classify(err))
+	}
+	if v := get(); v != "1" {
+		t.Fatalf("the guarded script was refused yet %s is %q, want %q (untouched)", a, v, "1")
+	}
+
+	// Once the slot has moved the same guarded script runs whole.
+	mc.finishMigration(t, slot, src, dst)
+	if err := eval(a, GuardKey(p)); err != nil {
+		t.Fatalf("the guarded script after the migration: %v", err)
+	}
+	if v := get(); v != "2" {
+		t.Fatalf("after the migration %s is %q, want %q", a, v, "2")
+	}
+}
+
+// The store's own scripts while their shard's slot migrates with some of
+// its keys moved (job hashes, which the scripts reach through KEYS[1]'s
+// prefix, not through KEYS): every operation on that shard is refused as
+// unavailable before it runs and the slot's keys on both nodes are exactly
+// as before; after the migration the same operations succeed.
+func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
+	mc := openMigrationCluster(t)
+	ctx := context.Background()
+	s, err := New(ctx, mc.c, Options{Namespace: randomNamespace(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h := &h{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+	// A runner on the site's shard: every script below runs on one slot.
+	rid := ""
+	for i := 0; rid == ""; i++ {
+		if id := fmt.Sprint("runner_m", i); s.k.runnerShard(id) == s.k.siteShard(site) {
+			rid = id
+		}
+	}
+	slot := int(keyHashSlot(s.k.sp(site)))
+	src, dst := mc.owner(t, slot)
+	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, s.KeyPattern()) })
+
+	for i := range 6 {
+		h.enqueue(fmt.Sprint("m", i), "alice")
+	}
+	grants := h.claim(runner(rid)) // UnsealedPerPair of them
+	if len(grants) != UnsealedPerPair {
+		t.Fatalf("claimed %d, want %d", len(grants), UnsealedPerPair)
+	}
+	if g := grants[0].Lease.ID; s.k.shards[mustLeaseShard(t, s, g)] != s.k.sp(site) {
+		t.Fatalf("lease %s is not on the site's shard", g)
+	}
+
+	beginMigration(t, slot, src, dst)
+	var jobKeys []string
+	for _, k := range slotKeys(t, src, slot) {
+		if strings.Contains(k, "}:j:") {
+			jobKeys = append(jobKeys, k)
+		}
+	}
+	if len(jobKeys) != 6 {
+		t.Fatalf("%d job hashes on slot %d, want 6", len(jobKeys), slot)
+	}
+	// Every other job hash moves: claimed and queued jobs are split
+	// between the nodes, the shard's indexes stay on src.
+	for i := 0; i < len(jobKeys); i += 2 {
+		moveKeys(t, src, dst, jobKeys[i])
+	}
+	before := slotDump(t, slot, src, dst)
+
+	ops := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"enqueue", func(ctx context.Context) error {
+			_, err := s.Enqueue(ctx, EnqueueInput{ID: "m6", SiteID: site, Stub: stub("m6", "alice")})
+			return err
+		}},
+		{"claim", func(ctx context.Context) error { _, err := s.Claim(ctx, claimArgs(runner(rid))); return err }},
+		{"complete", func(ctx context.Context) error {
+			_, err := s.Complete(ctx, CompleteInput{JobID: stubID(grants[0]), RunnerID: rid, LeaseID: grants[0].Lease.ID, Envelope: envelope, Disposition: "ok"})
+			return err
+		}},
+		{"renew", func(ctx context.Context) error {
+			_, err := s.RenewLeases(ctx, RenewInput{RunnerID: rid, Leases: []protocol.GrantRef{grant(grants[0]), grant(grants[1])}, LeaseMs: 60000})
+			return err
+		}},
+		{"release", func(ctx context.Context) error {
+			_, err := s.ReleaseLeases(ctx, ReleaseInput{RunnerID: rid, Leases: []protocol.GrantRef{grant(grants[1])}, Reason: ReasonPause})
+			return err
+		}},
+		{"cancel", func(ctx context.Context) error { _, err := s.Cancel(ctx, site, "m4"); return err }},
+		{"seal", func(ctx context.Context) error { _, err := s.Seal(ctx, site, "m2", envelope); return err }},
+		{"job", func(ctx context.Context) error { _, err := s.Job(ctx, site, "m3"); return err }},
+	}
+	for _, op := range ops {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := op.run(ctx)
+		cancel()
+		if Classify(err) != ClassUnavailable {
+			t.Errorf("%s during the migration: %v (class %v), want refused as unavailable", op.name, err, Classify(err))
+		}
+	}
+	if after := slotDump(t, slot, src, dst); !maps.Equal(before, after) {
+		for k, v := range after {
+			if before[k] != v {
+				t.Errorf("changed during the migration: %s", k)
+			}
+		}
+		for k := range before {
+			if _, ok := after[k]; !ok {
+				t.Errorf("gone during the migration: %s", k)
+			}
+		}
+		t.Fatal("a refused operation wrote to the migrating slot")
+	}
+
+	mc.finishMigration(t, slot, src, dst)
+	if r := h.complete(stubID(grants[0]), rid, grants[0].Lease.ID, "ok"); !r.Accepted {
+		t.Fatalf("complete after the migration: %+v", r)
+	}
+	h.mustState(stubID(grants[0]), StateDone)
+	// The completed grant frees one of the pair's unsealed places.
+	if got := h.claim(runner(rid)); len(got) != 1 {
+		t.Fatalf("claim after the migration granted %d, want 1", len(got))
+	}
+}
+
+func mustLeaseShard(t *testing.T, s *Store, lease string) int {
+	t.Helper()
+	i, ok := s.k.leaseShard(lease)
+	if !ok {
+		t.Fatalf("lease %q names no shard", lease)
+	}
+	return i
+}
