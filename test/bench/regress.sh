@@ -52,6 +52,7 @@ OLD_TREE=$(mktemp -d /tmp/relay-old-XXXXXX)
 rmdir "$OLD_TREE"
 git worktree add --detach "$OLD_TREE" "$OLD_REV" >/dev/null 2>&1
 (cd "$OLD_TREE" && go build -o "$BIN/relay-old" ./cmd/relay)
+NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || echo "+dirty")
 go build -o "$BIN/relay-new" ./cmd/relay
 go build -o "$BIN/loadgen" ./cmd/loadgen
 
@@ -92,7 +93,7 @@ for round in $(seq 1 "$ROUNDS"); do
   run new "$round"
 done
 
-python3 - "$OUT" "$CLK_TCK" "$OLD_REV" "$(git rev-parse --short HEAD)" <<'EOF' | tee "$OUT/regress.md"
+python3 - "$OUT" "$CLK_TCK" "$OLD_REV" "$NEW_REV" <<'EOF' | tee "$OUT/regress.md"
 import json, statistics, sys
 out, tck, old_rev, new_rev = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = {"old": [], "new": []}
