@@ -186,6 +186,12 @@
 // writes to its shard, and after 30 s; due heads are re-read every second.
 // The view only decides whether to ask Valkey: a stale view delays a grant,
 // never makes one.
+// It forgets a whole shard's empty queues after any work script this
+// replica runs there, and keeps at most workViewQueues of them per shard,
+// so with jobs moving on a shard, or a fleet with more queues than that,
+// empty claims still read their queue heads (measured through the relay:
+// about 5 ZRANGEs per idle tick; README, "On a Valkey Cluster: after
+// sharding", and the capacity plan there).
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //
