@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // CheckFunc reports whether one dependency is ready; nil means ready.
@@ -256,7 +258,7 @@ func bytesTrim(b []byte) string {
 // ValkeyPing is the "Valkey answers" check.
 func ValkeyPing(client valkey.Client) CheckFunc {
 	return func(ctx context.Context) error {
-		if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+		if err := valkeyconn.Ping(ctx, client); err != nil {
 			return fmt.Errorf("valkey ping: %w", err)
 		}
 		return nil

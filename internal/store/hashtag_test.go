@@ -21,7 +21,8 @@ func hashTag(key string) string {
 	return key[open+1 : open+1+end]
 }
 
-// derivedTag is what a tag the store makes looks like: a namespace (with "/<shard>-<n>" for a shard) or an
+// derivedTag is what a tag the store makes looks like: a namespace, a shard
+// of one ("<ns>/<i>-<n>"), or an
 // encoding of an id (base64url, hex), never raw id bytes; in particular it
 // holds no brace, so an id cannot open or close a tag of its own.
 var derivedTag = regexp.MustCompile(`^[A-Za-z0-9_.\-/]+$`)

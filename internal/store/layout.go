@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // ErrLegacyLayout is New's answer for a namespace that an older relay wrote
@@ -130,24 +132,19 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 		}
 		return false
 	}
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(k.p+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return rep, fmt.Errorf("migrate: scan: %w", err)
+	// Every primary's keyspace: on a cluster a plain SCAN sees one node.
+	keys, err := valkeyconn.Keys(ctx, c, k.p+"*")
+	if err != nil {
+		return rep, fmt.Errorf("migrate: %w", err)
+	}
+	for _, key := range keys {
+		if keep(key[len(k.p):]) {
+			continue
 		}
-		for _, key := range e.Elements {
-			if keep(key[len(k.p):]) {
-				continue
-			}
-			if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil {
-				return rep, fmt.Errorf("migrate: delete %s: %w", key, err)
-			}
-			rep.Deleted++
+		if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil {
+			return rep, fmt.Errorf("migrate: delete %s: %w", key, err)
 		}
-		if cursor = e.Cursor; cursor == 0 {
-			break
-		}
+		rep.Deleted++
 	}
 	// The record itself: New writes it once no v1 key is left.
 	s, err := New(ctx, c, Options{Namespace: namespace})

@@ -49,7 +49,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)
 	}
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+	if err := Ping(ctx, c); err != nil {
 		c.Close()
 		return nil, nil, false, fmt.Errorf("valkey ping %s: %w", redact(opt), err)
 	}
@@ -74,6 +74,24 @@ func quickRetries(attempts int, _ valkey.Completed, _ error) time.Duration {
 // slot costs at most a MOVED to the new owner and an ASK back (or the other
 // way round), and a failover one MOVED more.
 const maxRedirects = 4
+
+// Ping checks that the store answers. A keyless PING on a cluster goes to
+// any node the client knows, a failed one included (a primary that has
+// just been replaced stays in the map as a failed replica), so on a
+// cluster one answering node is enough: the slots are the cluster's
+// business, and each command finds its own node.
+func Ping(ctx context.Context, c valkey.Client) error {
+	if !IsCluster(c) {
+		return c.Do(ctx, c.B().Ping().Build()).Error()
+	}
+	var last error
+	for _, n := range c.Nodes() {
+		if last = n.Do(ctx, n.B().Ping().Build()).Error(); last == nil {
+			return nil
+		}
+	}
+	return last
+}
 
 // IsCluster reports whether c talks to a Valkey Cluster.
 func IsCluster(c valkey.Client) bool { return c.Mode() == valkey.ClientModeCluster }
