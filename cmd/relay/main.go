@@ -247,6 +247,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		return nil
 	})
+	// relay_ready: the same checks /readyz runs, on each scrape.
+	metrics.ObserveReady(func(ctx context.Context) bool { return checker.Check(ctx).Ready() })
 
 	// One body budget for both listeners: the bytes of request bodies held
 	// at once, whatever any number of clients send.
@@ -360,6 +362,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.Run(bg) }()
 	}
+	// relay_site_oldest_queued_seconds: read in the background (see queueAge).
+	qa := &queueAge{log: log,
+		read: func(ctx context.Context, siteID string) (store.SiteStates, error) {
+			return st.OpsSiteStates(ctx, siteID, queueAgePageSize, queueAgePages)
+		},
+		sites: func() []string {
+			p := proj.Current()
+			if p == nil {
+				return nil
+			}
+			var ids []string
+			for _, s := range p.Fixture().Sites {
+				ids = append(ids, s.SiteID)
+			}
+			return ids
+		}}
+	wg.Add(1)
+	go func() { defer wg.Done(); qa.run(bg, cfg.QueueAgeInterval, metrics.SetSiteOldestQueued) }()
 	// This replica's heartbeat record for the operations view's fleet page.
 	replicaID := replicaName()
 	startedAt := time.Now().UnixMilli()

@@ -80,6 +80,9 @@ type Config struct {
 	DaemonFloor string
 	// SweepInterval is the background sweeper's mean period; 0 disables it.
 	SweepInterval time.Duration
+	// QueueAgeInterval is how often the replica re-reads each projection
+	// site's oldest queued job for relay_site_oldest_queued_seconds.
+	QueueAgeInterval time.Duration
 	// HeartbeatInterval is how often the replica writes its record for the
 	// operations view's fleet page (internal/opsview); the record expires
 	// after five intervals without one.
@@ -450,6 +453,14 @@ var options = []option{
 			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval)
 		}
 		c.SweepInterval = d
+		return nil
+	}},
+	{env: "RELAY_QUEUE_AGE_INTERVAL", flag: "queue-age-interval", def: "30s", usage: "how often this replica reads each projection site's oldest queued job for relay_site_oldest_queued_seconds (one or a few ops_site script calls per site)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Hour {
+			return fmt.Errorf("%q is not a queue-age interval; write a Go duration from 100ms to 1h, e.g. 30s", v)
+		}
+		c.QueueAgeInterval = d
 		return nil
 	}},
 	{env: "RELAY_OPS_HEARTBEAT", flag: "ops-heartbeat", def: "3s", usage: "how often this replica writes its record for the operations view at /ui/ (one script call); it expires after five intervals without one", apply: func(c *Config, v string) error {

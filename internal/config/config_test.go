@@ -77,6 +77,7 @@ func TestDefaults(t *testing.T) {
 		BasePath:           "/byollm",
 		SweepInterval:      time.Second,
 		HeartbeatInterval:  3 * time.Second,
+		QueueAgeInterval:   30 * time.Second,
 		SweepBatch:         24,
 		StoreTimeout:       500 * time.Millisecond,
 		ShutdownTimeout:    15 * time.Second,

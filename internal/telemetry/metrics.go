@@ -55,13 +55,21 @@ type Metrics struct {
 	siteJobs          metric.Int64ObservableGauge
 	siteBytes         metric.Int64ObservableGauge
 	siteRefusals      metric.Int64Counter
+	ready             metric.Int64ObservableGauge
+	oldestQueued      metric.Float64ObservableGauge
 
 	mu           sync.Mutex
 	siteUseFn    func(context.Context) (map[string]SiteUse, error)
 	jobsFn       func(context.Context) (map[string]int64, error)
 	leasesFn     func(context.Context) (int64, error)
 	projectionFn func() ProjectionState
-	now          func() time.Time
+	readyFn      func(context.Context) bool
+	// queuedSince is, per projection site, when its oldest queued job was
+	// enqueued (zero: none queued), as last read by the background refresh;
+	// the age itself is taken at scrape time so it keeps growing between
+	// refreshes.
+	queuedSince map[string]time.Time
+	now         func() time.Time
 }
 
 // NewMetrics creates the instruments on meter. Instrument names are OTel
@@ -138,12 +146,18 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.siteRefusals, e = meter.Int64Counter("relay.site.limit.refusals",
 		metric.WithDescription("Enqueues and payloads refused because the site was at a limit, by site and limit (jobs, bytes, rate)."))
 	wrap("relay.site.limit.refusals", e)
+	m.ready, e = meter.Int64ObservableGauge("relay.ready",
+		metric.WithDescription("1 when this replica's /readyz would answer 200 (checks pass, not draining), else 0."))
+	wrap("relay.ready", e)
+	m.oldestQueued, e = meter.Float64ObservableGauge("relay.site.oldest_queued", metric.WithUnit("s"),
+		metric.WithDescription("Age of each projection site's oldest queued job (0 when none is queued), from a background read every RELAY_QUEUE_AGE_INTERVAL."))
+	wrap("relay.site.oldest_queued", e)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := meter.RegisterCallback(m.observe,
 		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded,
-		m.siteJobs, m.siteBytes); err != nil {
+		m.siteJobs, m.siteBytes, m.ready, m.oldestQueued); err != nil {
 		return nil, fmt.Errorf("telemetry gauge callback: %w", err)
 	}
 	return m, nil
@@ -178,6 +192,27 @@ func (m *Metrics) ObserveSiteUse(fn func(context.Context) (map[string]SiteUse, e
 	m.mu.Unlock()
 }
 
+// ObserveReady registers the readiness reader behind relay_ready; it runs
+// the /readyz checks on each scrape.
+func (m *Metrics) ObserveReady(fn func(context.Context) bool) {
+	m.mu.Lock()
+	m.readyFn = fn
+	m.mu.Unlock()
+}
+
+// SetSiteOldestQueued replaces the per-site enqueue instants behind
+// relay_site_oldest_queued_seconds: a site absent from since stops being
+// reported (it left the projection), a zero instant reports 0.
+func (m *Metrics) SetSiteOldestQueued(since map[string]time.Time) {
+	cp := make(map[string]time.Time, len(since))
+	for k, v := range since {
+		cp[k] = v
+	}
+	m.mu.Lock()
+	m.queuedSince = cp
+	m.mu.Unlock()
+}
+
 // RecordSiteLimit counts one request refused at a site limit. The site id
 // is an authenticated site of the projection, so the label stays bounded.
 func (m *Metrics) RecordSiteLimit(ctx context.Context, siteID, limit string) {
@@ -194,8 +229,27 @@ func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	jobsFn, leasesFn, projectionFn, now := m.jobsFn, m.leasesFn, m.projectionFn, m.now
-	siteUseFn := m.siteUseFn
+	siteUseFn, readyFn, queuedSince := m.siteUseFn, m.readyFn, m.queuedSince
 	m.mu.Unlock()
+
+	if readyFn != nil {
+		// The checks carry their own timeout (health.DefaultTimeout).
+		var v int64
+		if readyFn(ctx) {
+			v = 1
+		}
+		o.ObserveInt64(m.ready, v)
+	}
+	if queuedSince != nil {
+		t := now()
+		for site, at := range queuedSince {
+			age := 0.0
+			if !at.IsZero() {
+				age = max(t.Sub(at).Seconds(), 0)
+			}
+			o.ObserveFloat64(m.oldestQueued, age, metric.WithAttributes(attribute.String("site", site)))
+		}
+	}
 
 	// Errors are not returned: the SDK would log them per scrape, and the
 	// script-error counter plus /readyz already say the store is down.

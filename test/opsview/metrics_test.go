@@ -105,7 +105,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r := startReplicas(ctx, t, 1, "RELAY_LEASE_MS=2000")
+	r := startReplicas(ctx, t, 1, "RELAY_LEASE_MS=2000", "RELAY_QUEUE_AGE_INTERVAL=200ms")
 	s := r.servers[0]
 	rep, err := loadgen.Run(ctx, loadgen.Config{Replicas: []string{s.URL}, AdminURLs: []string{s.AdminURL}, AdminToken: adminToken,
 		Sites: 2, Daemons: 3, Jobs: 40, Concurrency: 6, AbandonEvery: 10, LeaseMs: 2000, Drain: 60 * time.Second, TTL: 10 * time.Minute}, nil)
