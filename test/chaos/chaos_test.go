@@ -32,6 +32,8 @@ import (
 	"github.com/byollm/relay-go/internal/loadgen"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/test/chaos/history"
+
+	"github.com/byollm/relay-go/test/testproc"
 )
 
 var (
@@ -93,19 +95,19 @@ func TestChaos(t *testing.T) {
 		"RELAY_SHUTDOWN_TIMEOUT=5s",
 		"RELAY_LOG_LEVEL=warn",
 	}
-	relays := []*relayProc{newRelay(t, "relay-1", env), newRelay(t, "relay-2", env), newRelay(t, "relay-3", env)}
+	relays := []*testproc.Relay{testproc.NewRelay(t, relayBin, "relay-1", env), testproc.NewRelay(t, relayBin, "relay-2", env), testproc.NewRelay(t, relayBin, "relay-3", env)}
 	urls := make([]string, len(relays))
 	for i, r := range relays {
-		if err := r.start(); err != nil {
+		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}
-		urls[i] = r.url()
+		urls[i] = r.URL()
 	}
 
 	log := &history.Log{}
 	cfg := loadgen.Config{
 		Replicas:    urls,
-		AdminURLs:   []string{relays[0].adminURL()}, // the replicas share the projection through the store
+		AdminURLs:   []string{relays[0].AdminURL()}, // the replicas share the projection through the store
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -197,7 +199,7 @@ const (
 // SIGTERM, each started again within a second, and the store once, 40% of the way
 // through, until the load stops enqueuing. One fault at a time: two
 // replicas always serve.
-func injectFaults(t *testing.T, relays []*relayProc, vk *storeProc, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
+func injectFaults(t *testing.T, relays []*testproc.Relay, vk *storeProc, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
 	t.Helper()
 	faults := map[string]int{}
 	var timeline []string
@@ -220,7 +222,7 @@ func injectFaults(t *testing.T, relays []*relayProc, vk *storeProc, loadStart ti
 		if !storeDone && !time.Now().Before(storeAt) {
 			storeDone = true
 			event("SIGKILL store")
-			if err := vk.cur.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+			if err := vk.cur.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
 				t.Fatalf("store: %v", err)
 			}
 			time.Sleep(1500 * time.Millisecond)
@@ -236,23 +238,23 @@ func injectFaults(t *testing.T, relays []*relayProc, vk *storeProc, loadStart ti
 		if n%2 == 1 {
 			sig, kind = syscall.SIGTERM, faultTerm
 		}
-		event("%v %s", sig, r.name)
-		if err := r.cur.stop(sig, 20*time.Second); err != nil {
-			t.Fatalf("%s: %v", r.name, err)
+		event("%v %s", sig, r.Name)
+		if err := r.Cur.Stop(sig, 20*time.Second); err != nil {
+			t.Fatalf("%s: %v", r.Name, err)
 		}
-		if sig == syscall.SIGTERM && r.cur.err != nil {
-			t.Errorf("%s exited with %v after SIGTERM, want status 0", r.name, r.cur.err)
+		if sig == syscall.SIGTERM && r.Cur.Err != nil {
+			t.Errorf("%s exited with %v after SIGTERM, want status 0", r.Name, r.Cur.Err)
 		}
 		// Down for a moment, as a process supervisor takes to notice:
 		// requests meet a refused port, not only a reset connection.
 		down := time.Duration(mrand.IntN(1000)) * time.Millisecond //nolint:gosec // schedule
-		event("%s exited; down for %v", r.name, down)
+		event("%s exited; down for %v", r.Name, down)
 		time.Sleep(down)
-		if err := r.start(); err != nil {
+		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}
 		faults[kind]++
-		event("%s back", r.name)
+		event("%s back", r.Name)
 	}
 	return faults, timeline
 }

@@ -41,6 +41,8 @@ import (
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/chaos/history"
+
+	"github.com/byollm/relay-go/test/testproc"
 )
 
 var relayBin string // built once by TestMain
@@ -123,18 +125,18 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 		"RELAY_SHUTDOWN_TIMEOUT=5s",
 		"RELAY_LOG_LEVEL=warn",
 	}
-	relays := []*relayProc{newRelay(t, "relay-1", env), newRelay(t, "relay-2", env)}
+	relays := []*testproc.Relay{testproc.NewRelay(t, relayBin, "relay-1", env), testproc.NewRelay(t, relayBin, "relay-2", env)}
 	urls := make([]string, len(relays))
 	for i, r := range relays {
-		if err := r.start(); err != nil {
+		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}
-		urls[i] = r.url()
+		urls[i] = r.URL()
 	}
 	log := &history.Log{}
 	cfg := loadgen.Config{
 		Replicas:    urls,
-		AdminURLs:   []string{relays[0].adminURL()},
+		AdminURLs:   []string{relays[0].AdminURL()},
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -186,7 +188,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 				case <-time.After(50 * time.Millisecond):
 				}
 				t0 := time.Now()
-				st, body := post(ctx, hc, r.url()+"/byollm/pair", pollBody)
+				st, body := post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
 				p := probe{at: t0, status: st, code: errorCode(body), elapsed: time.Since(t0)}
 				mu.Lock()
 				probes = append(probes, p)
@@ -338,7 +340,7 @@ func TestPrimaryFailoverUnderLoad(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				_, port, _ := strings.Cut(replica.addr, ":")
-				t.Fatalf("replica %s not promoted after 30s; its log:\n%s", replica.addr, tail(filepath.Join(cl.dir, port, "server.log"), 30))
+				t.Fatalf("replica %s not promoted after 30s; its log:\n%s", replica.addr, testproc.Tail(filepath.Join(cl.dir, port, "server.log"), 30))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -539,12 +541,12 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 
 // storeErrors counts the store errors the replicas logged (each answered
 // with the retryable 503), by the cluster's error kind.
-func storeErrors(t *testing.T, relays []*relayProc) map[string]int {
+func storeErrors(t *testing.T, relays []*testproc.Relay) map[string]int {
 	t.Helper()
 	kinds := []string{"CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "non local key", "connection refused", "context deadline exceeded", "EOF"}
 	out := map[string]int{}
 	for _, r := range relays {
-		files, _ := filepath.Glob(filepath.Join(r.logDir, "*.log"))
+		files, _ := filepath.Glob(filepath.Join(r.LogDir, "*.log"))
 		for _, f := range files {
 			b, err := os.ReadFile(f)
 			if err != nil {
@@ -559,7 +561,7 @@ func storeErrors(t *testing.T, relays []*relayProc) map[string]int {
 					continue
 				}
 				if strings.HasPrefix(e.Msg, "relay: request failed on a bug") {
-					t.Logf("%s answered 500: %s", r.name, e.Err)
+					t.Logf("%s answered 500: %s", r.Name, e.Err)
 					continue
 				}
 				if e.Msg != "relay: store unavailable" {
