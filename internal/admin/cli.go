@@ -156,34 +156,14 @@ func runCLI(ctx context.Context, resource, usage string, args []string, getenv f
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base.String()+path, bytes.NewReader(body))
+	out, err := adminCall(ctx, base, *token, method, path, body)
+	var refused *adminRefusal
+	if errors.As(err, &refused) {
+		fmt.Fprintf(stderr, "relay %s %s: refused (%d): %s\n", resource, pos[0], refused.status, refused.msg)
+		return ExitRefused
+	}
 	if err != nil {
 		return fail("%v", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+*token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fail("cannot reach the admin listener at %s: %v", base, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fail("reading the answer: %v", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e errorBody
-		msg := strings.TrimSpace(string(out))
-		if json.Unmarshal(out, &e) == nil && e.Error != "" {
-			msg = e.Error
-			if e.Message != "" {
-				msg += ": " + e.Message
-			}
-		}
-		fmt.Fprintf(stderr, "relay %s %s: refused (%d): %s\n", resource, pos[0], resp.StatusCode, msg)
-		return ExitRefused
 	}
 	stdout.Write(out) //nolint:errcheck // nothing useful to do if stdout is gone
 	if len(out) > 0 && out[len(out)-1] != '\n' {
@@ -203,4 +183,47 @@ func defaultAdminURL(getenv func(string) string) string {
 		return "http://" + l
 	}
 	return "http://127.0.0.1:8081"
+}
+
+// adminRefusal is a non-2xx answer of the admin listener: its status and
+// the message of its error body (or the body itself).
+type adminRefusal struct {
+	status int
+	msg    string
+}
+
+func (r *adminRefusal) Error() string { return fmt.Sprintf("refused (%d): %s", r.status, r.msg) }
+
+// adminCall sends one request with the admin token to the admin listener at
+// base and returns the answer's body; a refusal is an *adminRefusal.
+func adminCall(ctx context.Context, base *url.URL, token, method, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base.String()+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the admin listener at %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %v", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e errorBody
+		msg := strings.TrimSpace(string(out))
+		if json.Unmarshal(out, &e) == nil && e.Error != "" {
+			msg = e.Error
+			if e.Message != "" {
+				msg += ": " + e.Message
+			}
+		}
+		return nil, &adminRefusal{status: resp.StatusCode, msg: msg}
+	}
+	return out, nil
 }

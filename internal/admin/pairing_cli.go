@@ -129,34 +129,14 @@ func RunPairingCLI(ctx context.Context, args []string, getenv func(string) strin
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base.String()+path, bytes.NewReader(body))
+	out, err := adminCall(ctx, base, *token, method, path, body)
+	var refused *adminRefusal
+	if errors.As(err, &refused) {
+		fmt.Fprintf(stderr, "relay pairing %s: refused (%d): %s\n", pos[0], refused.status, refused.msg)
+		return ExitRefused
+	}
 	if err != nil {
 		return fail("%v", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+*token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fail("cannot reach the admin listener at %s: %v", base, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fail("reading the answer: %v", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e errorBody
-		msg := strings.TrimSpace(string(out))
-		if json.Unmarshal(out, &e) == nil && e.Error != "" {
-			msg = e.Error
-			if e.Message != "" {
-				msg += ": " + e.Message
-			}
-		}
-		fmt.Fprintf(stderr, "relay pairing %s: refused (%d): %s\n", pos[0], resp.StatusCode, msg)
-		return ExitRefused
 	}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, out, "", "  ") == nil {
