@@ -1,4 +1,5 @@
 -- complete: record the first result under the current grant (§2.9).
+-- lib: blob
 -- lib: store
 --
 -- Guards: resolve (not-found), runner (not-holder), done (duplicate for the
@@ -33,7 +34,8 @@ if h.state == DONE then
   return {'duplicate', REPORTS}
 end
 local was = h.state
-redis.call('HSET', jkey(m), 'rs', ARGV[9], 'dp', ARGV[10], 'state', DONE)
+redis.call('HSET', jkey(m), 'dp', ARGV[10], 'state', DONE)
+put_blob(jkey(m), 'rs', ARGV[9])
 move_state(m, was, DONE)
 redis.call('SREM', live_set(h.eS), h.eJ)
 account(m, h.eS)

@@ -1,4 +1,5 @@
 -- enqueue: store a new job, or return the existing one unchanged (§2.2).
+-- lib: blob
 -- lib: store
 --
 -- mode: write
@@ -63,11 +64,13 @@ end
 -- only while the epoch they were filled under is still the one stored.
 redis.call('SET', KEYS[6], ARGV[17], 'NX')
 local seq = next_seq(KEYS[2])
+-- eS and eJ are not stored: the member m names them (core()).
 redis.call('HSET', KEYS[1],
-  'id', ARGV[5], 'site', ARGV[6], 'stub', ARGV[7],
+  'id', ARGV[5], 'site', ARGV[6],
   'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10], 'dl', ARGV[11],
   'seq', seq, 'state', QUEUED,
-  'eS', ARGV[12], 'eJ', ARGV[13], 'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16])
+  'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16])
+put_blob(KEYS[1], 'stub', ARGV[7])
 redis.call('ZADD', KEYS[3], seq, m)
 redis.call('ZADD', KEYS[4], seq, ARGV[13])
 announce(KEYS[4])

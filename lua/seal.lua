@@ -2,6 +2,7 @@
 -- (§2.11). No lease, recipient, cancel or window check; settling first
 -- (§9.8) turns a seal after the window into too-late/queued or not-found.
 -- Clears awaitingUntil and sealAttempts, never reofferTo.
+-- lib: blob
 -- lib: store
 --
 -- Beyond the reference, a payload that would take the site past its stored
@@ -34,7 +35,8 @@ local max_bytes = tonumber(ARGV[6])
 if max_bytes > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') + #ARGV[5] > max_bytes then
   return {'site-limit', 'bytes', REPORTS}
 end
-redis.call('HSET', KEYS[1], 'pl', ARGV[5], 'state', READY)
+redis.call('HSET', KEYS[1], 'state', READY)
+put_blob(KEYS[1], 'pl', ARGV[5])
 account(m, h.eS)
 move_state(m, AWAITING, READY)
 redis.call('HDEL', KEYS[1], 'au', 'sa')

@@ -60,13 +60,18 @@ local function core(m)
       h[f] = v[i]
     end
   end
+  if not h.eJ then
+    -- Records since layout v3 leave out eS and eJ: the member names them.
+    h.eS, h.eJ = string.match(m, '^([^:]*):(.*)$')
+  end
   return h
 end
 
 -- Snapshot fields without the ciphertext blobs; used where a reply may hold
 -- many jobs (sweep), so one reply never carries megabytes per job.
-local LIGHT = {'id', 'site', 'stub', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
-  'co', 'cd', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
+local LIGHT = {'id', 'site', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
+  'co', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
+local LIGHT_BLOBS = {'stub', 'cd'}
 
 -- snapshot(m, light) -> {flat hash, refusedBy in order, flat retryAfter}, or
 -- false when the job does not exist.
@@ -82,8 +87,17 @@ local function snapshot(m, light)
         flat[#flat + 1] = v[i]
       end
     end
+    if #flat > 0 then
+      for _, f in ipairs(LIGHT_BLOBS) do
+        local b = get_blob(k, f)
+        if b then
+          flat[#flat + 1] = f
+          flat[#flat + 1] = b
+        end
+      end
+    end
   else
-    flat = redis.call('HGETALL', k)
+    flat = merge_blobs(redis.call('HGETALL', k))
   end
   if #flat == 0 then
     return false
@@ -131,15 +145,19 @@ local function rescore(m, h)
   redis.call('ZADD', P .. 'due', fmt(next_due(h)), m)
 end
 
--- Jobs by state, for metrics only (no decision reads them): one set of
--- members per state, so a count is an SCARD and a missed move cannot drift
--- the way a counter would. from or to may be nil (enqueue, forget).
+-- Jobs by state, for metrics only (no decision reads them): the shard's
+-- HASH stc, state -> count. Every state change of a job goes through here
+-- in the script that makes it, so the counts are exact by construction
+-- (TestStateCountsMatchRecords). Before layout v3 they were sets of members
+-- st:<state> (about 130 B a job); a job still counted in such a set leaves
+-- it here instead of the counter, so Counts (counter plus SCARD) stays
+-- exact while old jobs drain. from or to may be nil (enqueue, forget).
 local function move_state(m, from, to)
-  if from then
-    redis.call('SREM', P .. 'st:' .. from, m)
+  if from and redis.call('SREM', P .. 'st:' .. from, m) == 0 then
+    redis.call('HINCRBY', P .. 'stc', from, -1)
   end
   if to then
-    redis.call('SADD', P .. 'st:' .. to, m)
+    redis.call('HINCRBY', P .. 'stc', to, 1)
   end
 end
 
@@ -162,8 +180,12 @@ end
 
 local function account(m, eS)
   local k = jkey(m)
-  local size = redis.call('HSTRLEN', k, 'stub') + redis.call('HSTRLEN', k, 'pl') + redis.call('HSTRLEN', k, 'rs')
-  local was = tonumber(redis.call('HGET', k, 'by') or '0')
+  local v = redis.call('HMGET', k, 'stub#', 'pl#', 'rs#', 'by')
+  local size = tonumber(v[1] or '0') + tonumber(v[2] or '0') + tonumber(v[3] or '0')
+  for _, f in ipairs({'stub', 'pl', 'rs'}) do
+    size = size + redis.call('HSTRLEN', k, f)
+  end
+  local was = tonumber(v[4] or '0')
   if size ~= was then
     redis.call('HSET', k, 'by', size)
     if redis.call('INCRBY', bytes_key(eS), size - was) <= 0 then
@@ -199,7 +221,9 @@ local function requeue(m, h)
   end
   drop_grant(m, h)
   local k = jkey(m)
-  redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cd', 'cl', 'ce', 'au', 'pl')
+  redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cl', 'ce', 'au')
+  drop_blob(k, 'cd')
+  drop_blob(k, 'pl')
   account(m, h.eS)
   redis.call('HSET', k, 'state', QUEUED)
   move_state(m, h.state, QUEUED)
