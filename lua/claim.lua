@@ -175,7 +175,7 @@ while remaining > 0 do
       end
     end
     if ok then
-      local stub = get_blob(jk, 'stub')
+      local stub = get_blob(jk, 'stub', 8)
       if not valid_stub(stub) then
         -- §3.5: stays queued and readable, out of every ready queue.
         redis.call('ZREM', best.key, e_job)
@@ -189,9 +189,10 @@ while remaining > 0 do
         end
         local expires = fmt(now + lease_ms)
         local until_ = fmt(now + AWAITING_MS)
-        redis.call('HSET', jk, 'state', AWAITING, 'cr', runner, 'ecr', e_runner,
-          'co', device_owner, 'cl', lease_id, 'ce', expires, 'au', until_)
-        put_blob(jk, 'cd', device)
+        local rec = {'state', AWAITING, 'cr', runner, 'ecr', e_runner,
+          'co', device_owner, 'cl', lease_id, 'ce', expires, 'au', until_}
+        blob_args('cd', device, rec)
+        redis.call('HSET', jk, unpack(rec))
         redis.call('ZREM', best.key, e_job)
         move_state(m, QUEUED, AWAITING)
         redis.call('SADD', route.uns, e_job)

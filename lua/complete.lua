@@ -34,11 +34,12 @@ if h.state == DONE then
   return {'duplicate', REPORTS}
 end
 local was = h.state
-redis.call('HSET', jkey(m), 'dp', ARGV[10], 'state', DONE)
-put_blob(jkey(m), 'rs', ARGV[9])
+local rec = {'dp', ARGV[10], 'state', DONE}
+local size = blob_args('rs', ARGV[9], rec)
+redis.call('HSET', jkey(m), unpack(rec))
 move_state(m, was, DONE)
 redis.call('SREM', live_set(h.eS), h.eJ)
-account(m, h.eS)
+account(m, h.eS, size)
 if was == AWAITING then
   leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
 end

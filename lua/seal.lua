@@ -35,9 +35,10 @@ local max_bytes = tonumber(ARGV[6])
 if max_bytes > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') + #ARGV[5] > max_bytes then
   return {'site-limit', 'bytes', REPORTS}
 end
-redis.call('HSET', KEYS[1], 'state', READY)
-put_blob(KEYS[1], 'pl', ARGV[5])
-account(m, h.eS)
+local rec = {'state', READY}
+local size = blob_args('pl', ARGV[5], rec)
+redis.call('HSET', KEYS[1], unpack(rec))
+account(m, h.eS, size)
 move_state(m, AWAITING, READY)
 redis.call('HDEL', KEYS[1], 'au', 'sa')
 leave_awaiting(h)

@@ -27,7 +27,7 @@ end
 if h.cr ~= runner then
   return {'refused', 'not-holder', REPORTS}
 end
-local payload = get_blob(jkey(m), 'pl')
+local payload = get_blob(jkey(m), 'pl', 32)
 if not payload then
   return {'refused', 'not-ready', REPORTS}
 end

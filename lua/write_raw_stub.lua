@@ -17,9 +17,11 @@ local h = core(m)
 if not h then
   return 0
 end
-drop_blob(KEYS[1], 'stub')
-put_blob(KEYS[1], 'stub', ARGV[5])
-account(m, h.eS)
+local was = drop_blob(KEYS[1], 'stub')
+local rec = {}
+local size = blob_args('stub', ARGV[5], rec)
+redis.call('HSET', KEYS[1], unpack(rec))
+account(m, h.eS, size - was)
 if h.bad == '1' then
   redis.call('HDEL', KEYS[1], 'bad')
   redis.call('ZREM', P .. 'bad', m)

@@ -12,64 +12,70 @@
 -- slicing it would cost a field per CHUNK bytes. Records written before
 -- layout v3 hold every blob whole under <name>; the readers take both.
 local CHUNK = 64
-local WHOLE = 4096
-local BATCH = 200 -- chunks per HSET, HMGET or HDEL (Lua's unpack limit)
+local WHOLE = 4096 -- so a sliced blob has at most 64 slices: one command
 
-local function chunk_names(name, n, first)
+-- blob_args(name, v, args) appends to args the HSET field/value pairs that
+-- store blob v under name (the writer's own HSET carries them, so a blob
+-- costs no command of its own), and returns #v. The record must hold no
+-- blob name (every writer writes a blob once, or drops it first).
+local function blob_args(name, v, args)
+  if #v <= CHUNK or #v > WHOLE then
+    args[#args + 1] = name
+    args[#args + 1] = v
+    return #v
+  end
+  args[#args + 1] = name .. '#'
+  args[#args + 1] = tostring(#v)
+  local i = 0
+  for at = 1, #v, CHUNK do
+    i = i + 1
+    args[#args + 1] = name .. '.' .. i
+    args[#args + 1] = string.sub(v, at, at + CHUNK - 1)
+  end
+  return #v
+end
+
+local function chunk_names(name, n)
   local out = {}
-  for i = first, math.min(n, first + BATCH - 1) do
-    out[#out + 1] = name .. '.' .. i
+  for i = 1, n do
+    out[i] = name .. '.' .. i
   end
   return out
 end
 
--- put_blob(k, name, v): store blob v under name. The field must be absent
--- (every writer writes a blob once, or drops it first).
-local function put_blob(k, name, v)
-  if #v <= CHUNK or #v > WHOLE then
-    redis.call('HSET', k, name, v)
-    return
-  end
-  redis.call('HSET', k, name .. '#', tostring(#v))
-  local n = math.ceil(#v / CHUNK)
-  for first = 1, n, BATCH do
-    local args = {}
-    for i = first, math.min(n, first + BATCH - 1) do
-      args[#args + 1] = name .. '.' .. i
-      args[#args + 1] = string.sub(v, (i - 1) * CHUNK + 1, i * CHUNK)
-    end
-    redis.call('HSET', k, unpack(args))
-  end
-end
-
--- get_blob(k, name) -> the blob, or nil when the record has none.
-local function get_blob(k, name)
-  local v = redis.call('HMGET', k, name, name .. '#')
+-- get_blob(k, name, guess) -> the blob, or nil when the record has none.
+-- guess slices are asked for with the head, so a blob of at most guess*64
+-- bytes costs one command; a longer one a second.
+local function get_blob(k, name, guess)
+  local ask = chunk_names(name, guess or 0)
+  table.insert(ask, 1, name .. '#')
+  table.insert(ask, 1, name)
+  local v = redis.call('HMGET', k, unpack(ask))
   if v[1] or not v[2] then
     return v[1] or nil
   end
   local n = math.ceil(tonumber(v[2]) / CHUNK)
-  local parts = {}
-  for first = 1, n, BATCH do
-    for _, s in ipairs(redis.call('HMGET', k, unpack(chunk_names(name, n, first)))) do
-      parts[#parts + 1] = s
-    end
+  if n <= (guess or 0) then
+    return table.concat(v, '', 3, n + 2)
   end
-  return table.concat(parts)
+  return table.concat(redis.call('HMGET', k, unpack(chunk_names(name, n))))
 end
 
--- drop_blob(k, name): remove blob name, in either form.
+-- drop_blob(k, name) removes blob name, in either form, and returns the
+-- bytes it held.
 local function drop_blob(k, name)
   local len = redis.call('HGET', k, name .. '#')
   if not len then
-    redis.call('HDEL', k, name)
-    return
+    local n = redis.call('HSTRLEN', k, name)
+    if n > 0 then
+      redis.call('HDEL', k, name)
+    end
+    return n
   end
-  redis.call('HDEL', k, name, name .. '#')
-  local n = math.ceil(tonumber(len) / CHUNK)
-  for first = 1, n, BATCH do
-    redis.call('HDEL', k, unpack(chunk_names(name, n, first)))
-  end
+  local names = chunk_names(name, math.ceil(tonumber(len) / CHUNK))
+  names[#names + 1] = name .. '#'
+  redis.call('HDEL', k, unpack(names))
+  return tonumber(len)
 end
 
 -- merge_blobs(flat) -> flat with every chunked blob joined back under its

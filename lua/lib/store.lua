@@ -167,9 +167,10 @@ end
 -- gone. sb:<eS> is the bytes of the site's stored blobs (stub, payload,
 -- result): a total, which no set can give in O(1), so it is a counter, kept
 -- exact by account() below: each job records in its own field 'by' what it
--- has added, every blob write re-measures the job and adds the difference,
--- and forget() takes back what the record says, so the total is always the
--- sum of the 'by' fields of the jobs that exist.
+-- has added, every blob write and drop adds its size change (blob_args and
+-- drop_blob answer it) to both, and forget() takes back what the record
+-- says, so the total is always the sum of the 'by' fields of the jobs that
+-- exist.
 local function live_set(eS)
   return P .. 'sl:' .. eS
 end
@@ -178,17 +179,10 @@ local function bytes_key(eS)
   return P .. 'sb:' .. eS
 end
 
-local function account(m, eS)
-  local k = jkey(m)
-  local v = redis.call('HMGET', k, 'stub#', 'pl#', 'rs#', 'by')
-  local size = tonumber(v[1] or '0') + tonumber(v[2] or '0') + tonumber(v[3] or '0')
-  for _, f in ipairs({'stub', 'pl', 'rs'}) do
-    size = size + redis.call('HSTRLEN', k, f)
-  end
-  local was = tonumber(v[4] or '0')
-  if size ~= was then
-    redis.call('HSET', k, 'by', size)
-    if redis.call('INCRBY', bytes_key(eS), size - was) <= 0 then
+local function account(m, eS, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', jkey(m), 'by', delta)
+    if redis.call('INCRBY', bytes_key(eS), delta) <= 0 then
       redis.call('DEL', bytes_key(eS))
     end
   end
@@ -223,8 +217,7 @@ local function requeue(m, h)
   local k = jkey(m)
   redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cl', 'ce', 'au')
   drop_blob(k, 'cd')
-  drop_blob(k, 'pl')
-  account(m, h.eS)
+  account(m, h.eS, -drop_blob(k, 'pl'))
   redis.call('HSET', k, 'state', QUEUED)
   move_state(m, h.state, QUEUED)
   h.state = QUEUED
