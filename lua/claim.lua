@@ -157,7 +157,7 @@ while remaining > 0 do
       redis.call('ZADD', qk, h.seq, qm)
     end
   elseif tonumber(h.dl) <= now then
-    settle(m, now, false)
+    settle(m, now, false, h)
   else
     local ok = true
     if best.sticky then

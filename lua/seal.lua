@@ -20,11 +20,13 @@
 
 local m = ARGV[4]
 local now = clock()
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local h = core(m)
+if not h then
   return {'not-found', REPORTS}
 end
-settle(m, now, false)
-local h = core(m)
+if settle(m, now, false, h) then
+  h = core(m) -- requeued or removed: read what is left
+end
 if not h then
   return {'not-found', REPORTS}
 end

@@ -104,6 +104,12 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 	do("HSET", k, "stub", string(raw), "eS", enc(site), "eJ", enc(st.ID))
 	do("HINCRBY", h.s.k.stateCounts(sh), StateQueued, "-1")
 	do("SADD", h.s.k.state(sh, StateQueued), m)
+	do("HSET", h.s.k.layout(), "v2", "1") // as relay migrate leaves it
+	s2, err := New(ctx, c, Options{Namespace: h.s.opts.Namespace, Logger: quietLogger()})
+	if err != nil || !s2.v2States {
+		t.Fatalf("New on a namespace moved from v2: %v (v2 states %v)", err, s2 != nil && s2.v2States)
+	}
+	h.s = s2
 
 	counts := func(step string, want StateCounts) {
 		t.Helper()
@@ -183,8 +189,11 @@ func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
 		t.Fatalf("migrate v2: %+v %v", rep, err)
 	}
 	s, err := New(ctx, c, Options{Namespace: ns, Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("New after migrate: %v", err)
+	if err != nil || !s.v2States {
+		t.Fatalf("New after migrate: %v (v2 states %v)", err, s != nil && s.v2States)
+	}
+	if h.s.v2States {
+		t.Fatal("a namespace created in v3 has v2 state sets")
 	}
 	if j, err := s.Job(ctx, site, "kept"); err != nil || j == nil || j.State != StateQueued {
 		t.Fatalf("job after migrate: %+v %v", j, err)

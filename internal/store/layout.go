@@ -58,9 +58,10 @@ func (s *Store) loadLayout(ctx context.Context) error {
 			"sites' traffic, let the old relays drain it, then run `relay migrate`, which checks nothing is left and "+
 			"writes the new layout record; or start this relay on a new RELAY_NAMESPACE", ErrLegacyLayout, s.opts.Namespace, LayoutVersion)
 	}
-	if len(f) != 3 {
+	if len(f) != 4 {
 		return fmt.Errorf("layout: reply %v", f)
 	}
+	s.v2States = f[3] == "1"
 	v, err1 := strconv.Atoi(f[0])
 	n, err2 := strconv.Atoi(f[1])
 	raw, err3 := hex.DecodeString(f[2])
@@ -118,7 +119,9 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 		}
 		// v2 → v3: the same keys; v3 reads v2 records and state sets as
 		// they are (lib/blob.lua, move_state), so only the version changes.
-		if err := c.Do(ctx, c.B().Hset().Key(k.layout()).FieldValue().FieldValue("version", strconv.Itoa(LayoutVersion)).Build()).Error(); err != nil {
+		// v2 marks that jobs may still be counted in v2's state sets.
+		if err := c.Do(ctx, c.B().Hset().Key(k.layout()).FieldValue().FieldValue("v2", "1").
+			FieldValue("version", strconv.Itoa(LayoutVersion)).Build()).Error(); err != nil {
 			return rep, fmt.Errorf("migrate: write version: %w", err)
 		}
 		rep.Upgraded, rep.Written = true, true

@@ -24,6 +24,7 @@ local DONE = 'done'
 
 local CHURN_ON = string.sub(ARGV[3], 1, 1) == '1'
 local ANNOUNCE = string.sub(ARGV[3], 2, 2) == '1'
+local V2_STATES = string.sub(ARGV[3], 3, 3) == '1'
 
 -- announce(qk): a queue of this shard gained an entry. Replicas' work
 -- views (internal/store workView) learn it from the shard's channel
@@ -149,11 +150,12 @@ end
 -- HASH stc, state -> count. Every state change of a job goes through here
 -- in the script that makes it, so the counts are exact by construction
 -- (TestStateCountsMatchRecords). Before layout v3 they were sets of members
--- st:<state> (about 130 B a job); a job still counted in such a set leaves
--- it here instead of the counter, so Counts (counter plus SCARD) stays
--- exact while old jobs drain. from or to may be nil (enqueue, forget).
+-- st:<state> (about 130 B a job); in a namespace moved from v2 (flag
+-- V2_STATES) a job still counted in such a set leaves it here instead of
+-- the counter, so Counts (counter plus SCARD) stays exact while old jobs
+-- drain. from or to may be nil (enqueue, forget).
 local function move_state(m, from, to)
-  if from and redis.call('SREM', P .. 'st:' .. from, m) == 0 then
+  if from and not (V2_STATES and redis.call('SREM', P .. 'st:' .. from, m) == 1) then
     redis.call('HINCRBY', P .. 'stc', from, -1)
   end
   if to then
@@ -275,12 +277,14 @@ local function note_churn(m, h, now)
   end
 end
 
--- settle(m, now, snap) is the per-job sweep of §4, re-reading the record
--- rather than trusting the due score, so concurrent sweepers are harmless.
--- Returns nil when nothing was due, else 'requeued' or 'removed' plus (when
--- snap) a light snapshot: after the requeue, or before the forget.
-local function settle(m, now, snap)
-  local h = core(m)
+-- settle(m, now, snap, h) is the per-job sweep of §4, re-reading the record
+-- rather than trusting the due score, so concurrent sweepers are harmless
+-- (h: the record as core() just read it in this script, to skip a second
+-- read). Returns nil when nothing was due, else 'requeued' or 'removed'
+-- plus (when snap) a light snapshot: after the requeue, or before the
+-- forget.
+local function settle(m, now, snap, h)
+  h = h or core(m)
   if not h then
     redis.call('ZREM', P .. 'due', m)
     return nil
@@ -330,7 +334,7 @@ local function resolve_exact(job_id, lease_id, now)
   if h.id ~= job_id then
     return nil
   end
-  if settle(m, now, false) then
+  if settle(m, now, false, h) then
     return nil
   end
   return m, h
@@ -353,7 +357,7 @@ local function holds_bare(e_job, e_runner, now)
       local h = core(m)
       if not h or h.ecr ~= e_runner then
         redis.call('ZREM', hk, member)
-      elseif not settle(m, now, false) then
+      elseif not settle(m, now, false, h) then
         return true
       end
     end
