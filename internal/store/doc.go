@@ -141,7 +141,8 @@
 //
 // Fleet-wide ("<ns>:{<ns>}:"):
 //
-//	layout                 HASH  version (2), shards, salt (hex)
+//	layout                 HASH  version (3), shards, salt (hex); v2 "1" when
+//	                             relay migrate moved it from layout v2
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
