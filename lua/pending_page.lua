@@ -25,7 +25,7 @@ for i = 1, #page, 2 do
   local k = P .. 'j:' .. ARGV[4] .. ':' .. page[i]
   local v = redis.call('HMGET', k, 'state', 'id', 'cd', 'cr', 'cl', 'au', 'ce')
   if v[1] == 'awaiting-payload' then
-    v[3] = v[3] or get_blob(k, 'cd')
+    v[3] = v[3] or get_blob(k, 'cd', 4)
     for f = 2, 7 do
       out[#out + 1] = v[f] or ''
     end

@@ -27,7 +27,7 @@ for i = 1, n do
   local k = P .. 'j:' .. ARGV[4] .. ':' .. ARGV[4 + 2 * i]
   local v = redis.call('HMGET', k, 'state', 'seq', 'rs', 'id', 'dp', 'cr', 'cl', 'cd', 'co')
   if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] then
-    v[3], v[8] = v[3] or get_blob(k, 'rs'), v[8] or get_blob(k, 'cd')
+    v[3], v[8] = v[3] or get_blob(k, 'rs', 32), v[8] or get_blob(k, 'cd', 4)
   end
   if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] and v[3] then
     out[#out + 1] = i

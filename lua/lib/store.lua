@@ -72,7 +72,7 @@ end
 -- many jobs (sweep), so one reply never carries megabytes per job.
 local LIGHT = {'id', 'site', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
   'co', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
-local LIGHT_BLOBS = {'stub', 'cd'}
+local LIGHT_BLOBS = {stub = 8, cd = 4} -- slices asked for with the head (get_blob)
 
 -- snapshot(m, light) -> {flat hash, refusedBy in order, flat retryAfter}, or
 -- false when the job does not exist.
@@ -89,8 +89,8 @@ local function snapshot(m, light)
       end
     end
     if #flat > 0 then
-      for _, f in ipairs(LIGHT_BLOBS) do
-        local b = get_blob(k, f)
+      for _, f in ipairs({'stub', 'cd'}) do
+        local b = get_blob(k, f, LIGHT_BLOBS[f])
         if b then
           flat[#flat + 1] = f
           flat[#flat + 1] = b
