@@ -47,8 +47,10 @@ end
 
 -- The routing fields of a job: everything a transition reads. Blobs (stub,
 -- device, payload, result) stay in Valkey unless a reply needs them.
+-- eS and eJ are not read: the member names them (layout v2 also stored
+-- them), and a field a listpack lacks costs a scan of the whole record.
 local CORE = {'state', 'dl', 'seq', 'au', 'ce', 'cl', 'cr', 'ecr', 'sa', 'ro', 'ero',
-  'cx', 'bad', 'eS', 'eJ', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
+  'cx', 'bad', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
 
 local function core(m)
   local v = redis.call('HMGET', jkey(m), unpack(CORE))
@@ -61,10 +63,7 @@ local function core(m)
       h[f] = v[i]
     end
   end
-  if not h.eJ then
-    -- Records since layout v3 leave out eS and eJ: the member names them.
-    h.eS, h.eJ = string.match(m, '^([^:]*):(.*)$')
-  end
+  h.eS, h.eJ = string.match(m, '^([^:]*):(.*)$')
   return h
 end
 
