@@ -1,6 +1,7 @@
 -- awaiting: one page of a site's awaiting-payload jobs in insertion order
 -- (§2.5). Pure read: never settles; entries whose record disagrees are
 -- skipped. Go pages by seq.
+-- lib: blob
 -- lib: store
 -- lib: pages
 --

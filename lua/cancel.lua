@@ -1,5 +1,6 @@
 -- cancel: the site withdraws a job (§2.12). A flag, not a state: no
 -- requeue, no end of the grant. Idempotent; works in every state.
+-- lib: blob
 -- lib: store
 --
 -- mode: write

@@ -1,6 +1,7 @@
 -- claim: settle what is due, then grant the oldest eligible queued jobs of
 -- the caller's routes (§3, §9.6). CLAIM_ATOMIC: choosing, the unsealed cap
 -- and the grant are one script.
+-- lib: blob
 -- lib: store
 -- lib: stub
 --
@@ -156,7 +157,7 @@ while remaining > 0 do
       redis.call('ZADD', qk, h.seq, qm)
     end
   elseif tonumber(h.dl) <= now then
-    settle(m, now, false)
+    settle(m, now, false, h)
   else
     local ok = true
     if best.sticky then
@@ -174,7 +175,7 @@ while remaining > 0 do
       end
     end
     if ok then
-      local stub = redis.call('HGET', jk, 'stub')
+      local stub = get_blob(jk, 'stub', 8)
       if not valid_stub(stub) then
         -- §3.5: stays queued and readable, out of every ready queue.
         redis.call('ZREM', best.key, e_job)
@@ -188,8 +189,10 @@ while remaining > 0 do
         end
         local expires = fmt(now + lease_ms)
         local until_ = fmt(now + AWAITING_MS)
-        redis.call('HSET', jk, 'state', AWAITING, 'cr', runner, 'ecr', e_runner,
-          'co', device_owner, 'cd', device, 'cl', lease_id, 'ce', expires, 'au', until_)
+        local rec = {'state', AWAITING, 'cr', runner, 'ecr', e_runner,
+          'co', device_owner, 'cl', lease_id, 'ce', expires, 'au', until_}
+        blob_args('cd', device, rec)
+        redis.call('HSET', jk, unpack(rec))
         redis.call('ZREM', best.key, e_job)
         move_state(m, QUEUED, AWAITING)
         redis.call('SADD', route.uns, e_job)

@@ -1,4 +1,5 @@
 -- complete: record the first result under the current grant (§2.9).
+-- lib: blob
 -- lib: store
 --
 -- Guards: resolve (not-found), runner (not-holder), done (duplicate for the
@@ -33,10 +34,12 @@ if h.state == DONE then
   return {'duplicate', REPORTS}
 end
 local was = h.state
-redis.call('HSET', jkey(m), 'rs', ARGV[9], 'dp', ARGV[10], 'state', DONE)
+local rec = {'dp', ARGV[10], 'state', DONE}
+local size = blob_args('rs', ARGV[9], rec)
+redis.call('HSET', jkey(m), unpack(rec))
 move_state(m, was, DONE)
 redis.call('SREM', live_set(h.eS), h.eJ)
-account(m, h.eS)
+account(m, h.eS, size)
 if was == AWAITING then
   leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
 end

@@ -1,4 +1,5 @@
 -- enqueue: store a new job, or return the existing one unchanged (§2.2).
+-- lib: blob
 -- lib: store
 --
 -- mode: write
@@ -63,16 +64,26 @@ end
 -- only while the epoch they were filled under is still the one stored.
 redis.call('SET', KEYS[6], ARGV[17], 'NX')
 local seq = next_seq(KEYS[2])
-redis.call('HSET', KEYS[1],
-  'id', ARGV[5], 'site', ARGV[6], 'stub', ARGV[7],
+-- eS and eJ are not stored: the member m names them (core()).
+local rec = {'id', ARGV[5], 'site', ARGV[6],
   'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10], 'dl', ARGV[11],
   'seq', seq, 'state', QUEUED,
-  'eS', ARGV[12], 'eJ', ARGV[13], 'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16])
+  'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16]}
+local reply = {unpack(rec)}
+local size = blob_args('stub', ARGV[7], rec)
+redis.call('HSET', KEYS[1], unpack(rec))
 redis.call('ZADD', KEYS[3], seq, m)
 redis.call('ZADD', KEYS[4], seq, ARGV[13])
 announce(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[11], m)
 move_state(m, nil, QUEUED)
 redis.call('SADD', KEYS[7], ARGV[13])
-account(m, ARGV[12])
-return {1, snapshot(m, false)}
+account(m, ARGV[12], size)
+-- The new record is what this script wrote: answered without reading it.
+reply[#reply + 1] = 'stub'
+reply[#reply + 1] = ARGV[7]
+if size ~= 0 then
+  reply[#reply + 1] = 'by'
+  reply[#reply + 1] = tostring(size)
+end
+return {1, {reply, {}, {}}}

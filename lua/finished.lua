@@ -1,6 +1,7 @@
 -- finished: one page of a site's done jobs that carry a result, in insertion
 -- order (§2.6). Pure read: never settles. Go pages by seq, so one call holds
 -- the server for a bounded number of entries and bytes, never for all of them.
+-- lib: blob
 -- lib: store
 -- lib: pages
 --
@@ -16,6 +17,6 @@
 --         exhausted; snapshots...}
 
 return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
-  local v = redis.call('HMGET', jkey(m), 'state', 'rs')
-  return v[1] == DONE and v[2]
+  local v = redis.call('HMGET', jkey(m), 'state', 'rs', 'rs#')
+  return v[1] == DONE and (v[2] or v[3])
 end)

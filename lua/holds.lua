@@ -1,6 +1,7 @@
 -- holds: the bare-id probe of §2.0 step 2 on one shard: does the runner
 -- currently hold a job with this bare id here? Go asks each shard of the
 -- runner's record that the lease's own shard did not answer for.
+-- lib: blob
 -- lib: store
 --
 -- mode: write

@@ -1,4 +1,5 @@
 -- job: read one job by its full key (§2.3). Pure read: never settles.
+-- lib: blob
 -- lib: store
 --
 -- mode: read-only

@@ -1,5 +1,6 @@
 -- jobs_page: one page of every job in insertion order (§2.4). Pure read.
 -- Go pages by seq so one call never holds the server for all N jobs.
+-- lib: blob
 -- lib: store
 -- lib: pages
 --

@@ -1,8 +1,10 @@
 -- pending_page: one page of a site's awaiting-payload jobs (§2.5) holding
 -- only what the site plane's pending answer shows, in insertion order. Pure
 -- read: never settles; entries whose record disagrees are skipped. It
--- carries no library: it runs on every pending poll, and building
--- lib/store.lua costs a script some 40 µs per call.
+-- carries only lib/blob.lua (the device may be stored in slices): it runs
+-- on every pending poll, and building lib/store.lua costs a script some
+-- 40 µs per call.
+-- lib: blob
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
@@ -20,8 +22,10 @@ local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES',
 local out = {''}
 for i = 1, #page, 2 do
   out[1] = page[i + 1]
-  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. page[i], 'state', 'id', 'cd', 'cr', 'cl', 'au', 'ce')
+  local k = P .. 'j:' .. ARGV[4] .. ':' .. page[i]
+  local v = redis.call('HMGET', k, 'state', 'id', 'cd', 'cr', 'cl', 'au', 'ce')
   if v[1] == 'awaiting-payload' then
+    v[3] = v[3] or get_blob(k, 'cd', 4)
     for f = 2, 7 do
       out[#out + 1] = v[f] or ''
     end

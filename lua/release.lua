@@ -1,5 +1,6 @@
 -- release: hand grants back (§2.10). Each named grant is released at most
 -- once, in input order; skips are silent. A done job is never reopened.
+-- lib: blob
 -- lib: store
 --
 -- mode: write

@@ -1,6 +1,7 @@
 -- renew: move the lease expiry of grants still held (§2.14). The new expiry
 -- replaces the old one even when earlier; awaitingUntil is never touched.
 -- Done jobs renew. A grant that settling ends is reported lost (§9.8).
+-- lib: blob
 -- lib: store
 --
 -- mode: write

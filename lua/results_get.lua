@@ -2,8 +2,9 @@
 -- plane's results answer shows them (§2.6). A job no longer there, or
 -- there under another seq (removed and enqueued again), is left out. Pure
 -- read. The reply ends early once it holds the byte budget (always after at
--- least one job), so a call stays short however large the envelopes. No
--- library: see pending_page.
+-- least one job), so a call stays short however large the envelopes. Only
+-- lib/blob.lua: see pending_page.
+-- lib: blob
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
@@ -23,8 +24,11 @@ local bytes = 0
 local n = (#ARGV - 5) / 2
 for i = 1, n do
   out[1] = i
-  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. ARGV[4 + 2 * i], 'state', 'seq', 'rs', 'id',
-    'dp', 'cr', 'cl', 'cd', 'co')
+  local k = P .. 'j:' .. ARGV[4] .. ':' .. ARGV[4 + 2 * i]
+  local v = redis.call('HMGET', k, 'state', 'seq', 'rs', 'id', 'dp', 'cr', 'cl', 'cd', 'co')
+  if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] then
+    v[3], v[8] = v[3] or get_blob(k, 'rs', 32), v[8] or get_blob(k, 'cd', 4)
+  end
   if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] and v[3] then
     out[#out + 1] = i
     out[#out + 1] = v[4]

@@ -2,6 +2,7 @@
 -- (§2.11). No lease, recipient, cancel or window check; settling first
 -- (§9.8) turns a seal after the window into too-late/queued or not-found.
 -- Clears awaitingUntil and sealAttempts, never reofferTo.
+-- lib: blob
 -- lib: store
 --
 -- Beyond the reference, a payload that would take the site past its stored
@@ -19,11 +20,13 @@
 
 local m = ARGV[4]
 local now = clock()
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local h = core(m)
+if not h then
   return {'not-found', REPORTS}
 end
-settle(m, now, false)
-local h = core(m)
+if settle(m, now, false, h) then
+  h = core(m) -- requeued or removed: read what is left
+end
 if not h then
   return {'not-found', REPORTS}
 end
@@ -34,8 +37,10 @@ local max_bytes = tonumber(ARGV[6])
 if max_bytes > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') + #ARGV[5] > max_bytes then
   return {'site-limit', 'bytes', REPORTS}
 end
-redis.call('HSET', KEYS[1], 'pl', ARGV[5], 'state', READY)
-account(m, h.eS)
+local rec = {'state', READY}
+local size = blob_args('pl', ARGV[5], rec)
+redis.call('HSET', KEYS[1], unpack(rec))
+account(m, h.eS, size)
 move_state(m, AWAITING, READY)
 redis.call('HDEL', KEYS[1], 'au', 'sa')
 leave_awaiting(h)

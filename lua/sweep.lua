@@ -1,6 +1,7 @@
 -- sweep: settle one bounded batch of due jobs (§4, §9.7). Go calls it until
 -- 'more' is 0. Each settle re-checks the record inside this atomic step, so
 -- concurrent sweepers count each timeout exactly once.
+-- lib: blob
 -- lib: store
 --
 -- mode: write

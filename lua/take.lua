@@ -1,4 +1,5 @@
 -- take: hand the sealed payload to the holder of the current grant (§2.8).
+-- lib: blob
 -- lib: store
 --
 -- Guards in the reference's order: resolve (not-found), runner (not-holder),
@@ -26,7 +27,7 @@ end
 if h.cr ~= runner then
   return {'refused', 'not-holder', REPORTS}
 end
-local payload = redis.call('HGET', jkey(m), 'pl')
+local payload = get_blob(jkey(m), 'pl', 32)
 if not payload then
   return {'refused', 'not-ready', REPORTS}
 end

@@ -2,6 +2,7 @@
 -- stored stub bytes of a job, as an older version might have written them.
 -- The denormalised routing fields are left alone, as they would be. A job
 -- quarantined earlier gets a fresh chance in its ready queue.
+-- lib: blob
 -- lib: store
 --
 -- mode: write
@@ -16,8 +17,11 @@ local h = core(m)
 if not h then
   return 0
 end
-redis.call('HSET', KEYS[1], 'stub', ARGV[5])
-account(m, h.eS)
+local was = drop_blob(KEYS[1], 'stub')
+local rec = {}
+local size = blob_args('stub', ARGV[5], rec)
+redis.call('HSET', KEYS[1], unpack(rec))
+account(m, h.eS, size - was)
 if h.bad == '1' then
   redis.call('HDEL', KEYS[1], 'bad')
   redis.call('ZREM', P .. 'bad', m)

@@ -11,7 +11,9 @@ import (
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
-// migrate moves a namespace written by an older relay in the single-slot
+// migrate moves a namespace of layout v2 to v3 (the version only: v3 reads
+// v2's data; run it once the v2 relays are stopped), or one written by an
+// older relay in the single-slot
 // layout (v1) to the sharded layout (store.Migrate): it reports the v1
 // jobs still stored and, once there are none (the old relays drained them)
 // or with -drop-jobs, deletes the v1 routing keys and writes the layout
@@ -41,6 +43,10 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
 		return exitRuntime
+	}
+	if rep.Upgraded {
+		fmt.Fprintf(stdout, "namespace %q: layout v%d (was v2; no data moved); start the new relays.\n", *ns, store.LayoutVersion)
+		return exitOK
 	}
 	if rep.Jobs > 0 && !*drop {
 		fmt.Fprintf(stdout, "namespace %q: %d jobs still in the v1 layout %v, %d presence records; nothing changed.\n"+

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/store"
 )
 
 // A relay started on a namespace an older relay wrote in the single-slot
@@ -44,8 +47,40 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 		t.Fatalf("migrate with a job left: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	code, out, errs = runBinary(t, env, "migrate", "-drop-jobs")
-	if code != exitOK || !strings.Contains(out, "layout v2") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v%d", store.LayoutVersion)) {
 		t.Fatalf("migrate -drop-jobs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
+}
+
+// A namespace whose layout record says v2 (the same keys, job records with
+// whole blobs) is refused with the way to move it; `relay migrate` rewrites
+// the version and the relay starts.
+func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
+	ns := namespace(t)
+	opt, err := valkey.ParseURL(valkeyURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := ns + ":{" + ns + "}:"
+	if err := c.Do(context.Background(), c.B().Hset().Key(p+"layout").FieldValue().
+		FieldValue("version", "2").FieldValue("shards", "16").FieldValue("salt", "00112233445566778899aabbccddeeff").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns,
+		"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}
+	code, out, errs := runBinary(t, env)
+	if code != exitRuntime || !strings.Contains(errs, "layout v2") || !strings.Contains(errs, "relay migrate") || strings.Contains(out, "ready") {
+		t.Fatalf("start on a v2 namespace: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = runBinary(t, env, "migrate")
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v%d (was v2", store.LayoutVersion)) {
+		t.Fatalf("migrate v2: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns})
 }

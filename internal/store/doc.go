@@ -24,7 +24,7 @@
 // SetClockOffsetForTests / AdvanceClockForTests. Lease ids are UUID v4 minted
 // in Go from crypto/rand and passed to the claim script.
 //
-// # Key layout (store.md §9.3, mode S: sharded by site; layout v2)
+// # Key layout (store.md §9.3, mode S: sharded by site; layout v3)
 //
 // A namespace is laid out over Shards shards (16 for a new namespace, fixed
 // in its layout record). Shard i's keys start with "<ns>:{<ns>/<i>-<n>}:",
@@ -34,8 +34,8 @@
 //   - a site's jobs, queues and per-site indexes: shard(site);
 //   - a runner's held, hid and cxl sets: one per shard where it holds a
 //     grant, on that shard (they change in the same script as the job);
-//   - the lease index, the due index, seq, all, epoch and st:<state>: one
-//     per shard;
+//   - the lease index, the due index, seq, all, epoch and stc: one per
+//     shard;
 //   - presence, and the runner's record of the shards it holds grants on
 //     (rsh:⟨R⟩): shard(runner);
 //   - a lease: the shard whose claim minted it, written in the lease id's
@@ -109,8 +109,13 @@
 //	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds here
 //	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
-//	st:<state>             SET   m of every job here in that state; metrics
-//	                             only (Counts: SCARDs), never decisions
+//	stc                    HASH  state -> jobs here in that state; metrics
+//	                             only (Counts), never decisions; kept by
+//	                             move_state in the script of each change
+//	st:<state>             SET   layout v2's form of the same: m of each job
+//	                             here in that state. v3 never adds to it; a
+//	                             job still in it leaves it instead of the
+//	                             counter (Counts adds both)
 //	sl:⟨S⟩                 SET   ⟨J⟩ of the site's live jobs (not done, not
 //	                             cancelled): the jobs limit is its SCARD
 //	sb:⟨S⟩                 STR   bytes of the site's stored stubs, payloads and
@@ -136,7 +141,8 @@
 //
 // Fleet-wide ("<ns>:{<ns>}:"):
 //
-//	layout                 HASH  version (2), shards, salt (hex)
+//	layout                 HASH  version (3), shards, salt (hex); v2 "1" when
+//	                             relay migrate moved it from layout v2
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
@@ -203,14 +209,21 @@
 //	pol:v                  STR   policy version, INCR on every write
 //
 // Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
-// wrote); dl (deadline), seq, state; eS eJ eO eK eA (encoded key parts, so a
-// script can rebuild a discovered job's index keys); while claimed: cr, ecr
+// wrote); dl (deadline), seq, state; eO eK eA (encoded key parts, so a
+// script can rebuild a discovered job's index keys; eS and eJ come from the
+// member, layout v2 also stored them); while claimed: cr, ecr
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
 // bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs
 // are stored as the exact bytes Go produced; Lua never re-encodes them
-// (cjson is used only to validate stubs).
+// (cjson is used only to validate stubs). Since layout v3 a blob (stub, pl,
+// rs, cd) of 65 bytes to 4 KiB is stored in 64-byte slices, ⟨name⟩# holding
+// its length and ⟨name⟩.1 … ⟨name⟩.n the slices (lua/lib/blob.lua), so a
+// record's every value fits Valkey's compact hash encoding (listpack, while
+// values are at most hash-max-listpack-value, 64 by default): a queued
+// record then takes about half the memory of the same fields in a hash
+// table (BenchmarkJobMemory). Readers take v2's whole blobs too.
 //
 // Indexes hold memberships, never counters: the unsealed cap is the size of
 // uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
@@ -269,7 +282,11 @@
 // # Layout versions
 //
 // The layout record (fleet-wide "layout") names the version this store
-// writes (LayoutVersion, 2). A namespace with keys of the single-slot layout
+// writes (LayoutVersion, 3). v3 has v2's keys; it reads v2 job records
+// and state sets as they are, but a v2 relay cannot read v3 records, so a
+// namespace whose record says 2 is refused by New (ErrOlderLayout) until
+// `relay migrate`, run once the v2 relays are stopped, writes 3 (nothing
+// else changes). A namespace with keys of the single-slot layout
 // v1 (seq, all, due, lease, pidx, pseq or epoch under "<ns>:{<ns>}:") and no
 // record is refused by New with ErrLegacyLayout, whose message says how to
 // move it: Migrate (`relay migrate`) once the old relays have drained its

@@ -2,9 +2,15 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -15,12 +21,18 @@ import (
 // one device. valkey-us/op as in BenchmarkIdleTick (a private server):
 //
 //	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6397/0 go test ./internal/store -run '^$' -bench JobCost -benchtime 3000x
+//
+// In "direct" and "view" every job stays done on the one site, so the
+// results read lists all b.N of them by the end (as a site that never lets
+// its results expire); "view-site64" moves to a new site every 64 jobs, so
+// a results read lists at most 64, and the figure is a job's own cost.
 func BenchmarkJobCost(b *testing.B) {
-	b.Run("direct", func(b *testing.B) { benchJobCost(b, false) })
-	b.Run("view", func(b *testing.B) { benchJobCost(b, true) })
+	b.Run("direct", func(b *testing.B) { benchJobCost(b, false, 0) })
+	b.Run("view", func(b *testing.B) { benchJobCost(b, true, 0) })
+	b.Run("view-site64", func(b *testing.B) { benchJobCost(b, true, 64) })
 }
 
-func benchJobCost(b *testing.B, view bool) {
+func benchJobCost(b *testing.B, view bool, perSite int) {
 	be := realBackend(b)
 	s := newStore(b, be, Options{Logger: quietLogger()})
 	ctx := context.Background()
@@ -38,6 +50,11 @@ func benchJobCost(b *testing.B, view bool) {
 		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
 	one := func(i int) {
 		id := fmt.Sprint("job-", i)
+		site := site
+		if perSite > 0 {
+			site = fmt.Sprint("site-", i/perSite)
+			in.Routes = []Route{{SiteID: site, Owner: "alice"}}
+		}
 		if _, err := s.Enqueue(ctx, EnqueueInput{ID: id, SiteID: site, Stub: stub(id, "alice")}); err != nil {
 			b.Fatal(err)
 		}
@@ -75,4 +92,99 @@ func benchJobCost(b *testing.B, view bool) {
 	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "valkey-us/op")
 	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/op")
 	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/op")
+}
+
+// BenchmarkJobMemory is what a job costs in Valkey memory: used_memory
+// (INFO, after lazy frees settle) over b.N jobs queued on one site, then the
+// same jobs taken the whole way to done with envelopes of loadgen's sizes
+// (a 1,200 B payload and a 1,349 B result, 2,549 B together as in the
+// README's figures). Stubs have the relay's shape (UUID job id, a site key
+// id of a real identity's length). Server-wide, so a private server:
+//
+//	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6397/0 go test ./internal/store -run '^$' -bench JobMemory -benchtime 5000x
+//
+// queued-B/job is the per-job delta with every job queued; finished-B/job
+// the delta with every job done; beyond-envelopes-B/job that minus the
+// envelope bytes each done job keeps.
+func BenchmarkJobMemory(b *testing.B) {
+	be := realBackend(b)
+	s := newStore(b, be, Options{Logger: quietLogger()})
+	ctx := context.Background()
+	const siteKey = "ed25519:Zm9yLWEtc2l0ZS1rZXktaWQtb2YtcmVhbC1sZW5ndGg" // a real key id's length
+	pad := func(dir string, n int) json.RawMessage {
+		head := `{"direction":"` + dir + `","ciphertext":"`
+		tail := `"}`
+		return json.RawMessage(head + strings.Repeat("A", n-len(head)-len(tail)) + tail)
+	}
+	payload, result := pad("payload", 1200), pad("result", 1349)
+	ids := make([]string, b.N)
+	for i := range ids {
+		var r [16]byte
+		_, _ = rand.Read(r[:])
+		ids[i] = fmt.Sprintf("%x-%x-%x-%x-%x", r[0:4], r[4:6], r[6:8], r[8:10], r[10:16])
+	}
+	b.ResetTimer()
+	mem0 := usedMemory(b, be.client)
+	for _, id := range ids {
+		st := protocol.JobStub{ID: id, Kind: protocol.KindGenerate, Owner: "alice", Site: siteKey,
+			Audience: protocol.AudiencePrivate, SizeClass: "small", DeadlineAt: farDeadline}
+		if _, err := s.Enqueue(ctx, EnqueueInput{ID: id, SiteID: site, Stub: st}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mem1 := usedMemory(b, be.client)
+	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: freshDevice(), Kinds: []string{protocol.KindGenerate},
+		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
+	for range ids {
+		got, err := s.Claim(ctx, in)
+		if err != nil || len(got) != 1 {
+			b.Fatalf("claim: %d %v", len(got), err)
+		}
+		id := stubID(got[0])
+		if r, err := s.Seal(ctx, site, id, payload); err != nil || r.State != StateReady {
+			b.Fatalf("seal: %+v %v", r, err)
+		}
+		h := HolderInput{JobID: id, RunnerID: "r1", LeaseID: got[0].Lease.ID}
+		if r, err := s.TakePayload(ctx, h); err != nil || r.Envelope == nil {
+			b.Fatalf("take: %+v %v", r, err)
+		}
+		if r, err := s.Complete(ctx, CompleteInput{JobID: id, RunnerID: "r1", LeaseID: h.LeaseID, Envelope: result, Disposition: "ok"}); err != nil || !r.Accepted {
+			b.Fatalf("complete: %+v %v", r, err)
+		}
+	}
+	mem2 := usedMemory(b, be.client)
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(mem1-mem0)/n, "queued-B/job")
+	b.ReportMetric(float64(mem2-mem0)/n, "finished-B/job")
+	b.ReportMetric(float64(mem2-mem0)/n-float64(len(payload)+len(result)), "beyond-envelopes-B/job")
+	b.ReportMetric(0, "ns/op")
+}
+
+// usedMemory is INFO used_memory once lazy frees are done and it has held
+// still between two readings.
+func usedMemory(b *testing.B, c valkey.Client) int64 {
+	var last int64 = -1
+	for range 100 {
+		info, err := c.Do(context.Background(), c.B().Info().Section("memory").Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var used int64
+		pending := false
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				used, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "lazyfree_pending_objects:"); ok && v != "0" {
+				pending = true
+			}
+		}
+		if !pending && used == last {
+			return used
+		}
+		last = used
+		time.Sleep(20 * time.Millisecond)
+	}
+	return last
 }

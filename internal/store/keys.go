@@ -15,8 +15,16 @@ func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 
 // LayoutVersion is the key layout this store reads and writes (mode S,
 // sharded by site). Version 1 was the single-slot layout (mode G), which
-// had no layout record; see Migrate.
-const LayoutVersion = 2
+// had no layout record; see Migrate. Version 2 had the same keys with job
+// records holding their blobs whole and state sets st:<state>; version 3
+// slices blobs so records stay listpacks, and counts states in stc. A v3
+// store reads v2 records as they are, but a v2 relay cannot read v3
+// records, so the record says 3 only once `relay migrate` wrote it.
+const LayoutVersion = 3
+
+// compatLayout is the older layout whose data this store reads as it is:
+// Migrate only rewrites the version once no relay of it is left.
+const compatLayout = 2
 
 // DefaultShards is the number of shards a new namespace is laid out over.
 // It is fixed for the life of the namespace (it is in the layout record):
@@ -127,6 +135,7 @@ func (k keys) all(shard int) string            { return k.shards[shard] + "all" 
 func (k keys) due(shard int) string            { return k.shards[shard] + "due" }
 func (k keys) lease(shard int) string          { return k.shards[shard] + "lease" }
 func (k keys) epoch(shard int) string          { return k.shards[shard] + "epoch" }
+func (k keys) stateCounts(shard int) string    { return k.shards[shard] + "stc" }
 func (k keys) state(shard int, st string) string {
 	return k.shards[shard] + "st:" + st
 }

@@ -17,6 +17,10 @@ import (
 // in the single-slot key layout (v1). The error text says how to move it.
 var ErrLegacyLayout = errors.New("namespace holds the single-slot key layout (v1)")
 
+// ErrOlderLayout is New's answer for a namespace of layout v2, which this
+// store reads once Migrate has written its version.
+var ErrOlderLayout = errors.New("namespace holds layout v2")
+
 // legacyKeys are keys only layout v1 wrote: their presence without a layout
 // record means an older relay owns the namespace. Pairing codes, the
 // projection and the policy kept their names and tag, so they carry over.
@@ -54,14 +58,20 @@ func (s *Store) loadLayout(ctx context.Context) error {
 			"sites' traffic, let the old relays drain it, then run `relay migrate`, which checks nothing is left and "+
 			"writes the new layout record; or start this relay on a new RELAY_NAMESPACE", ErrLegacyLayout, s.opts.Namespace, LayoutVersion)
 	}
-	if len(f) != 3 {
+	if len(f) != 4 {
 		return fmt.Errorf("layout: reply %v", f)
 	}
+	s.v2States = f[3] == "1"
 	v, err1 := strconv.Atoi(f[0])
 	n, err2 := strconv.Atoi(f[1])
 	raw, err3 := hex.DecodeString(f[2])
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("layout record: %w", err)
+	}
+	if v == compatLayout {
+		return fmt.Errorf("%w: namespace %q has layout v%d; this relay (v%d) reads its data as it is, but relays of "+
+			"v%d cannot read the job records it writes. Stop the v%d relays, then run `relay migrate`, which moves "+
+			"nothing and writes v%d into the layout record", ErrOlderLayout, s.opts.Namespace, v, LayoutVersion, v, v, LayoutVersion)
 	}
 	if v != LayoutVersion {
 		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d only", s.opts.Namespace, v, LayoutVersion)
@@ -83,11 +93,14 @@ type MigrateReport struct {
 	Presence int64            // v1 presence records (rebuilt by heartbeats)
 	Deleted  int              // v1 routing keys deleted
 	Written  bool             // the layout record was written
+	Upgraded bool             // a v2 record's version was rewritten (no data moved)
 }
 
-// Migrate moves a namespace from the single-slot layout (v1) to this one.
-// Pairing codes, the projection, approvals and the policy keep their keys
-// (they were fleet-wide in v1 and still are). Routing state is not copied:
+// Migrate moves a namespace to this layout. From v2 it only rewrites the
+// record's version (run it once every v2 relay is stopped). From the
+// single-slot layout (v1): pairing codes, the projection, approvals and the
+// policy keep their keys (they were fleet-wide in v1 and still are).
+// Routing state is not copied:
 // jobs are short-lived (a deadline of minutes), so the namespace is drained
 // instead. While any v1 job is stored Migrate only reports them and writes
 // nothing, unless dropJobs; presence needs no draining, since the daemon
@@ -100,10 +113,21 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 	if err != nil {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
-	if n, err := c.Do(ctx, c.B().Exists().Key(k.layout()).Build()).AsInt64(); err != nil {
+	if v, err := c.Do(ctx, c.B().Hget().Key(k.layout()).Field("version").Build()).ToString(); err == nil {
+		if v != strconv.Itoa(compatLayout) {
+			return rep, nil // already in this layout
+		}
+		// v2 → v3: the same keys; v3 reads v2 records and state sets as
+		// they are (lib/blob.lua, move_state), so only the version changes.
+		// v2 marks that jobs may still be counted in v2's state sets.
+		if err := c.Do(ctx, c.B().Hset().Key(k.layout()).FieldValue().FieldValue("v2", "1").
+			FieldValue("version", strconv.Itoa(LayoutVersion)).Build()).Error(); err != nil {
+			return rep, fmt.Errorf("migrate: write version: %w", err)
+		}
+		rep.Upgraded, rep.Written = true, true
+		return rep, nil
+	} else if !valkey.IsValkeyNil(err) {
 		return rep, fmt.Errorf("migrate: %w", err)
-	} else if n == 1 {
-		return rep, nil // already in this layout
 	}
 	if rep.Jobs, err = c.Do(ctx, c.B().Zcard().Key(k.p+"all").Build()).AsInt64(); err != nil {
 		return rep, fmt.Errorf("migrate: count jobs: %w", err)

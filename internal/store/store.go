@@ -169,6 +169,9 @@ type Store struct {
 	// announce: the server has sharded pub/sub, so scripts announce queue
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
+	// v2States: the namespace was moved from layout v2 (its record says
+	// v2=1), so a job may still be counted in a v2 state set (move_state).
+	v2States bool
 	view     *workView
 	results  resultCache
 	limits   pageLimits
@@ -316,12 +319,18 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 		ctx, end = obs(ctx, script.Name)
 		defer func() { end(classify(err)) }()
 	}
-	// ARGV[3], the flags: churn callback set, announce queue entries.
+	// ARGV[3], the flags: churn callback set, announce queue entries, jobs
+	// may still be counted in layout v2's state sets.
 	churn := "0"
 	if s.opts.OnChurn != nil {
 		churn = "1"
 	}
 	if s.announce {
+		churn += "1"
+	} else {
+		churn += "0"
+	}
+	if s.v2States {
 		churn += "1"
 	} else {
 		churn += "0"

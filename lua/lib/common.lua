@@ -6,7 +6,8 @@
 --            same hash tag, so same slot as KEYS[1], by construction.
 --   ARGV[2]  clock offset in ms (always "0" in production; tests move it)
 --   ARGV[3]  flags: first "1" when the store has a churn callback, else "0";
---            second "1" when queue entries are announced (lib/store.lua)
+--            second "1" when queue entries are announced, third "1" when
+--            v2 state sets may remain (both lib/store.lua)
 -- Op-specific ARGV start at 4.
 --
 -- Numbers cross the Lua boundary as decimal strings: Lua numbers are doubles,

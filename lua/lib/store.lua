@@ -24,6 +24,7 @@ local DONE = 'done'
 
 local CHURN_ON = string.sub(ARGV[3], 1, 1) == '1'
 local ANNOUNCE = string.sub(ARGV[3], 2, 2) == '1'
+local V2_STATES = string.sub(ARGV[3], 3, 3) == '1'
 
 -- announce(qk): a queue of this shard gained an entry. Replicas' work
 -- views (internal/store workView) learn it from the shard's channel
@@ -46,8 +47,10 @@ end
 
 -- The routing fields of a job: everything a transition reads. Blobs (stub,
 -- device, payload, result) stay in Valkey unless a reply needs them.
+-- eS and eJ are not read: the member names them (layout v2 also stored
+-- them), and a field a listpack lacks costs a scan of the whole record.
 local CORE = {'state', 'dl', 'seq', 'au', 'ce', 'cl', 'cr', 'ecr', 'sa', 'ro', 'ero',
-  'cx', 'bad', 'eS', 'eJ', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
+  'cx', 'bad', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
 
 local function core(m)
   local v = redis.call('HMGET', jkey(m), unpack(CORE))
@@ -60,13 +63,15 @@ local function core(m)
       h[f] = v[i]
     end
   end
+  h.eS, h.eJ = string.match(m, '^([^:]*):(.*)$')
   return h
 end
 
 -- Snapshot fields without the ciphertext blobs; used where a reply may hold
 -- many jobs (sweep), so one reply never carries megabytes per job.
-local LIGHT = {'id', 'site', 'stub', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
-  'co', 'cd', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
+local LIGHT = {'id', 'site', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
+  'co', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
+local LIGHT_BLOBS = {stub = 8, cd = 4} -- slices asked for with the head (get_blob)
 
 -- snapshot(m, light) -> {flat hash, refusedBy in order, flat retryAfter}, or
 -- false when the job does not exist.
@@ -82,8 +87,17 @@ local function snapshot(m, light)
         flat[#flat + 1] = v[i]
       end
     end
+    if #flat > 0 then
+      for _, f in ipairs({'stub', 'cd'}) do
+        local b = get_blob(k, f, LIGHT_BLOBS[f])
+        if b then
+          flat[#flat + 1] = f
+          flat[#flat + 1] = b
+        end
+      end
+    end
   else
-    flat = redis.call('HGETALL', k)
+    flat = merge_blobs(redis.call('HGETALL', k))
   end
   if #flat == 0 then
     return false
@@ -131,15 +145,20 @@ local function rescore(m, h)
   redis.call('ZADD', P .. 'due', fmt(next_due(h)), m)
 end
 
--- Jobs by state, for metrics only (no decision reads them): one set of
--- members per state, so a count is an SCARD and a missed move cannot drift
--- the way a counter would. from or to may be nil (enqueue, forget).
+-- Jobs by state, for metrics only (no decision reads them): the shard's
+-- HASH stc, state -> count. Every state change of a job goes through here
+-- in the script that makes it, so the counts are exact by construction
+-- (TestStateCountsMatchRecords). Before layout v3 they were sets of members
+-- st:<state> (about 130 B a job); in a namespace moved from v2 (flag
+-- V2_STATES) a job still counted in such a set leaves it here instead of
+-- the counter, so Counts (counter plus SCARD) stays exact while old jobs
+-- drain. from or to may be nil (enqueue, forget).
 local function move_state(m, from, to)
-  if from then
-    redis.call('SREM', P .. 'st:' .. from, m)
+  if from and not (V2_STATES and redis.call('SREM', P .. 'st:' .. from, m) == 1) then
+    redis.call('HINCRBY', P .. 'stc', from, -1)
   end
   if to then
-    redis.call('SADD', P .. 'st:' .. to, m)
+    redis.call('HINCRBY', P .. 'stc', to, 1)
   end
 end
 
@@ -149,9 +168,10 @@ end
 -- gone. sb:<eS> is the bytes of the site's stored blobs (stub, payload,
 -- result): a total, which no set can give in O(1), so it is a counter, kept
 -- exact by account() below: each job records in its own field 'by' what it
--- has added, every blob write re-measures the job and adds the difference,
--- and forget() takes back what the record says, so the total is always the
--- sum of the 'by' fields of the jobs that exist.
+-- has added, every blob write and drop adds its size change (blob_args and
+-- drop_blob answer it) to both, and forget() takes back what the record
+-- says, so the total is always the sum of the 'by' fields of the jobs that
+-- exist.
 local function live_set(eS)
   return P .. 'sl:' .. eS
 end
@@ -160,13 +180,10 @@ local function bytes_key(eS)
   return P .. 'sb:' .. eS
 end
 
-local function account(m, eS)
-  local k = jkey(m)
-  local size = redis.call('HSTRLEN', k, 'stub') + redis.call('HSTRLEN', k, 'pl') + redis.call('HSTRLEN', k, 'rs')
-  local was = tonumber(redis.call('HGET', k, 'by') or '0')
-  if size ~= was then
-    redis.call('HSET', k, 'by', size)
-    if redis.call('INCRBY', bytes_key(eS), size - was) <= 0 then
+local function account(m, eS, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', jkey(m), 'by', delta)
+    if redis.call('INCRBY', bytes_key(eS), delta) <= 0 then
       redis.call('DEL', bytes_key(eS))
     end
   end
@@ -199,8 +216,9 @@ local function requeue(m, h)
   end
   drop_grant(m, h)
   local k = jkey(m)
-  redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cd', 'cl', 'ce', 'au', 'pl')
-  account(m, h.eS)
+  redis.call('HDEL', k, 'cr', 'ecr', 'co', 'cl', 'ce', 'au')
+  drop_blob(k, 'cd')
+  account(m, h.eS, -drop_blob(k, 'pl'))
   redis.call('HSET', k, 'state', QUEUED)
   move_state(m, h.state, QUEUED)
   h.state = QUEUED
@@ -258,12 +276,14 @@ local function note_churn(m, h, now)
   end
 end
 
--- settle(m, now, snap) is the per-job sweep of §4, re-reading the record
--- rather than trusting the due score, so concurrent sweepers are harmless.
--- Returns nil when nothing was due, else 'requeued' or 'removed' plus (when
--- snap) a light snapshot: after the requeue, or before the forget.
-local function settle(m, now, snap)
-  local h = core(m)
+-- settle(m, now, snap, h) is the per-job sweep of §4, re-reading the record
+-- rather than trusting the due score, so concurrent sweepers are harmless
+-- (h: the record as core() just read it in this script, to skip a second
+-- read). Returns nil when nothing was due, else 'requeued' or 'removed'
+-- plus (when snap) a light snapshot: after the requeue, or before the
+-- forget.
+local function settle(m, now, snap, h)
+  h = h or core(m)
   if not h then
     redis.call('ZREM', P .. 'due', m)
     return nil
@@ -313,7 +333,7 @@ local function resolve_exact(job_id, lease_id, now)
   if h.id ~= job_id then
     return nil
   end
-  if settle(m, now, false) then
+  if settle(m, now, false, h) then
     return nil
   end
   return m, h
@@ -336,7 +356,7 @@ local function holds_bare(e_job, e_runner, now)
       local h = core(m)
       if not h or h.ecr ~= e_runner then
         redis.call('ZREM', hk, member)
-      elseif not settle(m, now, false) then
+      elseif not settle(m, now, false, h) then
         return true
       end
     end
