@@ -38,6 +38,8 @@ import (
 //   - a shard's due head is trusted for workViewDueTTL, or until this Store
 //     runs a work script there. Another replica's write puts nothing due
 //     sooner than the awaiting window or a lease, so a short TTL suffices.
+//     Past the TTL one caller reads it again while the others keep using
+//     the last reading until that read lands (at most another TTL).
 //
 // A shard's view is live only while this Store's subscription to the
 // shard's channel is known to deliver (RunWorkView: a probe it published
@@ -73,11 +75,16 @@ type emptySeen struct {
 }
 
 type dueSeen struct {
-	ver  uint64
-	at   time.Time // local clock at the read
-	raw  int64     // store clock at the read, without the test offset
-	head int64     // the due head's score; maxScore when nothing is indexed
-	ok   bool
+	ver uint64
+	at  time.Time // local clock at the read
+	// refresh: when the first caller past workViewDueTTL set out to read
+	// the head again; until that read lands (or for another
+	// workViewDueTTL), other callers use this reading rather than all
+	// reading at once (a relay answers many requests in the meantime).
+	refresh time.Time
+	raw     int64 // store clock at the read, without the test offset
+	head    int64 // the due head's score; maxScore when nothing is indexed
+	ok      bool
 }
 
 // viewStamp is what a read of a shard carries from the instant it was sent.
@@ -234,9 +241,15 @@ func (v *workView) sawEmpty(i int, st viewStamp, queue string, at time.Time) {
 func (v *workView) notDue(i int, at time.Time, offset int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	d := v.sh[i].due
-	if !v.live[i] || !d.ok || d.ver != v.sh[i].dueVer || at.Sub(d.at) > workViewDueTTL {
+	d := &v.sh[i].due
+	if !v.live[i] || !d.ok || d.ver != v.sh[i].dueVer {
 		return false
+	}
+	if at.Sub(d.at) > workViewDueTTL {
+		if d.refresh.IsZero() || at.Sub(d.refresh) > workViewDueTTL {
+			d.refresh = at // this caller reads; the others wait for it
+			return false
+		}
 	}
 	return d.head > d.raw+at.Sub(d.at).Milliseconds()+1+offset
 }

@@ -315,3 +315,34 @@ func TestIdleClaimSkipsThePresenceCheck(t *testing.T) {
 		t.Fatalf("with a job queued and the record gone: %v %v", ids(got), err)
 	}
 }
+
+// Past workViewDueTTL one caller reads the due head again; the others use
+// the last reading until that read lands, for at most another TTL, so a
+// busy replica does not send every concurrent request to Valkey at once.
+// A due instant the last reading shows passed is never hidden.
+func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
+	v := newWorkView([]string{"p:"})
+	v.setLive(0, true)
+	t0 := time.Now()
+	v.sawDue(0, v.stamp(0), t0, 1_000_000, 1_000_000+10*workViewDueTTL.Milliseconds())
+	if !v.notDue(0, t0, 0) {
+		t.Fatal("a fresh reading with nothing due not trusted")
+	}
+	late := t0.Add(workViewDueTTL + time.Millisecond)
+	if v.notDue(0, late, 0) {
+		t.Fatal("the first caller past the TTL was not sent to read")
+	}
+	if !v.notDue(0, late, 0) {
+		t.Fatal("a second caller read too while the first one's read is in flight")
+	}
+	if v.notDue(0, late, 20*workViewDueTTL.Milliseconds()) {
+		t.Fatal("the last reading hid a due instant it shows passed")
+	}
+	if v.notDue(0, late.Add(workViewDueTTL+time.Millisecond), 0) {
+		t.Fatal("a read that never landed kept the others waiting past another TTL")
+	}
+	v.touched("p:")
+	if v.notDue(0, t0, 0) {
+		t.Fatal("trusted after this Store's work write")
+	}
+}
