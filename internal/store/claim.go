@@ -66,23 +66,11 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
-	// Routes by shard, each shard's in input order.
-	byShard := map[int][]Route{}
-	for _, r := range routes {
-		sh := s.k.siteShard(r.SiteID)
-		byShard[sh] = append(byShard[sh], r)
-	}
-	order, err := s.claimOrder(ctx, in, byShard, kinds)
-	if err != nil {
-		return nil, stats, fmt.Errorf("claim: %w", err)
-	}
-	if in.RequirePresence && len(order) > 0 {
+	if in.RequirePresence {
 		// The presence record is on the runner's shard, the grants on the
 		// sites' shards, so the condition is read just before the claim
 		// scripts rather than inside them: a change racing with this read
-		// is indistinguishable from one landing just after the claim. It
-		// only guards what a grant records (the device), so a claim with
-		// no shard to call (an idle claim) does not read it.
+		// is indistinguishable from one landing just after the claim.
 		p, err := s.do(ctx, "presence_check", s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()).ToArray()
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: presence: %w", err)
@@ -92,6 +80,17 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		if err1 != nil || err2 != nil || owner != in.Owner || dev != string(device) {
 			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
 		}
+	}
+
+	// Routes by shard, each shard's in input order.
+	byShard := map[int][]Route{}
+	for _, r := range routes {
+		sh := s.k.siteShard(r.SiteID)
+		byShard[sh] = append(byShard[sh], r)
+	}
+	order, err := s.claimOrder(ctx, in, byShard, kinds)
+	if err != nil {
+		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
 	out := []ClaimedStub{}
 	deadlines := map[int]int64{}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -279,40 +278,6 @@ func TestWorkViewOrdering(t *testing.T) {
 	}
 	if empty, _ := v.queuesEmpty(0, q, at.Add(workViewEmptyTTL+time.Second)); empty {
 		t.Fatal("trusted past workViewEmptyTTL")
-	}
-}
-
-// An idle claim under RequirePresence asks Valkey nothing, the presence
-// check included: it guards only what a grant records. Once a job may be
-// granted, the check runs again and a changed record refuses the claim.
-func TestIdleClaimSkipsThePresenceCheck(t *testing.T) {
-	b := realBackend(t)
-	counter := &countingObserver{n: map[string]int{}}
-	a := newStore(t, b, Options{ObserveScript: counter.observe})
-	if !a.announce {
-		t.Skip("the server has no sharded pub/sub")
-	}
-	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
-	dev := freshDevice()
-	required := func(in *ClaimInput) { in.Device, in.RequirePresence = dev, true }
-	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
-	ha.claim(required)
-	ha.sweep()
-	if err := a.DropPresence(ha.ctx, "runner_1"); err != nil {
-		t.Fatal(err)
-	}
-	counter.take()
-	if got := ha.claim(required); len(got) != 0 {
-		t.Fatalf("claimed %v", ids(got))
-	}
-	if calls := counter.take(); len(calls) != 0 {
-		t.Fatalf("the idle claim asked Valkey: %v", calls)
-	}
-	ha.enqueue("j1", "alice")
-	got, err := a.Claim(ha.ctx, claimArgs(required))
-	if !errors.Is(err, ErrPresenceChanged) || len(got) != 0 {
-		t.Fatalf("with a job queued and the record gone: %v %v", ids(got), err)
 	}
 }
 
