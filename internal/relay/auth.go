@@ -33,13 +33,12 @@ type device struct {
 type presenceUse int
 
 const (
-	// presenceRead: read (and reconcile) it on every request (heartbeat).
-	presenceRead presenceUse = iota
 	// presenceRemembered: the device's key set is needed, but a remembered
 	// one will do if the handler's store call verifies it atomically
-	// (claim: store.ClaimInput.RequirePresence) and reconciles on
+	// (claim: store.ClaimInput.RequirePresence; heartbeat:
+	// store.HeartbeatInput.RequirePresence) and reconciles on
 	// store.ErrPresenceChanged.
-	presenceRemembered
+	presenceRemembered presenceUse = iota
 	// presenceUnused: the key set is not used (fetch, result, release);
 	// within presenceCheckTTL of the last reconciliation nothing is read.
 	presenceUnused

@@ -381,7 +381,10 @@ type succession struct {
 // heartbeat is wire.md §8.5: floor, sweep, seen, then the pinned sites and
 // lease renewal.
 func (r *Relay) heartbeat(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceRead, protocol.DecodeHeartbeatRequest)
+	// A remembered key set is checked inside the presence write itself
+	// (store.HeartbeatInput.RequirePresence), so an idle heartbeat reads
+	// no presence record of its own: the write is its only Valkey call.
+	dev, in, refusal, ok, err := authed(r, req, presenceRemembered, protocol.DecodeHeartbeatRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -393,13 +396,30 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 	if _, err := r.store.Sweep(req.ctx); err != nil {
 		return reply{}, fmt.Errorf("heartbeat: sweep: %w", err)
 	}
-	if _, err := r.store.Seen(req.ctx, store.Presence{
-		RunnerID:     dev.runnerID,
-		Owner:        dev.owner,
-		Device:       dev.identity,
-		Capabilities: capabilitiesJSON(in.Capabilities),
-		Withheld:     withheldJSON(in.Withheld),
-	}); err != nil {
+	pinned := req.proj.SitesFor(dev.owner)
+	beat := store.HeartbeatInput{
+		Presence: store.Presence{
+			RunnerID:     dev.runnerID,
+			Owner:        dev.owner,
+			Device:       dev.identity,
+			Capabilities: capabilitiesJSON(in.Capabilities),
+			Withheld:     withheldJSON(in.Withheld),
+		},
+		RequirePresence: dev.remembered,
+		Cancels:         len(pinned) > 0,
+	}
+	hb, err := r.store.Heartbeat(req.ctx, beat)
+	if errors.Is(err, store.ErrPresenceChanged) {
+		// The record is gone or was re-keyed since this replica last read
+		// it: read and reconcile, as a heartbeat without a memory does.
+		r.presence.forget(dev.runnerID)
+		if beat.Device, err = r.reconcilePresence(req.ctx, dev); err != nil {
+			return reply{}, fmt.Errorf("heartbeat: %w", err)
+		}
+		beat.RequirePresence = false
+		hb, err = r.store.Heartbeat(req.ctx, beat)
+	}
+	if err != nil {
 		return reply{}, fmt.Errorf("heartbeat: seen: %w", err)
 	}
 	active := in.ActiveLeases
@@ -407,7 +427,6 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		active = []protocol.GrantRef{}
 	}
 
-	pinned := req.proj.SitesFor(dev.owner)
 	var successions orderedObj
 	awaiting := []string{}
 	for _, s := range pinned {
@@ -422,9 +441,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 
 	cancel, lost := []protocol.GrantRef{}, active
 	if len(pinned) > 0 {
-		if cancel, err = r.store.CancelRequests(req.ctx, dev.runnerID); err != nil {
-			return reply{}, fmt.Errorf("heartbeat: cancel requests: %w", err)
-		}
+		cancel = hb.Cancel
 		renewed, err := r.store.RenewLeases(req.ctx, store.RenewInput{
 			RunnerID: dev.runnerID, Leases: active, LeaseMs: r.leaseMs,
 		})

@@ -118,6 +118,7 @@ type Store interface {
 	CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error)
 	RenewLeases(ctx context.Context, in store.RenewInput) (store.RenewResult, error)
 	Seen(ctx context.Context, p store.Presence) (store.Presence, error)
+	Heartbeat(ctx context.Context, in store.HeartbeatInput) (store.HeartbeatResult, error)
 	// PresenceHead is a presence record without the lists the runner
 	// advertised: authentication needs only its owner and key set.
 	PresenceHead(ctx context.Context, runnerID string) (*store.Presence, error)

@@ -114,6 +114,12 @@ func (t timedStore) Seen(ctx context.Context, p store.Presence) (store.Presence,
 	return t.s.Seen(ctx, p)
 }
 
+func (t timedStore) Heartbeat(ctx context.Context, in store.HeartbeatInput) (store.HeartbeatResult, error) {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.Heartbeat(ctx, in)
+}
+
 func (t timedStore) PresenceHead(ctx context.Context, runnerID string) (*store.Presence, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

@@ -196,6 +196,23 @@ type Presence struct {
 	Withheld     json.RawMessage         `json:"withheld"`
 }
 
+// HeartbeatInput is one daemon heartbeat's presence write (Heartbeat).
+type HeartbeatInput struct {
+	Presence
+	// RequirePresence: the record must already exist holding exactly Owner
+	// and Device (what the caller remembered of it); otherwise nothing is
+	// written and Heartbeat answers ErrPresenceChanged.
+	RequirePresence bool
+	// Cancels: also answer the runner's cancel requests (CancelRequests).
+	Cancels bool
+}
+
+// HeartbeatResult is Heartbeat's answer.
+type HeartbeatResult struct {
+	Presence Presence
+	Cancel   []protocol.GrantRef // when Cancels
+}
+
 // ChurnReport says a (site, owner) pair keeps claiming without sealing.
 type ChurnReport struct {
 	SiteID   string `json:"siteId"`

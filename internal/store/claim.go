@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
@@ -136,7 +135,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string) ([]int, error) {
 	// What the work view already knows is not read: shards with nothing
 	// due, queues seen empty since (see workView).
-	at := time.Now()
+	at := s.view.now()
 	offset := s.offset.Load()
 	var dueRead []int
 	for sh := range s.k.shards {
@@ -147,18 +146,24 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 	type qref struct {
 		shard int
 		key   string
-		ver   uint64
+		st    viewStamp
 	}
 	var refs []qref
 	var cmds []valkey.Completed
 	for sh, rs := range byShard {
 		queues := s.claimQueues(in, rs, kinds)
-		if s.view.queuesEmpty(sh, queues, at) {
+		empty, fence := s.view.queuesEmpty(sh, queues, at)
+		if empty {
 			continue
 		}
-		ver := s.view.stamp(sh)
+		if fence != "" {
+			// Sent after this Store's writes on the shard; the read
+			// below answers this claim meanwhile.
+			go s.publishFence(sh, fence)
+		}
+		st := s.view.stamp(sh)
 		for _, key := range queues {
-			refs = append(refs, qref{sh, key, ver})
+			refs = append(refs, qref{sh, key, st})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
@@ -187,7 +192,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			return nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
-			s.view.sawEmpty(r.shard, r.ver, r.key, at)
+			s.view.sawEmpty(r.shard, r.st, r.key, at)
 			continue
 		}
 		if h, ok := head[r.shard]; !ok || z[0].Score < h {

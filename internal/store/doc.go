@@ -188,16 +188,29 @@
 // rest) announces the queue on its shard's channel "<shard prefix>work"
 // with SPUBLISH (same slot as the shard's keys), and each replica, holding
 // one sharded subscription per shard, forgets that a queue was empty when it
-// is named. A queue seen empty is also asked again after this replica
-// writes to its shard, and after 30 s; due heads are re-read every second.
-// The view only decides whether to ask Valkey: a stale view delays a grant,
-// never makes one.
-// It forgets a whole shard's empty queues after any work script this
-// replica runs there, and keeps at most workViewQueues of them per shard,
-// so with jobs moving on a shard, or a fleet with more queues than that,
-// empty claims still read their queue heads (measured through the relay:
-// about 5 ZRANGEs per idle tick; README, "On a Valkey Cluster: after
-// sharding", and the capacity plan there).
+// is named, and only that queue: job traffic elsewhere on the shard leaves
+// its other empty queues known. A queue read that was in flight when its
+// announcement arrived is not recorded. This replica's own writes are
+// visible to its next claim at once: after a work script of this replica on
+// a shard, empty queues read before it are not trusted until a fence (a
+// probe this replica publishes on the shard's channel after the write,
+// delivered in order behind the write's own announcements) comes back; the
+// first claim that finds the shard unfenced reads its queues and sends the
+// fence. A queue seen empty is asked again after 60 s anyway (a lost
+// announcement costs at most that much latency); due heads are re-read
+// every second and after this replica's work writes on the shard. The view
+// only decides whether to ask Valkey: a stale view delays a grant, never
+// makes one. It keeps at most workViewQueues empty queues per shard, so a
+// fleet with more queues than that still reads some queue heads.
+//
+// A daemon's idle heartbeat is one script on the runner's shard
+// (presence_seen through Heartbeat): it checks that the presence record
+// still holds the owner and device the replica remembered (the relay's
+// authentication, atomic with the write), writes lastSeenAt, and answers
+// the runner's record of shards (rsh:⟨R⟩) for the cancel requests, which
+// read further only on shards where the runner holds grants. An idle claim
+// is one HMGET (the same check, RequirePresence) and nothing else while
+// the view is live (README, "Idle tick on the sharded layout").
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //

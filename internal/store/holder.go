@@ -109,13 +109,18 @@ func (s *Store) runnerShardList(ctx context.Context, runnerID string) ([]int, er
 	if err != nil {
 		return nil, err
 	}
+	return s.shardList(members), nil
+}
+
+// shardList is the valid shard indexes among members (rsh:⟨R⟩'s).
+func (s *Store) shardList(members []string) []int {
 	out := make([]int, 0, len(members))
 	for _, m := range members {
 		if n, err := strconv.Atoi(m); err == nil && n >= 0 && n < len(s.k.shards) {
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Complete records the first result under the current grant (§2.9). A
@@ -321,6 +326,15 @@ func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol
 	if err != nil {
 		return nil, fmt.Errorf("cancel requests: runner shards: %w", err)
 	}
+	out, err := s.cancelRequests(ctx, runnerID, shards)
+	if err != nil {
+		return nil, fmt.Errorf("cancel requests: %w", err)
+	}
+	return out, nil
+}
+
+// cancelRequests is CancelRequests on shards, the runner's record of shards.
+func (s *Store) cancelRequests(ctx context.Context, runnerID string, shards []int) ([]protocol.GrantRef, error) {
 	type ref struct {
 		g   protocol.GrantRef
 		seq float64
@@ -338,7 +352,7 @@ func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol
 		for i, r := range s.doMulti(ctx, "cancel_counts", cmds...) {
 			n, err := r.AsInt64()
 			if err != nil {
-				return nil, fmt.Errorf("cancel requests: %w", err)
+				return nil, err
 			}
 			if n > 0 {
 				kept = append(kept, shards[i])
@@ -363,7 +377,7 @@ func (s *Store) CancelRequests(ctx context.Context, runnerID string) ([]protocol
 				return nil
 			})
 		if err != nil {
-			return nil, fmt.Errorf("cancel requests: %w", err)
+			return nil, err
 		}
 	}
 	slices.SortStableFunc(refs, func(a, b ref) int { return cmp.Compare(a.seq, b.seq) })

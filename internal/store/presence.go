@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -19,43 +20,96 @@ import (
 // Seen records a heartbeat stamped with the store clock (§2.15). An existing
 // record keeps its owner and device; capabilities and withheld are replaced.
 func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
-	if err := s.checkID("runner id", p.RunnerID); err != nil {
+	rec, _, err := s.seen(ctx, p, false, false)
+	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
+	return rec, nil
+}
+
+// Heartbeat is a daemon heartbeat's presence write and, with in.Cancels,
+// its cancel requests, in as few calls as possible: one script on the
+// runner's shard writes the record (under in.RequirePresence only if it
+// still holds the owner and device the caller remembered, which is the
+// caller's authentication check made atomic with the write) and reads the
+// runner's record of shards; only shards there whose cancel index holds
+// something are read further. An idle device's heartbeat is that one call.
+func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
+	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels)
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	out := HeartbeatResult{Presence: rec}
+	if in.Cancels {
+		if out.Cancel, err = s.cancelRequests(ctx, in.RunnerID, shards); err != nil {
+			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// seen runs presence_seen: with require, only on a record holding p's
+// owner and device (ErrPresenceChanged otherwise); with shards, it also
+// answers the runner's record of shards (runnerShardList).
+func (s *Store) seen(ctx context.Context, p Presence, require, shards bool) (Presence, []int, error) {
+	if err := s.checkID("runner id", p.RunnerID); err != nil {
+		return Presence{}, nil, err
+	}
 	if err := s.checkID("owner", p.Owner); err != nil {
-		return Presence{}, fmt.Errorf("seen: %w", err)
+		return Presence{}, nil, err
 	}
 	device, err := protocol.Marshal(p.Device)
 	if err != nil {
-		return Presence{}, fmt.Errorf("seen: %w", err)
+		return Presence{}, nil, err
 	}
 	caps, withheld := orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld)
 	if err := s.checkBlob("capabilities", caps); err != nil {
-		return Presence{}, fmt.Errorf("seen: %w", err)
+		return Presence{}, nil, err
 	}
 	if err := s.checkBlob("withheld", withheld); err != nil {
-		return Presence{}, fmt.Errorf("seen: %w", err)
+		return Presence{}, nil, err
 	}
 	if n := len(caps) + len(withheld); n > s.opts.MaxPresenceBytes {
-		return Presence{}, fmt.Errorf("seen: %w: capabilities and withheld are %d bytes, the limit is %d",
+		return Presence{}, nil, fmt.Errorf("%w: capabilities and withheld are %d bytes, the limit is %d",
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
-	msg, err := s.run(ctx, scPresenceSeen,
-		s.presenceSeenKeys(p.RunnerID, p.Owner),
+	keys := s.presenceSeenKeys(p.RunnerID, p.Owner)
+	if shards {
+		keys = append(keys, s.k.runnerShards(p.RunnerID))
+	}
+	cond := ""
+	if require {
+		cond = "1"
+	}
+	msg, err := s.run(ctx, scPresenceSeen, keys,
 		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld))
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond)
 	if err != nil {
-		return Presence{}, fmt.Errorf("seen: %w", err)
+		return Presence{}, nil, err
 	}
 	// The script answers the record without its two lists, which it has
 	// just replaced with exactly these bytes: a heartbeat does not carry
 	// them back from Valkey.
+	h, err := flatMap(msg)
+	if err != nil {
+		return Presence{}, nil, fmt.Errorf("record: %w", err)
+	}
+	if len(h) == 0 {
+		if require {
+			return Presence{}, nil, ErrPresenceChanged
+		}
+		return Presence{}, nil, fmt.Errorf("record: %w: empty reply", ErrUnexpectedReply)
+	}
 	rec, err := parsePresence(msg)
 	if err != nil || rec == nil {
-		return Presence{}, fmt.Errorf("seen: record: %v", err)
+		return Presence{}, nil, fmt.Errorf("record: %v", err)
 	}
 	rec.Capabilities, rec.Withheld = caps, withheld
-	return *rec, nil
+	var in []int
+	if shards {
+		in = s.shardList(strings.Fields(h["rsh"]))
+	}
+	return *rec, in, nil
 }
 
 // listsDigest names a heartbeat's two lists for presence_seen, which

@@ -10,8 +10,8 @@ type Script struct {
 	Name     string
 	ReadOnly bool
 	// Work: the script may add queue entries or bring a due instant
-	// closer on its shard, so this Store's work view of that shard is
-	// forgotten after it runs.
+	// closer on its shard, so after it runs this Store's work view re-reads
+	// that shard's due head and fences its empty queues (workView).
 	Work bool
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -48,7 +47,7 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 		return nil, nil
 	}
 	// Shards the work view knows have nothing due are not read.
-	at := time.Now()
+	at := s.view.now()
 	offset := s.offset.Load()
 	var read []int
 	for _, sh := range only {
@@ -80,8 +79,8 @@ func (s *Store) dueHeads(ctx context.Context, name string, shards []int, extra [
 }
 
 func (s *Store) dueHeadsWith(ctx context.Context, name string, shards []int, extra []valkey.Completed, extraOut *[]valkey.ValkeyResult) (heads []int64, now int64, err error) {
-	at := time.Now()
-	vers := make([]uint64, len(shards))
+	at := s.view.now()
+	vers := make([]viewStamp, len(shards))
 	cmds := make([]valkey.Completed, 0, len(shards)+len(extra))
 	for i, sh := range shards {
 		vers[i] = s.view.stamp(sh)

@@ -17,125 +17,223 @@ import (
 // the shard's scripts, so a stale view costs latency, never a job:
 //
 //   - a queue seen empty stays "empty" until a script announces an entry in
-//     it (SPUBLISH on its shard's channel, announce() in lib/store.lua),
-//     until this Store runs a script there that may add queue entries, or
-//     for at most workViewEmptyTTL (a lost announcement);
+//     it (SPUBLISH on its shard's channel, announce() in lib/store.lua), or
+//     for at most workViewEmptyTTL (the periodic re-check: what a lost
+//     announcement costs). Only the announced queue is forgotten, so job
+//     traffic on a shard leaves its other empty queues known.
+//   - a read that was in flight when an announcement for its queue arrived
+//     is not recorded (the read and the announcement travel on different
+//     connections, in either order): announcements are numbered per shard,
+//     a read carries the number current when it was sent, and the last
+//     number of each recently announced queue is kept (bounded: past
+//     workViewRecent the shard's older reads are simply not recorded).
+//   - this Store's own writes must be visible to its next claim at once
+//     (read-your-writes through one replica, as the reference): after a
+//     work script of this Store on a shard, an empty entry read before it
+//     is not trusted until a fence, a probe this Store publishes on the
+//     shard's channel after the write, comes back through the subscription.
+//     The channel delivers in order, so by then the write's own
+//     announcements have been applied. The first claim that finds a shard
+//     unfenced reads its queues as before and sends the fence.
 //   - a shard's due head is trusted for workViewDueTTL, or until this Store
-//     runs such a script there. Another replica's write puts nothing due
+//     runs a work script there. Another replica's write puts nothing due
 //     sooner than the awaiting window or a lease, so a short TTL suffices.
+//     Past the TTL one caller reads it again while the others keep using
+//     the last reading until that read lands (at most another TTL).
 //
 // A shard's view is live only while this Store's subscription to the
 // shard's channel is known to deliver (RunWorkView: a probe it published
 // came back); otherwise every claim and sweep reads Valkey as before.
 type workView struct {
 	mu     sync.Mutex
+	skew   time.Duration // added to the local clock (tests: the TTLs pass at once)
 	live   []bool
-	ver    []uint64 // per shard: bumped by this Store's work writes there
-	empty  []map[string]emptySeen
-	due    []dueSeen
+	sh     []shardView
 	shards map[string]int // shard prefix -> index
+}
+
+// shardView is one shard's part of the view.
+type shardView struct {
+	ver     uint64 // bumped when the view goes live or off: everything read before is dropped
+	dueVer  uint64 // bumped by this Store's work writes on the shard
+	own     uint64 // this Store's work scripts run on the shard
+	fenced  uint64 // own writes whose announcements are known applied
+	fence   string // the fence in flight ("" when none)
+	fenceT  uint64 // own when it was sent
+	fenceAt time.Time
+	ann     uint64            // announcements received
+	recent  map[string]uint64 // queue -> number of its last announcement
+	floor   uint64            // reads sent before this number are not recorded
+	empty   map[string]emptySeen
+	due     dueSeen
 }
 
 type emptySeen struct {
 	ver uint64
+	own uint64 // this Store's writes on the shard when the read was sent
 	at  time.Time
 }
 
 type dueSeen struct {
-	ver  uint64
-	at   time.Time // local clock at the read
-	raw  int64     // store clock at the read, without the test offset
-	head int64     // the due head's score; maxScore when nothing is indexed
-	ok   bool
+	ver uint64
+	at  time.Time // local clock at the read
+	// refresh: when the first caller past workViewDueTTL set out to read
+	// the head again; until that read lands (or for another
+	// workViewDueTTL), other callers use this reading rather than all
+	// reading at once (a relay answers many requests in the meantime).
+	refresh time.Time
+	raw     int64 // store clock at the read, without the test offset
+	head    int64 // the due head's score; maxScore when nothing is indexed
+	ok      bool
+}
+
+// viewStamp is what a read of a shard carries from the instant it was sent.
+type viewStamp struct {
+	ver, dueVer, own, ann uint64
 }
 
 const (
-	// workViewEmptyTTL outlasts a daemon's idle tick (about 10 s), so an
-	// idle device's next claim finds its queues still known empty; it only
-	// bounds what a lost announcement costs.
-	workViewEmptyTTL = 30 * time.Second
+	// workViewEmptyTTL is the periodic re-check of a queue seen empty: it
+	// bounds what a lost announcement costs (an announcement is lost
+	// unnoticed only if it is never delivered while the subscription
+	// stays up; a dropped subscription turns the shard's view off). A
+	// daemon's idle tick is about 10 s, so an idle device re-reads its
+	// queues once every six ticks.
+	workViewEmptyTTL = 60 * time.Second
 	workViewDueTTL   = time.Second
 	// workViewQueues bounds the queues remembered per shard (each device
 	// adds its sticky queues): past it the shard's entries are dropped and
 	// refilled by the next reads.
 	workViewQueues = 16384
-	maxScore       = int64(1) << 62
+	// workViewRecent bounds the recently announced queues kept per shard.
+	workViewRecent = 4096
+	// workViewFenceWait: a fence not back by then is sent again.
+	workViewFenceWait = time.Second
+	maxScore          = int64(1) << 62
 )
 
 func newWorkView(shards []string) *workView {
-	v := &workView{live: make([]bool, len(shards)), ver: make([]uint64, len(shards)),
-		empty: make([]map[string]emptySeen, len(shards)), due: make([]dueSeen, len(shards)),
+	v := &workView{live: make([]bool, len(shards)), sh: make([]shardView, len(shards)),
 		shards: make(map[string]int, len(shards))}
 	for i, p := range shards {
 		v.shards[p] = i
-		v.empty[i] = map[string]emptySeen{}
+		v.sh[i].empty = map[string]emptySeen{}
+		v.sh[i].recent = map[string]uint64{}
 	}
 	return v
 }
 
-// touched notes a write of this Store that may add queue entries or bring
-// a due instant closer on the shard of prefix.
+// now is the local clock the view's TTLs are measured on.
+func (v *workView) now() time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return time.Now().Add(v.skew)
+}
+
+// touched notes a work script of this Store on the shard of prefix: it may
+// have added queue entries (announced, see fence) or brought a due instant
+// closer (the due head is read again).
 func (v *workView) touched(prefix string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if i, ok := v.shards[prefix]; ok {
-		v.forget(i)
+		v.sh[i].own++
+		v.sh[i].dueVer++
+		v.sh[i].due = dueSeen{}
 	}
-}
-
-func (v *workView) forget(i int) {
-	v.ver[i]++
-	clear(v.empty[i])
-	v.due[i] = dueSeen{}
 }
 
 // announced: queue (a full key name) of shard i gained an entry.
 func (v *workView) announced(i int, queue string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	delete(v.empty[i], queue)
+	sv := &v.sh[i]
+	sv.ann++
+	delete(sv.empty, queue)
+	if len(sv.recent) >= workViewRecent {
+		clear(sv.recent)
+		sv.floor = sv.ann
+	}
+	sv.recent[queue] = sv.ann
 }
 
 func (v *workView) setLive(i int, live bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.live[i] = live
-	v.forget(i)
+	sv := &v.sh[i]
+	sv.ver++
+	sv.dueVer++
+	clear(sv.empty)
+	sv.due = dueSeen{}
+	sv.fence = ""
+	// Every write so far counts as fenced: the view starts empty.
+	sv.fenced = sv.own
 }
 
-// stamp is shard i's version, taken before a read whose result may be kept.
-func (v *workView) stamp(i int) uint64 {
+// stamp is shard i's state, taken before a read whose result may be kept.
+func (v *workView) stamp(i int) viewStamp {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.ver[i]
+	sv := &v.sh[i]
+	return viewStamp{ver: sv.ver, dueVer: sv.dueVer, own: sv.own, ann: sv.ann}
 }
 
 // queuesEmpty: were all these queues of shard i seen empty, and is that
-// still to be trusted?
-func (v *workView) queuesEmpty(i int, queues []string, at time.Time) bool {
+// still to be trusted? fence is non-empty when the answer is no only
+// because this Store wrote to the shard since: the caller publishes it
+// (publishFence), and the entries are trusted again once it is back.
+func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool, fence string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.live[i] {
-		return false
+		return false, ""
 	}
+	sv := &v.sh[i]
+	unfenced := false
 	for _, q := range queues {
-		e, ok := v.empty[i][q]
-		if !ok || e.ver != v.ver[i] || at.Sub(e.at) > workViewEmptyTTL {
-			return false
+		e, ok := sv.empty[q]
+		if !ok || e.ver != sv.ver || at.Sub(e.at) > workViewEmptyTTL {
+			return false, ""
+		}
+		if e.own != sv.own && sv.fenced < sv.own {
+			unfenced = true
 		}
 	}
-	return true
+	if !unfenced {
+		return true, ""
+	}
+	if sv.fence != "" && at.Sub(sv.fenceAt) < workViewFenceWait {
+		return false, ""
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	sv.fence, sv.fenceT, sv.fenceAt = "~f"+hex.EncodeToString(b[:]), sv.own, at
+	return false, sv.fence
 }
 
-func (v *workView) sawEmpty(i int, ver uint64, queue string, at time.Time) {
+// fenceBack: a probe came back on shard i's subscription.
+func (v *workView) fenceBack(i int, msg string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.live[i] && v.ver[i] == ver {
-		if len(v.empty[i]) >= workViewQueues {
-			clear(v.empty[i])
-		}
-		v.empty[i][queue] = emptySeen{ver: ver, at: at}
+	sv := &v.sh[i]
+	if sv.fence != "" && msg == sv.fence {
+		sv.fenced = max(sv.fenced, sv.fenceT)
+		sv.fence = ""
 	}
+}
+
+func (v *workView) sawEmpty(i int, st viewStamp, queue string, at time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sv := &v.sh[i]
+	if !v.live[i] || sv.ver != st.ver || st.ann < sv.floor || sv.recent[queue] > st.ann {
+		return
+	}
+	if len(sv.empty) >= workViewQueues {
+		clear(sv.empty)
+	}
+	sv.empty[queue] = emptySeen{ver: st.ver, own: st.own, at: at}
 }
 
 // notDue: is shard i known to hold nothing due at the store clock, offset
@@ -143,19 +241,34 @@ func (v *workView) sawEmpty(i int, ver uint64, queue string, at time.Time) {
 func (v *workView) notDue(i int, at time.Time, offset int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	d := v.due[i]
-	if !v.live[i] || !d.ok || d.ver != v.ver[i] || at.Sub(d.at) > workViewDueTTL {
+	d := &v.sh[i].due
+	if !v.live[i] || !d.ok || d.ver != v.sh[i].dueVer {
 		return false
+	}
+	if at.Sub(d.at) > workViewDueTTL {
+		if d.refresh.IsZero() || at.Sub(d.refresh) > workViewDueTTL {
+			d.refresh = at // this caller reads; the others wait for it
+			return false
+		}
 	}
 	return d.head > d.raw+at.Sub(d.at).Milliseconds()+1+offset
 }
 
-func (v *workView) sawDue(i int, ver uint64, at time.Time, raw, head int64) {
+func (v *workView) sawDue(i int, st viewStamp, at time.Time, raw, head int64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.live[i] && v.ver[i] == ver {
-		v.due[i] = dueSeen{ver: ver, at: at, raw: raw, head: head, ok: true}
+	if v.live[i] && v.sh[i].dueVer == st.dueVer {
+		v.sh[i].due = dueSeen{ver: st.dueVer, at: at, raw: raw, head: head, ok: true}
 	}
+}
+
+// publishFence sends shard i's fence (queuesEmpty) on its channel; its
+// arrival is handled by subscribeShard. A fence lost on the way is sent
+// again by a later claim after workViewFenceWait.
+func (s *Store) publishFence(i int, fence string) {
+	ctx, cancel := context.WithTimeout(context.Background(), workViewFenceWait)
+	defer cancel()
+	_ = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.shards[i]+"work").Message(fence).Build()).Error()
 }
 
 // RunWorkView keeps this Store's work view (see workView) until ctx ends:
@@ -210,7 +323,8 @@ func (s *Store) subscribeShard(ctx context.Context, i int, channel string) {
 		}
 	}()
 	_ = s.c.Receive(sub, s.c.B().Ssubscribe().Channel(channel).Build(), func(m valkey.PubSubMessage) {
-		if strings.HasPrefix(m.Message, "~") { // a probe, ours or another replica's
+		if strings.HasPrefix(m.Message, "~") { // a probe or fence, ours or another replica's
+			s.view.fenceBack(i, m.Message)
 			if m.Message == probe {
 				once.Do(func() {
 					close(arrived)

@@ -109,3 +109,205 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 		t.Fatalf("released job not claimed at once: %v", ids(got))
 	}
 }
+
+// viewShard is shard i's counters, read under the view's lock.
+func viewShard(s *Store, i int) (own, fenced, ann uint64) {
+	s.view.mu.Lock()
+	defer s.view.mu.Unlock()
+	return s.view.sh[i].own, s.view.sh[i].fenced, s.view.sh[i].ann
+}
+
+// waitView polls cond (the view's state, not time) for at most 5 s.
+func waitView(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Job traffic on a shard, this replica's own included, leaves the other
+// empty queues of that shard known: an idle device whose queues nobody
+// announced asks Valkey nothing once this replica's fence is back.
+func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
+	b := realBackend(t)
+	counter := &countingObserver{n: map[string]int{}}
+	a := newStore(t, b, Options{ObserveScript: counter.observe})
+	if !a.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withView(t, a)
+	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	sh := a.k.siteShard(site)
+	busy := sameShardSite(a, site)
+	d1 := []func(*ClaimInput){runner("d1"), routes([]string{site}, []string{"alice"})}
+	d2 := []func(*ClaimInput){runner("d2"), deviceOwner("bob"), routes([]string{site}, []string{"bob"})}
+	idle := func(when string) {
+		t.Helper()
+		counter.take()
+		if got := ha.claim(d1...); len(got) != 0 {
+			t.Fatalf("%s: d1 claimed %v", when, ids(got))
+		}
+		if got := ha.claim(d2...); len(got) != 0 {
+			t.Fatalf("%s: d2 claimed %v", when, ids(got))
+		}
+	}
+	idle("first")
+	idle("second")
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("idle claims asked Valkey: %v", calls)
+	}
+
+	// Another replica queues a job on the same shard, another site.
+	_, _, ann := viewShard(a, sh)
+	ho.enqueueStub(busy, stub("b1", "carol"))
+	waitView(t, "announcement", func() bool { _, _, n := viewShard(a, sh); return n > ann })
+	idle("after another replica's enqueue")
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("an announcement of another queue made idle claims ask Valkey: %v", calls)
+	}
+
+	// This replica queues one itself: the first claim after it reads (the
+	// announcement may not be back yet) and sends the fence; once the
+	// fence is back, d2's queues, read before the write, are trusted again.
+	ha.enqueueStub(busy, stub("a1", "carol"))
+	counter.take()
+	if got := ha.claim(d1...); len(got) != 0 {
+		t.Fatalf("d1 claimed %v", ids(got))
+	}
+	if calls := counter.take(); calls["claim_heads"] == 0 {
+		t.Fatalf("the claim after this replica's write trusted the view unfenced: %v", calls)
+	}
+	waitView(t, "fence", func() bool { own, fenced, _ := viewShard(a, sh); return fenced >= own })
+	counter.take()
+	if got := ha.claim(d2...); len(got) != 0 {
+		t.Fatalf("d2 claimed %v", ids(got))
+	}
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("d2's idle claim asked Valkey after the fence: %v", calls)
+	}
+
+	// The jobs themselves are claimable through a at once.
+	got := ha.claim(runner("d3"), deviceOwner("carol"), routes([]string{busy}, []string{"carol"}))
+	equalStrings(t, "carol's jobs", ids(got), []string{"b1", "a1"})
+}
+
+// An announcement that never arrives costs at most workViewEmptyTTL: the
+// periodic re-check reads the queue again and the job is granted.
+func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
+	b := realBackend(t)
+	counter := &countingObserver{n: map[string]int{}}
+	a := newStore(t, b, Options{ObserveScript: counter.observe})
+	if !a.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	silent, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent.announce = false // its enqueue publishes nothing: the announcement is lost
+	withView(t, a)
+	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	hs := &h{t: t, b: b, s: silent, ctx: context.Background()}
+	if got := ha.claim(); len(got) != 0 {
+		t.Fatalf("claimed %v from an empty store", ids(got))
+	}
+	hs.enqueue("lost", "alice")
+	counter.take()
+	if got := ha.claim(); len(got) != 0 {
+		t.Fatalf("claimed %v: the view did not trust its empty queue", ids(got))
+	}
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("the claim asked Valkey: %v", calls)
+	}
+	a.view.mu.Lock()
+	a.view.skew += workViewEmptyTTL + time.Second
+	a.view.mu.Unlock()
+	got := ha.claim()
+	equalStrings(t, "after the re-check", ids(got), []string{"lost"})
+}
+
+// A queue read sent before an announcement of that queue arrived is not
+// recorded as empty, whichever of the two Valkey answered first; a read
+// sent before this Store's own write is trusted only once the fence sent
+// after the write came back.
+func TestWorkViewOrdering(t *testing.T) {
+	v := newWorkView([]string{"p:"})
+	v.setLive(0, true)
+	at := time.Now()
+	q := []string{"p:q"}
+
+	st := v.stamp(0)
+	v.announced(0, "p:q")
+	v.sawEmpty(0, st, "p:q", at)
+	if empty, _ := v.queuesEmpty(0, q, at); empty {
+		t.Fatal("a read racing an announcement of its queue was recorded")
+	}
+	v.sawEmpty(0, v.stamp(0), "p:q", at)
+	if empty, _ := v.queuesEmpty(0, q, at); !empty {
+		t.Fatal("a read after the announcement was not recorded")
+	}
+	v.announced(0, "p:other")
+	if empty, _ := v.queuesEmpty(0, q, at); !empty {
+		t.Fatal("an announcement of another queue forgot this one")
+	}
+
+	v.touched("p:")
+	empty, fence := v.queuesEmpty(0, q, at)
+	if empty || fence == "" {
+		t.Fatalf("after this Store's write: empty %v, fence %q", empty, fence)
+	}
+	if _, again := v.queuesEmpty(0, q, at); again != "" {
+		t.Fatal("a second fence while the first is in flight")
+	}
+	v.fenceBack(0, "~someone-else")
+	if empty, _ := v.queuesEmpty(0, q, at); empty {
+		t.Fatal("another probe counted as this fence")
+	}
+	v.fenceBack(0, fence)
+	if empty, _ := v.queuesEmpty(0, q, at); !empty {
+		t.Fatal("not trusted after the fence came back")
+	}
+	if empty, _ := v.queuesEmpty(0, q, at.Add(workViewEmptyTTL+time.Second)); empty {
+		t.Fatal("trusted past workViewEmptyTTL")
+	}
+}
+
+// Past workViewDueTTL one caller reads the due head again; the others use
+// the last reading until that read lands, for at most another TTL, so a
+// busy replica does not send every concurrent request to Valkey at once.
+// A due instant the last reading shows passed is never hidden.
+func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
+	v := newWorkView([]string{"p:"})
+	v.setLive(0, true)
+	t0 := time.Now()
+	v.sawDue(0, v.stamp(0), t0, 1_000_000, 1_000_000+10*workViewDueTTL.Milliseconds())
+	if !v.notDue(0, t0, 0) {
+		t.Fatal("a fresh reading with nothing due not trusted")
+	}
+	late := t0.Add(workViewDueTTL + time.Millisecond)
+	if v.notDue(0, late, 0) {
+		t.Fatal("the first caller past the TTL was not sent to read")
+	}
+	if !v.notDue(0, late, 0) {
+		t.Fatal("a second caller read too while the first one's read is in flight")
+	}
+	if v.notDue(0, late, 20*workViewDueTTL.Milliseconds()) {
+		t.Fatal("the last reading hid a due instant it shows passed")
+	}
+	if v.notDue(0, late.Add(workViewDueTTL+time.Millisecond), 0) {
+		t.Fatal("a read that never landed kept the others waiting past another TTL")
+	}
+	v.touched("p:")
+	if v.notDue(0, t0, 0) {
+		t.Fatal("trusted after this Store's work write")
+	}
+}

@@ -4,6 +4,9 @@
 #
 #   test/bench/cluster.sh                  # both parts, about 5 minutes
 #   BENCH_QUICK=1 test/bench/cluster.sh    # smaller, about 2 minutes
+#   BENCH_PARTS=idle test/bench/cluster.sh # the idle part only
+#   RELAY_BIN_DIR=dir test/bench/cluster.sh # relay and loadgen built elsewhere
+#                                          # (another revision, side by side)
 #
 # 1. Load split: the load generator with 12 sites and 24 daemons through the
 #    three replicas. Reports each primary's CPU (INFO cpu used_cpu_sys +
@@ -15,7 +18,10 @@
 #    a trickle of 0.05 jobs/s so the run has an end (its one site polls once
 #    a second), three replicas sweeping every second. Measured over a steady
 #    window after pairing: relay CPU and Valkey CPU per idle tick (one
-#    heartbeat + one claim), Valkey commands and scripts per tick.
+#    heartbeat + one claim), Valkey commands and scripts per tick. Before
+#    the daemons start, the same three replicas run 20 s with no daemon: the
+#    cluster's and relays' own cost (gossip, INFO, sweeps, replica records),
+#    reported per second and taken off the idle figures in a second column.
 #
 # Output: test/bench/out/cluster.md (and cluster-*.json raw samples).
 set -euo pipefail
@@ -97,14 +103,21 @@ start_relays() { # NAMESPACE: three replicas; sets URLS, ADMIN, RELAY_PIDS
   done
 }
 
-log "building relay and loadgen"
-go build -o "$BIN/relay" ./cmd/relay
-go build -o "$BIN/loadgen" ./cmd/loadgen
+PARTS=${BENCH_PARTS:-load,idle}
+if [ -n "${RELAY_BIN_DIR:-}" ]; then
+  BIN=$RELAY_BIN_DIR
+  log "relay and loadgen from $BIN"
+else
+  log "building relay and loadgen"
+  go build -o "$BIN/relay" ./cmd/relay
+  go build -o "$BIN/loadgen" ./cmd/loadgen
+fi
 log "starting the cluster on ports ${PRIMARIES[*]}"
 CLUSTER_URL=$(bash .ci/cluster start)
 log "cluster at $CLUSTER_URL"
 
 # ---- 1. load split ---------------------------------------------------------
+if [[ $PARTS == *load* ]]; then
 NS="cbench-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS"
 replicas=$(IFS=,; echo "${URLS[*]}")
@@ -118,11 +131,17 @@ timeout 400 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$
   -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -quiet -json "$OUT/cluster-load.json" >"$OUT/cluster-load.txt"
 snapshot >"$OUT/cluster-load-after.json"
 kill "${RELAY_PIDS[@]}" 2>/dev/null || true; wait "${RELAY_PIDS[@]}" 2>/dev/null || true
+fi
 
 # ---- 2. idle ---------------------------------------------------------------
 NS="cidle-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS"
 replicas=$(IFS=,; echo "${URLS[*]}")
+log "idle: baseline, 20 s with no daemon"
+sleep 5
+snapshot >"$OUT/cluster-base-before.json"
+sleep 20
+snapshot >"$OUT/cluster-base-after.json"
 log "idle: $IDLE_DAEMONS daemons ticking every 10 s for ${IDLE_FOR}s"
 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 1 -daemons "$IDLE_DAEMONS" -slots 1 \
   -pair none -rate 0.05 -duration "${IDLE_FOR}s" -drain 20s -ttl 120s -heartbeat 10s -claim-poll 10s \
@@ -136,20 +155,25 @@ wait "$LG" || log "idle loadgen exited $?"
 python3 - "$OUT" "$CLK_TCK" "$IDLE_DAEMONS" "$IDLE_FOR" <<'EOF' | tee "$OUT/cluster.md"
 import json, sys
 out, tck, daemons, idle_for = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-b = json.load(open(f"{out}/cluster-load-before.json")); a = json.load(open(f"{out}/cluster-load-after.json"))
-rep = json.load(open(f"{out}/cluster-load.json"))
-jobs = rep["jobs"]["collected"]
-cpu = [y["cpu"] - x["cpu"] for x, y in zip(b["nodes"], a["nodes"])]
-scripts = [y["scripts"] - x["scripts"] for x, y in zip(b["nodes"], a["nodes"])]
-total = sum(cpu) or 1e-9
-relay = (a["relayTicks"] - b["relayTicks"]) / tck
-print(f"### Load split: 12 sites, 24 daemons, 3 replicas on a 3-primary cluster\n")
-print(f"{jobs} jobs collected at {rep['jobsPerSecond']:.0f} jobs/s; lost {rep['jobs']['lost']}, run twice {rep['jobs']['runTwice']}\n")
-print("| primary | Valkey CPU s | share | scripts | scripts/job |\n|---|---|---|---|---|")
-for n, c, s in zip(a["nodes"], cpu, scripts):
-    print(f"| :{n['port']} | {c:.2f} | {100*c/total:.0f}% | {s} | {s/max(jobs,1):.2f} |")
-print(f"| all | {total:.2f} | 100% | {sum(scripts)} | {sum(scripts)/max(jobs,1):.2f} |\n")
-print(f"Valkey CPU per job {1000*total/max(jobs,1):.3f} ms; relay CPU per job {1000*relay/max(jobs,1):.3f} ms (3 replicas)\n")
+import os
+def load_part():
+  b = json.load(open(f"{out}/cluster-load-before.json")); a = json.load(open(f"{out}/cluster-load-after.json"))
+  rep = json.load(open(f"{out}/cluster-load.json"))
+  jobs = rep["jobs"]["collected"]
+  cpu = [y["cpu"] - x["cpu"] for x, y in zip(b["nodes"], a["nodes"])]
+  scripts = [y["scripts"] - x["scripts"] for x, y in zip(b["nodes"], a["nodes"])]
+  total = sum(cpu) or 1e-9
+  relay = (a["relayTicks"] - b["relayTicks"]) / tck
+  print(f"### Load split: 12 sites, 24 daemons, 3 replicas on a 3-primary cluster\n")
+  print(f"{jobs} jobs collected at {rep['jobsPerSecond']:.0f} jobs/s; lost {rep['jobs']['lost']}, run twice {rep['jobs']['runTwice']}\n")
+  print("| primary | Valkey CPU s | share | scripts | scripts/job |\n|---|---|---|---|---|")
+  for n, c, s in zip(a["nodes"], cpu, scripts):
+      print(f"| :{n['port']} | {c:.2f} | {100*c/total:.0f}% | {s} | {s/max(jobs,1):.2f} |")
+  print(f"| all | {total:.2f} | 100% | {sum(scripts)} | {sum(scripts)/max(jobs,1):.2f} |\n")
+  print(f"Valkey CPU per job {1000*total/max(jobs,1):.3f} ms; relay CPU per job {1000*relay/max(jobs,1):.3f} ms (3 replicas)\n")
+
+if os.path.exists(f"{out}/cluster-load.json"):
+  load_part()
 
 samples = [json.loads(l) for l in open(f"{out}/cluster-idle-samples.jsonl") if l.strip()]
 t0 = samples[0]["t"]
@@ -167,11 +191,18 @@ irep = json.load(open(f"{out}/cluster-idle.json"))
 hb = irep["endpoints"].get("heartbeat", {}).get("requests", 0); cl = irep["endpoints"].get("claim", {}).get("requests", 0)
 print(f"### Idle cost: {daemons} daemons, a heartbeat and an empty claim every 10 s each\n")
 print(f"steady window {secs:.0f} s, ~{ticks:.0f} idle ticks (whole run: {hb} heartbeats, {cl} claims, {irep['jobs']['collected']} jobs)\n")
-print("| per idle tick (heartbeat + empty claim) | value |\n|---|---|")
-print(f"| Valkey CPU | {1e6*vcpu/ticks:.0f} µs |")
-print(f"| relay CPU (3 replicas) | {1e6*rcpu/ticks:.0f} µs |")
-print(f"| Valkey commands run, those inside scripts included (total_commands_processed) | {calls/ticks:.2f} |")
-print(f"| Lua scripts | {scr/ticks:.2f} |")
+# The baseline: the same replicas and cluster with no daemon, per second.
+bb = json.load(open(f"{out}/cluster-base-before.json")); ba = json.load(open(f"{out}/cluster-base-after.json"))
+bsecs = ba["t"] - bb["t"]
+bv = sum(n2["cpu"] - n1["cpu"] for n1, n2 in zip(bb["nodes"], ba["nodes"])) / bsecs
+bc = sum(n2["calls"] - n1["calls"] for n1, n2 in zip(bb["nodes"], ba["nodes"])) / bsecs
+br = (ba["relayTicks"] - bb["relayTicks"]) / tck / bsecs
+print(f"baseline with no daemon ({bsecs:.0f} s): Valkey CPU {1000*bv:.1f} ms/s, relay CPU {1000*br:.1f} ms/s, {bc:.0f} commands/s\n")
+print("| per idle tick (heartbeat + empty claim) | value | baseline taken off |\n|---|---|---|")
+print(f"| Valkey CPU | {1e6*vcpu/ticks:.0f} µs | {1e6*(vcpu-bv*secs)/ticks:.0f} µs |")
+print(f"| relay CPU (3 replicas) | {1e6*rcpu/ticks:.0f} µs | {1e6*(rcpu-br*secs)/ticks:.0f} µs |")
+print(f"| Valkey commands run, those inside scripts included (total_commands_processed) | {calls/ticks:.2f} | {(calls-bc*secs)/ticks:.2f} |")
+print(f"| Lua scripts | {scr/ticks:.2f} | |")
 per = ", ".join("%.2f" % (n2["cpu"] - n1["cpu"]) for n1, n2 in zip(x["nodes"], y["nodes"]))
 print(f"| Valkey CPU per primary (s over the window) | {per} |")
 # Commands by name per tick (the scripts' own commands included: INFO
