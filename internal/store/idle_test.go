@@ -11,6 +11,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkIdleTick is what one idle device costs per tick: the store calls
@@ -33,7 +34,7 @@ func BenchmarkIdleTick(b *testing.B) {
 // as the relay does.
 func benchIdleTick(b *testing.B, view bool) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: quietLogger()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
 		vctx, cancel := context.WithCancel(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkJobCost is the store's share of one job: enqueue, claim, seal,
@@ -22,7 +23,7 @@ func BenchmarkJobCost(b *testing.B) {
 
 func benchJobCost(b *testing.B, view bool) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: quietLogger()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
 		vctx, cancel := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkScriptTime reports how long one call of each script holds the
@@ -112,7 +113,7 @@ func BenchmarkScriptTime(b *testing.B) {
 		}},
 		{"results-5000-uncached", "results_get", func(b *testing.B) func(int) {
 			siteID := finished(b, 5000)
-			cold, err := New(ctx, be.client, Options{Namespace: e.s.Namespace(), ResultCacheBytes: -1, Logger: quietLogger()})
+			cold, err := New(ctx, be.client, Options{Namespace: e.s.Namespace(), ResultCacheBytes: -1, Logger: relaytest.Discard()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // countingObserver counts the Valkey calls a Store makes (scripts and plain
@@ -56,7 +57,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
-	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 	t.Logf("claimed %d", len(claimed))
 	// Every replica's clock jumps past the deadlines and leases.
 	for _, s := range stores {
-		s.SetClockOffsetForTests(20_000)
+		s.SetClockOffset(20_000)
 	}
 
 	sweepers := make([]*Sweeper, replicas)

@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -24,21 +23,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/contract/bridge"
+	"github.com/byollm/relay-go/test/relaytest"
+	"github.com/valkey-io/valkey-go"
 )
 
 // contractCases is how many `it` cases describeStoreContract declares in
 // 0.1.1. Asserting the count catches a contract that silently lost cases
 // (for example a failed import that declares none).
 const contractCases = 38
-
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
 
 var installOnce sync.Once
 var installErr error
@@ -85,18 +78,15 @@ func TestStoreContract(t *testing.T) {
 	ensureNodeModules(t)
 	backends := []struct {
 		name string
-		url  string // "" opens the embedded miniredis
+		open func(testing.TB) valkey.Client
 	}{
-		{name: "valkey", url: valkeyURL()},
-		{name: "embedded", url: ""},
+		{"valkey", relaytest.Client},
+		{"embedded", relaytest.Embedded},
+		{"cluster", relaytest.Cluster}, // skips when no cluster is configured
 	}
-	backends = append(backends, struct{ name, url string }{"cluster", os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")})
 	for _, backend := range backends {
 		t.Run(backend.name, func(t *testing.T) {
-			if backend.name == "cluster" && backend.url == "" {
-				t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the contract on (start one with .ci/cluster start)")
-			}
-			report := runContract(t, backend.name, backend.url)
+			report := runContract(t, backend.name, backend.open(t))
 			var failures []string
 			for _, file := range report.TestResults {
 				if file.Message != "" {
@@ -122,27 +112,13 @@ func TestStoreContract(t *testing.T) {
 	}
 }
 
-// runContract serves a bridge on url's backend and runs the vitest suite
+// runContract serves a bridge on client's backend and runs the vitest suite
 // against it once.
-func runContract(t *testing.T, backend, url string) vitestReport {
+func runContract(t *testing.T, backend string, client valkey.Client) vitestReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	client, closeClient, embedded, err := valkeyconn.Open(ctx, url, logger)
-	if err != nil {
-		t.Fatalf("open %s backend (%q): %v", backend, url, err)
-	}
-	defer closeClient()
-	if embedded != (url == "") {
-		t.Fatalf("open %q: embedded = %v", url, embedded)
-	}
-	if backend == "cluster" && !valkeyconn.IsCluster(client) {
-		t.Fatalf("RELAY_TEST_VALKEY_CLUSTER_URL=%s is not a cluster", url)
-	}
-
-	b := bridge.New(client, logger)
+	b := bridge.New(client, relaytest.Logger(t))
 	srv := httptest.NewServer(b)
 	defer func() {
 		srv.Close()
@@ -179,12 +155,4 @@ func runContract(t *testing.T, backend, url string) vitestReport {
 		t.Errorf("vitest failed with no failed case: %v\n%s", runErr, stdio.String())
 	}
 	return report
-}
-
-// testWriter sends bridge logs to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -42,4 +42,3 @@ func (w *tbWriter) close() {
 // Discard is a logger that drops everything, for loggers a test must pass
 // but never wants to read (benchmarks, hot loops).
 func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
