@@ -3,12 +3,9 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,16 +14,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const token = "test-admin-token-0123456789"
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 const site1 = `{"siteId":"site-1","site":{"identity":"aWRlbnRpdHktMQ","encryption":"ZW5jLTE","encryptionSig":"c2lnLTE"}}`
 
@@ -38,43 +32,17 @@ func doc(owners ...string) string {
 	return `{"sites":[` + site1 + `],"consents":[` + strings.Join(cs, ",") + `]}`
 }
 
-// newClient connects to the test Valkey.
-func newClient(t *testing.T) valkey.Client {
-	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	return c
-}
-
 // setup starts an admin server over a real Valkey in a fresh namespace.
 func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) {
 	t.Helper()
-	c := newClient(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "admintest-" + hex.EncodeToString(b)
-	key, _ := projectionsync.Keys(ns)
-	t.Cleanup(func() {
-		c.Do(context.Background(), c.B().Del().Key(key).Build())
-		c.Close()
-	})
-	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	c := relaytest.Client(t)
+	ns := relaytest.Namespace(t, c)
+	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if err := sync.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	opts.Projections = sync
-	opts.Logger = quiet
+	opts.Logger = relaytest.Logger(t)
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return srv, sync
@@ -194,7 +162,7 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 }
 
 func TestOpenRoutesBypassToken(t *testing.T) {
-	s := New(Options{Logger: quiet})
+	s := New(Options{Logger: relaytest.Logger(t)})
 	s.HandleOpen("GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	s.Handle("GET", "/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
 	srv := httptest.NewServer(s)
@@ -459,7 +427,7 @@ func (brokenProjections) Get(context.Context) (projectionsync.Document, error) {
 // and a panic in a handler the same 500, in JSON like every answer.
 func TestFailuresSayWhoseFault(t *testing.T) {
 	_, sync := setup(t, Options{Token: token})
-	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: quiet})
+	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: relaytest.Logger(t)})
 	s.Handle("GET", "/panics", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	srv := httptest.NewServer(s)
 	defer srv.Close()
@@ -471,10 +439,10 @@ func TestFailuresSayWhoseFault(t *testing.T) {
 	}
 
 	// A real store that cannot answer: its client is closed.
-	c := newClient(t)
-	down := projectionsync.New(c, projectionsync.Options{Namespace: "admintest-down", Logger: quiet})
+	c := relaytest.Open(t, relaytest.ValkeyURL())
+	down := projectionsync.New(c, projectionsync.Options{Namespace: "admintest-down", Logger: relaytest.Logger(t)})
 	c.Close()
-	s = New(Options{Token: token, Projections: down, Logger: quiet})
+	s = New(Options{Token: token, Projections: down, Logger: relaytest.Logger(t)})
 	srv2 := httptest.NewServer(s)
 	defer srv2.Close()
 	if a := call(t, srv2, "GET", "/projection", "Bearer "+token, ""); a.status != 503 || !strings.HasPrefix(a.body, `{"error":"unavailable"`) {

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +29,7 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 type replica struct {
@@ -50,41 +48,21 @@ type cluster struct {
 
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	cl := &cluster{t: t, c: c, ns: "pairtest-" + hex.EncodeToString(b)}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, cl.ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		c.Close()
-	})
+	c := relaytest.Client(t)
+	cl := &cluster{t: t, c: c, ns: relaytest.Namespace(t, c)}
 	for range n {
-		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: quiet,
+		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: relaytest.Logger(t),
 			// Every simulated daemon here pairs from the same loopback address.
 			PairingsPerSource: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ps := projectionsync.New(c, projectionsync.Options{Namespace: cl.ns, Logger: quiet})
+		ps := projectionsync.New(c, projectionsync.Options{Namespace: cl.ns, Logger: relaytest.Logger(t)})
 		if err := ps.Refresh(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		r, err := relay.New(relay.Config{
-			Store: st, Projection: ps, VerificationURL: "https://example.test/device", Logger: quiet,
+			Store: st, Projection: ps, VerificationURL: "https://example.test/device", Logger: relaytest.Logger(t),
 			Clock: func() int64 {
 				now, err := st.Now(context.Background())
 				if err != nil {
@@ -97,7 +75,7 @@ func newCluster(t *testing.T, n int) *cluster {
 			t.Fatal(err)
 		}
 		plane := httptest.NewServer(r.Handler())
-		adm := httptest.NewServer(New(Options{Token: token, Projections: ps, Pairings: pairings.New(st, ps), Logger: quiet}))
+		adm := httptest.NewServer(New(Options{Token: token, Projections: ps, Pairings: pairings.New(st, ps), Logger: relaytest.Logger(t)}))
 		t.Cleanup(plane.Close)
 		t.Cleanup(adm.Close)
 		cl.replicas = append(cl.replicas, &replica{st: st, proj: ps, admin: adm, plane: plane})

@@ -2,16 +2,12 @@ package opsview
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -20,12 +16,10 @@ import (
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const adminToken = "opsview-admin-token-0123456789"
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Two sites; alice consents to both, bob to site-b only.
 const fixture = `{"sites":[
@@ -49,52 +43,25 @@ func setup(t testing.TB) env { return setupOn(t, false) }
 // the embedded store the relay uses without RELAY_VALKEY_URL.
 func setupOn(t testing.TB, embedded bool) env {
 	t.Helper()
-	var c valkey.Client
+	c := relaytest.Client(t)
 	if embedded {
-		ec, closeStore, _, err := valkeyconn.Open(context.Background(), "", quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(closeStore)
-		c = ec
-	} else {
-		u := os.Getenv("RELAY_TEST_VALKEY_URL")
-		if u == "" {
-			u = "redis://127.0.0.1:6379/0"
-		}
-		vo, err := valkey.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vo.DisableCache = true
-		if c, err = valkey.NewClient(vo); err != nil {
-			t.Fatalf("connect %s: %v", u, err)
-		}
+		c = relaytest.Embedded(t)
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "opsviewtest-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if !embedded {
-			c.Close()
-		}
-	})
+	ns := relaytest.Namespace(t, c)
+	logger := relaytest.Logger(t)
 	ctx := context.Background()
-	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: quiet})
+	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	proj := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: logger})
 	if _, err := proj.Replace(ctx, []byte(fixture)); err != nil {
 		t.Fatal(err)
 	}
 	if err := proj.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: quiet})
+	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: logger})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return env{srv: srv, st: st, client: c, ns: ns}

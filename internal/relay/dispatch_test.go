@@ -17,7 +17,7 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/telemetry"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const (
@@ -272,19 +272,9 @@ func TestNotReady(t *testing.T) {
 // TestStoreDown: a store that cannot be reached is a fast, retryable 503
 // server-error. The store is a real one on a private server, killed.
 func TestStoreDown(t *testing.T) {
-	srv := startPrivateServer(t)
-	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond) // the server is still starting
-		c, closeFn, _, err = valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	}
-	if err != nil {
-		t.Fatalf("private server: %v", err)
-	}
-	t.Cleanup(closeFn)
+	srv := relaytest.StartServer(t)
 	// The server and its keys die with the test: no namespace cleanup.
-	st, err := store.New(ctx, c, store.Options{Namespace: "relaytest-down-" + randomHex(6)})
+	st, err := store.New(t.Context(), relaytest.Open(t, srv.URL), store.Options{Namespace: relaytest.NewName(), Logger: relaytest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,10 +282,7 @@ func TestStoreDown(t *testing.T) {
 	e := newEnvOn(t, st, func(cfg *Config) { cfg.Clock = func() int64 { return time.Now().UnixMilli() } })
 	w.install(e)
 	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
-	if err := srv.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = srv.cmd.Wait()
+	srv.Kill()
 	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
 	// Signed on the local clock: the harness's default reads the store.
 	claim := claimJSON(t, "runner_alice", 1)

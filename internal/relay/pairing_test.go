@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,7 +8,7 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 type pairStart struct {
@@ -171,17 +170,8 @@ func TestPairRefusals(t *testing.T) {
 // TestPairingCapacity: row 17 when the shared code store is full; a keypair
 // restarting its own pairing replaces its code instead of taking a slot.
 func TestPairingCapacity(t *testing.T) {
-	c := newValkey(t)
-	ns := "relaytest-" + randomHex(6)
-	st, err := store.New(t.Context(), c, store.Options{Namespace: ns, PairingCapacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	c := relaytest.Client(t)
+	st := newStore(t, c, store.Options{PairingCapacity: 1})
 	e := newEnvOn(t, st)
 	newWorld(t).install(e)
 	first := newKeys(t)
