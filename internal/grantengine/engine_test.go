@@ -17,6 +17,7 @@ import (
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Both key file forms load the same key; anything else is refused with what
@@ -82,12 +83,8 @@ const caps = `[{"kind":"llm.generate","service":"qwen","backendId":"ollama","bac
 // relay's Valkey TIME), and the grant verifies.
 func TestIssuedAtFromStoreClock(t *testing.T) {
 	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
-	pol, err := policy.NewStore(c, "enginetest")
+	c := relaytest.Embedded(t)
+	pol, err := policy.NewStore(c, relaytest.Namespace(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}

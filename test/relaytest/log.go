@@ -3,6 +3,7 @@ package relaytest
 import (
 	"bytes"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -21,13 +22,18 @@ type tbWriter struct {
 	mu   sync.Mutex
 	t    testing.TB
 	done bool
+	also func(string) // RecordLogs's
 }
 
 func (w *tbWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	line := string(bytes.TrimRight(p, "\n"))
+	if w.also != nil {
+		w.also(line)
+	}
 	if !w.done {
-		w.t.Log(string(bytes.TrimRight(p, "\n")))
+		w.t.Log(line)
 	}
 	return len(p), nil
 }
@@ -42,3 +48,40 @@ func (w *tbWriter) close() {
 // Discard is a logger that drops everything, for loggers a test must pass
 // but never wants to read (benchmarks, hot loops).
 func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Logs is a logger whose lines a test can look for (each is also written
+// through t.Log, like Logger's), to wait for something that is only
+// logged: a refusal, a retry.
+type Logs struct {
+	*slog.Logger
+	mu    sync.Mutex
+	lines []string
+}
+
+// RecordLogs is a Logs for t.
+func RecordLogs(t testing.TB) *Logs {
+	l := &Logs{}
+	w := &tbWriter{t: t, also: l.add}
+	t.Cleanup(w.close)
+	l.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return l
+}
+
+func (l *Logs) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+// Count is how many lines logged so far contain s.
+func (l *Logs) Count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
