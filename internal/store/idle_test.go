@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -37,13 +36,7 @@ func benchIdleTick(b *testing.B, view bool) {
 	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
-		vctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.RunWorkView(vctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		for !s.viewLive() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		withView(b, s)
 	}
 	const devices = 1000
 	devs := make([]protocol.PublicIdentity, devices)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -26,13 +25,7 @@ func benchJobCost(b *testing.B, view bool) {
 	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
-		vctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.RunWorkView(vctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		for !s.viewLive() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		withView(b, s)
 	}
 	dev := freshDevice()
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: dev, Kinds: []string{protocol.KindGenerate},
