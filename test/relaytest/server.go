@@ -30,16 +30,7 @@ type Server struct {
 // is killed when t ends.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin := os.Getenv("RELAY_TEST_REDIS_SERVER")
-	for _, name := range []string{"valkey-server", "redis-server"} {
-		if bin != "" {
-			break
-		}
-		bin, _ = exec.LookPath(name)
-	}
-	if bin == "" {
-		t.Fatal("relaytest: no valkey-server or redis-server on PATH (or set RELAY_TEST_REDIS_SERVER): this test needs a server of its own")
-	}
+	bin := ServerBinary(t)
 	// The port is picked by listening and closing, which another process
 	// may take in between: then the server exits at once and we try again.
 	var last error
@@ -52,6 +43,24 @@ func StartServer(t testing.TB, args ...string) *Server {
 	}
 	t.Fatalf("relaytest: private server: %v", last)
 	return nil
+}
+
+// ServerBinary is the server tests start for themselves:
+// RELAY_TEST_REDIS_SERVER, else valkey-server or redis-server on PATH. It
+// fails t when there is none.
+func ServerBinary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("RELAY_TEST_REDIS_SERVER")
+	for _, name := range []string{"valkey-server", "redis-server"} {
+		if bin != "" {
+			break
+		}
+		bin, _ = exec.LookPath(name)
+	}
+	if bin == "" {
+		t.Fatal("relaytest: no valkey-server or redis-server on PATH (or set RELAY_TEST_REDIS_SERVER): this test needs a server of its own")
+	}
+	return bin
 }
 
 func startServer(t testing.TB, bin string, args []string) (*Server, error) {
