@@ -17,13 +17,22 @@
 // CleanupKeys do the same for any SCAN pattern; on a cluster they walk every
 // primary.
 //
+// Private servers (server.go). StartServer runs a redis-server (or
+// valkey-server, ServerBinary) of one test's own, for tests that kill,
+// freeze (SIGSTOP), demote or overload it; the shared server never is.
+//
 // Logs (log.go). Logger is a slog.Logger that writes through t.Log: quiet for
 // a passing test, shown beside a failing one (and with -v). Lines logged
-// after the test has ended are dropped instead of panicking.
+// after the test has ended are dropped instead of panicking. RecordLogs also
+// keeps the lines, for a test that waits for something only logged.
 //
 // Waiting (wait.go). WaitFor polls a condition until it holds or a deadline
 // passes, then fails the test with a message saying what never happened.
 // Tests wait on something observable, never on a fixed sleep.
+//
+// Node (node.go). NodeModules runs `npm ci` once per directory and test
+// process; Vitest runs a published contract suite and returns its report,
+// whose RequireAll fails the test unless every case passed.
 //
 // Processes (process.go, binary.go, balancer.go, ports.go, relay.go). The
 // tests that run the relay as a separate process build the binary once per
