@@ -73,6 +73,7 @@ func call(t *testing.T, srv *httptest.Server, method, path, auth, body string) a
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t, Options{Token: token})
 	tests := []struct {
 		name, auth string
@@ -129,6 +130,7 @@ func TestAuth(t *testing.T) {
 // Two Authorization headers are refused even when one of them is right:
 // which one a proxy in front would have checked is anyone's guess.
 func TestAuthTwoHeaders(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t, Options{Token: token})
 	for _, pair := range [][2]string{{"Bearer " + token, "Bearer wrong-token-wrong-token"}, {"Bearer " + token, "Bearer " + token}} {
 		req, err := http.NewRequest("GET", srv.URL+"/projection", nil)
@@ -149,6 +151,7 @@ func TestAuthTwoHeaders(t *testing.T) {
 }
 
 func TestNoTokenRefusesEverything(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{})
 	for _, auth := range []string{"", "Bearer ", "Bearer anything-at-all-here"} {
 		a := call(t, srv, "PUT", "/projection", auth, doc("alice"))
@@ -162,6 +165,7 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 }
 
 func TestOpenRoutesBypassToken(t *testing.T) {
+	t.Parallel()
 	s := New(Options{Logger: relaytest.Logger(t)})
 	s.HandleOpen("GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	s.Handle("GET", "/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
@@ -176,6 +180,7 @@ func TestOpenRoutesBypassToken(t *testing.T) {
 }
 
 func TestProjectionRoutes(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token, MaxBody: 4096})
 	auth := "Bearer " + token
 
@@ -250,6 +255,7 @@ const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked
 // a no-op (200, changed false, the version stays, nothing written); a merge
 // onto nothing merges onto the empty projection.
 func TestMergeEmptyLists(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	auth := "Bearer " + token
 	result := func(a answer) projectionsync.Result {
@@ -295,6 +301,7 @@ func TestMergeEmptyLists(t *testing.T) {
 // (or a literal U+FFFD) are three devices, as in the reference, whose keys
 // are JSON.stringify of the exact JS strings.
 func TestMergeLoneSurrogateIDs(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	auth := "Bearer " + token
 	dev := func(id string) string {
@@ -319,6 +326,7 @@ func TestMergeLoneSurrogateIDs(t *testing.T) {
 
 // TestPushCommand runs the CLI against a running admin server.
 func TestPushCommand(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
@@ -374,6 +382,7 @@ func TestPushCommand(t *testing.T) {
 }
 
 func TestDefaultAdminURL(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		env  map[string]string
 		want string
@@ -395,6 +404,7 @@ func TestDefaultAdminURL(t *testing.T) {
 // Admin bodies are charged to the body budget shared with the planes: when
 // it is spent, a write is refused (retryable) and nothing is applied.
 func TestBodyBudgetSpent(t *testing.T) {
+	t.Parallel()
 	bodies := httpserve.NewBudget(2048)
 	srv, sync := setup(t, Options{Token: token, Bodies: bodies})
 	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 4096))
@@ -426,6 +436,7 @@ func (brokenProjections) Get(context.Context) (projectionsync.Document, error) {
 // unavailable, a reply the code does not understand a 500 server-error,
 // and a panic in a handler the same 500, in JSON like every answer.
 func TestFailuresSayWhoseFault(t *testing.T) {
+	t.Parallel()
 	_, sync := setup(t, Options{Token: token})
 	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: relaytest.Logger(t)})
 	s.Handle("GET", "/panics", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))

@@ -229,6 +229,7 @@ func (cl *cluster) withConsent(owners ...string) {
 // replica 2, which answers approved with the owner's sites; the code is then
 // spent.
 func TestApproveByUserCode(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 3)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "alice's laptop")
@@ -295,6 +296,7 @@ func TestApproveByUserCode(t *testing.T) {
 
 // TestApproveTwice: the second approval of a code is 409 and writes nothing.
 func TestApproveTwice(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -312,6 +314,7 @@ func TestApproveTwice(t *testing.T) {
 // TestApproveConcurrently: many admins approve one code at once through two
 // replicas; exactly one wins.
 func TestApproveConcurrently(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -345,6 +348,7 @@ func TestApproveConcurrently(t *testing.T) {
 // TestExpiredAndUnknownCodes: an expired code is 404 to GET and 409 to
 // approve and deny, an unknown one 404 to all three; none changes the store.
 func TestExpiredAndUnknownCodes(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -371,6 +375,7 @@ func TestExpiredAndUnknownCodes(t *testing.T) {
 // whole (409, nothing written); the script judges liveness on its own TIME
 // reading, so there is no third outcome.
 func TestApprovalRacingExpiry(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	const n = 24
@@ -417,6 +422,7 @@ func TestApprovalRacingExpiry(t *testing.T) {
 // TestDeny: a denied code is gone: the daemon's next poll is "expired" and
 // the code can no longer be shown or approved.
 func TestDeny(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 3)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -433,6 +439,7 @@ func TestDeny(t *testing.T) {
 // TestApproveConflictsWithProjection: the projection's records of the same
 // identity or runner id decide, and a refused approval writes nothing.
 func TestApproveConflictsWithProjection(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 1)
 	cl.withConsent("alice", "bob")
 	d := cl.startPairing(0, "laptop")
@@ -475,6 +482,7 @@ func TestApproveConflictsWithProjection(t *testing.T) {
 // poll is approved, GET /projection lists it) until a document record with
 // its runner id takes it over, here revoked.
 func TestApprovalSurvivesWholesalePut(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -530,6 +538,7 @@ func TestApprovalSurvivesWholesalePut(t *testing.T) {
 // TestPairingRequestsRefused: malformed requests are refused with the
 // protocol's error body and change nothing; there is no listing.
 func TestPairingRequestsRefused(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 1)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -568,6 +577,7 @@ func TestPairingRequestsRefused(t *testing.T) {
 // TestPairingCommand drives `relay pairing show|approve|deny` against a
 // running admin listener.
 func TestPairingCommand(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -622,6 +632,7 @@ func TestPairingCommand(t *testing.T) {
 // approved by code on every replica; an unknown runner id is 404 and
 // changes nothing.
 func TestUnapprove(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -671,6 +682,7 @@ var _ = slog.Default
 // put the bare document in force under the approval's version (which the
 // version poll would then take for current, hiding the device there).
 func TestNoOpMergeKeepsApprovals(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")

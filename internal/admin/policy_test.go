@@ -37,6 +37,7 @@ const policyDoc = `{"consents":[{"siteId":"site-1","user":"alice","mappings":[{"
 	`"teams":[{"owner":"bob","members":["alice"]}],"declares":[]}`
 
 func TestPolicyRoutes(t *testing.T) {
+	t.Parallel()
 	srv, pol, _ := setupPolicy(t)
 	auth := "Bearer " + token
 	if a := call(t, srv, "PUT", "/policy", "", policyDoc); a.status != 401 {
@@ -90,6 +91,7 @@ func TestPolicyRoutes(t *testing.T) {
 }
 
 func TestPolicyPushCommand(t *testing.T) {
+	t.Parallel()
 	srv, pol, _ := setupPolicy(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "policy.json")

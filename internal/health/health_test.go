@@ -43,6 +43,7 @@ func serve(c *health.Checker) *httptest.Server {
 }
 
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	var valkeyDown, noProjection atomic.Bool
 	c := health.New(health.Options{Timeout: 200 * time.Millisecond, Logger: relaytest.Logger(t)})
 	c.Add("valkey", func(context.Context) error {
@@ -110,6 +111,7 @@ func TestHangingCheckTimesOut(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	c := health.New(health.Options{Logger: relaytest.Logger(t)})
 	c.Add("valkey", func(context.Context) error { return errors.New("down") })
 	srv := serve(c)

@@ -70,6 +70,7 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 // one presence script per shard they are on, at most store.DefaultShards)
 // or with its jobs beyond the pages of its live set.
 func TestRefreshCostIsBounded(t *testing.T) {
+	t.Parallel()
 	want := map[string]int64{
 		"/ui/":                    1 + 1 + 2,                           // TIME, replicas, PING+INFO
 		"/ui/site/site-a":         1 + 1 + 1 + 1 + store.DefaultShards, // TIME, one live-set page, replicas, churn, presence (at most)

@@ -139,6 +139,7 @@ func mint(t *testing.T, base, site string) (id, tok string) {
 // not the other site's leases or consents on a shared device; the fleet
 // page sends it to its site. Revoked, it is refused.
 func TestSiteTokenSeesOnlyItsSite(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	enqueue(t, e.st, "site-a", "job-a1", "alice")
 	enqueue(t, e.st, "site-b", "job-b1", "alice")
@@ -203,6 +204,7 @@ func TestSiteTokenSeesOnlyItsSite(t *testing.T) {
 // revoked by id (then refused), and the API is never reachable with the
 // login cookie alone.
 func TestTokenLifecycle(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	base := e.srv.URL
 	for _, body := range []string{`{"site":"nope"}`, `{"site":""}`, `{}`, `{"site":"site-a","x":1}`, `[`} {
@@ -278,6 +280,7 @@ func TestTokenLifecycle(t *testing.T) {
 // read in; the job page never carries payload bytes. On the real server and
 // on the embedded one (a relay without RELAY_VALKEY_URL).
 func TestSiteCountsMatchTheStore(t *testing.T) {
+	t.Parallel()
 	for _, embedded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "valkey", true: "embedded"}[embedded], func(t *testing.T) { siteCounts(t, embedded) })
 	}
@@ -375,6 +378,7 @@ func now(t *testing.T, st *store.Store) int64 {
 // code, only for a site the projection knows; other routes and unknown
 // sites count nothing.
 func TestRefusalsCounted(t *testing.T) {
+	t.Parallel()
 	a := NewActivity(func(s string) bool { return s == "site-a" })
 	h := a.Refusals(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("ok") != "" {

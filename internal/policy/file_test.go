@@ -15,6 +15,7 @@ import (
 // replica, a restart) writes nothing; an edit is picked up by the watcher;
 // a malformed edit is refused and the policy in force stays.
 func TestFileSource(t *testing.T) {
+	t.Parallel()
 	s, _, _ := newStore(t, relaytest.Embedded)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "policy.json")

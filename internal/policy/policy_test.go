@@ -36,6 +36,7 @@ var qwen = grantengine.Mapping{Purpose: "default", Kind: "llm.generate", Service
 
 // A malformed document is refused whole, with the field named.
 func TestParseRefusesMalformedDocuments(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", MaxIDBytes+1)
 	for _, tc := range []struct {
 		name, doc, want string
@@ -80,6 +81,7 @@ func TestParseRefusesMalformedDocuments(t *testing.T) {
 // PUT replaces everything, a merge upserts and withdraws, and GET gives the
 // policy back; every write bumps the version.
 func TestPutMergeGet(t *testing.T) {
+	t.Parallel()
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			s, _, _ := newStore(t, url)
@@ -143,6 +145,7 @@ func TestPutMergeGet(t *testing.T) {
 // and given back exactly; ids the store cannot hold (U+0000, too long) are
 // refused before anything is written.
 func TestOddIDsNeitherCorruptNorCollide(t *testing.T) {
+	t.Parallel()
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			s, _, _ := newStore(t, url)
@@ -206,6 +209,7 @@ func TestOddIDsNeitherCorruptNorCollide(t *testing.T) {
 // A paused consent stays paused across a resume of another pair, and
 // consenting again lifts a pause (MemoryPolicyStore.consent).
 func TestPauseResume(t *testing.T) {
+	t.Parallel()
 	s, _, _ := newStore(t, relaytest.Embedded)
 	ctx := context.Background()
 	if err := s.Consent(ctx, "s", "u", []grantengine.Mapping{qwen}); err != nil {
@@ -233,6 +237,7 @@ func TestPauseResume(t *testing.T) {
 // Check lists every way the projection and the policy disagree, and nothing
 // when they agree.
 func TestCheckAgainstProjection(t *testing.T) {
+	t.Parallel()
 	f := projection.Fixture{
 		Consents: []projection.ConsentRecord{
 			{Owner: "alice", SiteID: "s1"},

@@ -57,6 +57,7 @@ func consent(owner string, paused bool) string {
 }
 
 func TestEmptyBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if s.Current() != nil {
@@ -86,6 +87,7 @@ func TestEmptyBeforeAnyWrite(t *testing.T) {
 // on another within one second, with the subscription and with polling
 // alone.
 func TestFollowsAnotherReplica(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"subscribe+poll", "poll only"} {
 		t.Run(mode, func(t *testing.T) {
 			c, ns := testClient(t)
@@ -119,6 +121,7 @@ func TestFollowsAnotherReplica(t *testing.T) {
 }
 
 func TestReplaceSameDocumentWritesNothing(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	ctx := context.Background()
@@ -137,6 +140,7 @@ func TestReplaceSameDocumentWritesNothing(t *testing.T) {
 }
 
 func TestBadDocumentRefusedWhole(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -202,6 +206,7 @@ func TestBadDocumentRefusedWhole(t *testing.T) {
 // TestBadDocumentInValkeyKept: a document written around the validator
 // (by hand) is refused by every replica, which keep what they have.
 func TestBadDocumentInValkeyKept(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -233,6 +238,7 @@ func TestBadDocumentInValkeyKept(t *testing.T) {
 }
 
 func TestMergeUpserts(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -280,6 +286,7 @@ func TestMergeUpserts(t *testing.T) {
 // TestConcurrentMergesLoseNothing: many writers merging distinct records at
 // once, from separate instances; every record must survive.
 func TestConcurrentMergesLoseNothing(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	base := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -326,6 +333,7 @@ func TestConcurrentMergesLoseNothing(t *testing.T) {
 }
 
 func TestFileSource(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -397,6 +405,7 @@ const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked
 
 // TestMergeDocs: the merge itself, without Valkey.
 func TestMergeDocs(t *testing.T) {
+	t.Parallel()
 	empty := string(emptyDoc().canon)
 	tests := []struct {
 		name, base, patch, want, err string
@@ -449,6 +458,7 @@ func TestMergeDocs(t *testing.T) {
 // surrogate (or a literal U+FFFD) stay three devices through Sync.Merge,
 // in Valkey and in the projection in force.
 func TestMergeLoneSurrogates(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -486,6 +496,7 @@ func TestMergeLoneSurrogates(t *testing.T) {
 // new) is a no-op: onto nothing it leaves nothing stored, onto a document it
 // keeps the version; a merge onto nothing merges onto the empty projection.
 func TestMergeNothingNew(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
@@ -516,6 +527,7 @@ func TestMergeNothingNew(t *testing.T) {
 // subscribed connection accepts nothing else: the subscription must not
 // take the shared connection down with it.
 func TestEmbeddedBackend(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := relaytest.Open(t, "") // a server of its own: the namespace is the default one
 	writer := New(c, Options{Namespace: "byollm", Logger: relaytest.Logger(t)})

@@ -14,6 +14,7 @@ import (
 // TestClaimRouting: claim takes its routes from the projection (consent on
 // both sides, rosters, pauses) and its kinds from the capability matrix.
 func TestClaimRouting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.fx.Rosters = []projection.RosterRecord{{ID: "team", Owner: "alice", Members: []string{"bob"}}}
@@ -53,6 +54,7 @@ func TestClaimRouting(t *testing.T) {
 // TestTwoReplicasOneJob: two relays over one store, two devices claiming the
 // same job at once through different replicas: exactly one wins.
 func TestTwoReplicasOneJob(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)
@@ -104,6 +106,7 @@ func TestTwoReplicasOneJob(t *testing.T) {
 // TestReadPathsSweep: heartbeat and pending sweep before answering, so a
 // lapsed grant is reported lost and an unsealed claim goes back to the queue.
 func TestReadPathsSweep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -140,6 +143,7 @@ func TestReadPathsSweep(t *testing.T) {
 // store's (Valkey TIME), so a request signed on the store clock is fresh
 // even when the store clock is far from this host's.
 func TestDefaultClockFollowsStore(t *testing.T) {
+	t.Parallel()
 	base := newEnv(t)
 	base.st.SetClockOffset(3_600_000)
 	e := newEnvOn(t, base.st, func(c *Config) { c.Clock = nil })
@@ -160,6 +164,7 @@ func TestDefaultClockFollowsStore(t *testing.T) {
 // another replica (same identity key, new encryption key) shows at once,
 // and so does a record lost since.
 func TestClaimRecordsCurrentPresenceDevice(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)

@@ -18,6 +18,7 @@ import (
 // it sees a change made through the other only if it checks the stored
 // version before refusing.
 func TestRefusalsCheckTheLatestProjection(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	st := newStore(t, c, store.Options{})
 	ns := st.Namespace()

@@ -57,6 +57,7 @@ func (e *env) start(t *testing.T, id protocol.PublicIdentity) startResponse {
 // through another sharing the store, and is approved by a projection change
 // made on the polling replica only.
 func TestPairingAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)
@@ -114,6 +115,7 @@ func TestPairingAcrossReplicas(t *testing.T) {
 
 // TestPairRefusals covers rows 11-17 and the fixture exchange.
 func TestPairRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -170,6 +172,7 @@ func TestPairRefusals(t *testing.T) {
 // TestPairingCapacity: row 17 when the shared code store is full; a keypair
 // restarting its own pairing replaces its code instead of taking a slot.
 func TestPairingCapacity(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	st := newStore(t, c, store.Options{PairingCapacity: 1})
 	e := newEnvOn(t, st)

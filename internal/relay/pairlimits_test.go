@@ -85,6 +85,7 @@ func (e *env) postChunked(path string, body []byte) resp {
 // own small body bound (MaxPairBodyBytes), checked on Content-Length and on
 // the bytes read; a larger one is refused and nothing is stored.
 func TestPairStartBodyBound(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	st := newStore(t, c, store.Options{})
 	e := newEnvOn(t, st)
@@ -122,6 +123,7 @@ func TestPairStartBodyBound(t *testing.T) {
 // expiry frees the address. X-Forwarded-For counts only from a trusted
 // proxy.
 func TestPairingPerAddress(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	st := newStore(t, c, store.Options{PairingsPerSource: 2})
 	proxied := newEnvOn(t, st, func(cfg *Config) {
@@ -188,6 +190,7 @@ func TestPairingPerAddress(t *testing.T) {
 // namespace's keys summed with MEMORY USAGE (the server is shared, so
 // used_memory deltas would include other tests' keys), per code.
 func TestPairingMemoryPerCode(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	const n = 40
 	st := newStore(t, c, store.Options{PairingsPerSource: n})

@@ -13,6 +13,7 @@ import (
 // stored) while another site enqueues and is served as usual; the limits
 // come back as the flooding site's jobs end.
 func TestSiteFloodLeavesOthersServed(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	const jobsA = 5
 	// site_a's 4 KiB byte limit holds its five stubs but not a 4 KiB payload.

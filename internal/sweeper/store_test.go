@@ -15,6 +15,7 @@ import (
 // TestReplicasSweepingOneStore: several replicas' sweepers on one Valkey
 // namespace settle every overdue job exactly once between them.
 func TestReplicasSweepingOneStore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := relaytest.Client(t)
 	ns := relaytest.Namespace(t, c)

@@ -111,6 +111,7 @@ func TestRunTicksAndStops(t *testing.T) {
 }
 
 func TestJitterBounds(t *testing.T) {
+	t.Parallel()
 	sw := New(&scripted{}, Options{Interval: time.Second, Jitter: 0.2})
 	lo, hi := time.Hour, time.Duration(0)
 	for range 2000 {
