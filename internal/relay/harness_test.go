@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -91,6 +92,10 @@ func newEnvOn(t testing.TB, st *store.Store, opts ...envOption) *env {
 		Projection:      ps,
 		VerificationURL: "https://example.test/device",
 		Logger:          relaytest.Logger(t),
+		// The bound itself is storetimeout_test's subject; elsewhere a busy
+		// test machine (tests run in parallel) must not turn a slow store
+		// call into the 503 the default half second would give.
+		StoreTimeout: 10 * time.Second,
 		// The store's clock, so tests that move it move the plane too.
 		Clock: func() int64 {
 			n, err := st.Now(context.Background())
