@@ -46,7 +46,7 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 		enqueue(fmt.Sprintf("l%03d", i), now+3_600_000)
 	}
 	for i := range expiring {
-		enqueue(fmt.Sprintf("x%03d", i), now+5_000)
+		enqueue(fmt.Sprintf("x%03d", i), now+60_000) // far enough that a slow machine enqueues them all first
 	}
 	claimed, err := stores[0].Claim(ctx, store.ClaimInput{RunnerID: "runner-1", Owner: "alice",
 		Device: protocol.PublicIdentity{Identity: "aWQ", Encryption: "ZW5j", EncryptionSig: "c2ln"},
@@ -58,7 +58,7 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 	t.Logf("claimed %d", len(claimed))
 	// Every replica's clock jumps past the deadlines and leases.
 	for _, s := range stores {
-		s.SetClockOffset(20_000)
+		s.SetClockOffset(120_000)
 	}
 
 	sweepers := make([]*Sweeper, replicas)
