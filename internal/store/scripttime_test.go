@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -363,25 +362,12 @@ func armSlowlog(tb testing.TB, c valkey.Client) func(prefix string) scriptTimes 
 		}
 	}
 	stats := func() (calls, usec int64) {
-		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		all, err := relaytest.CommandStats(ctx, c)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_evalsha_ro") {
-				continue
-			}
-			for _, kv := range strings.Split(rest, ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				switch k {
-				case "calls":
-					calls += n
-				case "usec":
-					usec += n
-				}
-			}
+		for _, name := range []string{"evalsha", "evalsha_ro"} {
+			calls, usec = calls+all[name].Calls, usec+all[name].Usec
 		}
 		return calls, usec
 	}

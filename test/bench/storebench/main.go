@@ -142,24 +142,14 @@ func settledStats(ctx context.Context, c valkey.Client) (Stats, error) {
 
 func serverStats(ctx context.Context, c valkey.Client) (Stats, error) {
 	var st Stats
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	cmds, err := relaytest.CommandStats(ctx, c)
 	if err != nil {
-		return st, fmt.Errorf("info commandstats: %w", err)
+		return st, err
 	}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				st.EvalCalls += n
-			case "usec":
-				st.EvalUsec += n
-			}
+	for name, cs := range cmds {
+		if strings.HasPrefix(name, "eval") {
+			st.EvalCalls += cs.Calls
+			st.EvalUsec += cs.Usec
 		}
 	}
 	mem, err := c.Do(ctx, c.B().Info().Section("memory").Build()).ToString()
