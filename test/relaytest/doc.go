@@ -21,6 +21,9 @@
 // valkey-server, ServerBinary) of one test's own, for tests that kill,
 // freeze (SIGSTOP), demote or overload it; the shared server never is.
 //
+// CommandStats (stats.go) reads a server's INFO commandstats, for the
+// benchmarks that report what scripts cost the server.
+//
 // Logs (log.go). Logger is a slog.Logger that writes through t.Log: quiet for
 // a passing test, shown beside a failing one (and with -v). Lines logged
 // after the test has ended are dropped instead of panicking. RecordLogs also
