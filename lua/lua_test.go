@@ -5,18 +5,33 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/byollm/relay-go/test/storehooks"
 )
+
+// operationFS is where each store operation lives: lua/ for the ones the
+// store ships, test/storehooks for the contract's test-only hooks, which
+// follow the same rules.
+func operationFS(t *testing.T) map[string]fs.FS {
+	out := map[string]fs.FS{}
+	for _, fsys := range []fs.FS{FS, storehooks.FS} {
+		ops, err := fs.Glob(fsys, "*.lua")
+		if err != nil || len(ops) == 0 {
+			t.Fatalf("glob: %v %v", ops, err)
+		}
+		for _, op := range ops {
+			out[op] = fsys
+		}
+	}
+	return out
+}
 
 // Every operation opens with its contract: a purpose line, KEYS, ARGV and
 // the reply shape, and names only libraries that exist.
 func TestScriptHeaders(t *testing.T) {
-	ops, err := fs.Glob(FS, "*.lua")
-	if err != nil || len(ops) == 0 {
-		t.Fatalf("glob: %v %v", ops, err)
-	}
-	for _, op := range ops {
+	for op, fsys := range operationFS(t) {
 		t.Run(op, func(t *testing.T) {
-			body, err := fs.ReadFile(FS, op)
+			body, err := fs.ReadFile(fsys, op)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,17 +115,14 @@ func Mode(h string) string {
 // operation builds keys from ARGV (only lib/common.lua reads the prefix in
 // ARGV[1], checked against KEYS[1]'s).
 func TestScriptModesAndSlots(t *testing.T) {
-	ops, _ := fs.Glob(FS, "*.lua")
+	ops := operationFS(t)
 	proj, _ := fs.Glob(ProjectionFS, "projection/*.lua")
-	for _, op := range append(ops, proj...) {
+	for _, op := range proj {
+		ops[op] = ProjectionFS
+	}
+	for op, fsys := range ops {
 		t.Run(op, func(t *testing.T) {
-			var body []byte
-			var err error
-			if strings.HasPrefix(op, "projection/") {
-				body, err = fs.ReadFile(ProjectionFS, op)
-			} else {
-				body, err = fs.ReadFile(FS, op)
-			}
+			body, err := fs.ReadFile(fsys, op)
 			if err != nil {
 				t.Fatal(err)
 			}

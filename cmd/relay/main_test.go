@@ -30,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -77,7 +77,7 @@ func namespace(t *testing.T) string {
 			return
 		}
 		defer c.Close()
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
+		if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -3,12 +3,9 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,16 +14,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const token = "test-admin-token-0123456789"
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 const site1 = `{"siteId":"site-1","site":{"identity":"aWRlbnRpdHktMQ","encryption":"ZW5jLTE","encryptionSig":"c2lnLTE"}}`
 
@@ -38,43 +32,17 @@ func doc(owners ...string) string {
 	return `{"sites":[` + site1 + `],"consents":[` + strings.Join(cs, ",") + `]}`
 }
 
-// newClient connects to the test Valkey.
-func newClient(t *testing.T) valkey.Client {
-	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	return c
-}
-
 // setup starts an admin server over a real Valkey in a fresh namespace.
 func setup(t *testing.T, opts Options) (*httptest.Server, *projectionsync.Sync) {
 	t.Helper()
-	c := newClient(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "admintest-" + hex.EncodeToString(b)
-	key, _ := projectionsync.Keys(ns)
-	t.Cleanup(func() {
-		c.Do(context.Background(), c.B().Del().Key(key).Build())
-		c.Close()
-	})
-	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	c := relaytest.Client(t)
+	ns := relaytest.Namespace(t, c)
+	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if err := sync.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	opts.Projections = sync
-	opts.Logger = quiet
+	opts.Logger = relaytest.Logger(t)
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return srv, sync
@@ -105,6 +73,7 @@ func call(t *testing.T, srv *httptest.Server, method, path, auth, body string) a
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t, Options{Token: token})
 	tests := []struct {
 		name, auth string
@@ -161,6 +130,7 @@ func TestAuth(t *testing.T) {
 // Two Authorization headers are refused even when one of them is right:
 // which one a proxy in front would have checked is anyone's guess.
 func TestAuthTwoHeaders(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t, Options{Token: token})
 	for _, pair := range [][2]string{{"Bearer " + token, "Bearer wrong-token-wrong-token"}, {"Bearer " + token, "Bearer " + token}} {
 		req, err := http.NewRequest("GET", srv.URL+"/projection", nil)
@@ -181,6 +151,7 @@ func TestAuthTwoHeaders(t *testing.T) {
 }
 
 func TestNoTokenRefusesEverything(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{})
 	for _, auth := range []string{"", "Bearer ", "Bearer anything-at-all-here"} {
 		a := call(t, srv, "PUT", "/projection", auth, doc("alice"))
@@ -194,7 +165,8 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 }
 
 func TestOpenRoutesBypassToken(t *testing.T) {
-	s := New(Options{Logger: quiet})
+	t.Parallel()
+	s := New(Options{Logger: relaytest.Logger(t)})
 	s.HandleOpen("GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	s.Handle("GET", "/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }))
 	srv := httptest.NewServer(s)
@@ -208,6 +180,7 @@ func TestOpenRoutesBypassToken(t *testing.T) {
 }
 
 func TestProjectionRoutes(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token, MaxBody: 4096})
 	auth := "Bearer " + token
 
@@ -282,6 +255,7 @@ const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked
 // a no-op (200, changed false, the version stays, nothing written); a merge
 // onto nothing merges onto the empty projection.
 func TestMergeEmptyLists(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	auth := "Bearer " + token
 	result := func(a answer) projectionsync.Result {
@@ -327,6 +301,7 @@ func TestMergeEmptyLists(t *testing.T) {
 // (or a literal U+FFFD) are three devices, as in the reference, whose keys
 // are JSON.stringify of the exact JS strings.
 func TestMergeLoneSurrogateIDs(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	auth := "Bearer " + token
 	dev := func(id string) string {
@@ -351,6 +326,7 @@ func TestMergeLoneSurrogateIDs(t *testing.T) {
 
 // TestPushCommand runs the CLI against a running admin server.
 func TestPushCommand(t *testing.T) {
+	t.Parallel()
 	srv, sync := setup(t, Options{Token: token})
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
@@ -406,6 +382,7 @@ func TestPushCommand(t *testing.T) {
 }
 
 func TestDefaultAdminURL(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		env  map[string]string
 		want string
@@ -427,6 +404,7 @@ func TestDefaultAdminURL(t *testing.T) {
 // Admin bodies are charged to the body budget shared with the planes: when
 // it is spent, a write is refused (retryable) and nothing is applied.
 func TestBodyBudgetSpent(t *testing.T) {
+	t.Parallel()
 	bodies := httpserve.NewBudget(2048)
 	srv, sync := setup(t, Options{Token: token, Bodies: bodies})
 	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 4096))
@@ -458,8 +436,9 @@ func (brokenProjections) Get(context.Context) (projectionsync.Document, error) {
 // unavailable, a reply the code does not understand a 500 server-error,
 // and a panic in a handler the same 500, in JSON like every answer.
 func TestFailuresSayWhoseFault(t *testing.T) {
+	t.Parallel()
 	_, sync := setup(t, Options{Token: token})
-	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: quiet})
+	s := New(Options{Token: token, Projections: brokenProjections{sync}, Logger: relaytest.Logger(t)})
 	s.Handle("GET", "/panics", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	srv := httptest.NewServer(s)
 	defer srv.Close()
@@ -471,10 +450,10 @@ func TestFailuresSayWhoseFault(t *testing.T) {
 	}
 
 	// A real store that cannot answer: its client is closed.
-	c := newClient(t)
-	down := projectionsync.New(c, projectionsync.Options{Namespace: "admintest-down", Logger: quiet})
+	c := relaytest.Open(t, relaytest.ValkeyURL())
+	down := projectionsync.New(c, projectionsync.Options{Namespace: "admintest-down", Logger: relaytest.Logger(t)})
 	c.Close()
-	s = New(Options{Token: token, Projections: down, Logger: quiet})
+	s = New(Options{Token: token, Projections: down, Logger: relaytest.Logger(t)})
 	srv2 := httptest.NewServer(s)
 	defer srv2.Close()
 	if a := call(t, srv2, "GET", "/projection", "Bearer "+token, ""); a.status != 503 || !strings.HasPrefix(a.body, `{"error":"unavailable"`) {

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +29,7 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 type replica struct {
@@ -50,41 +48,21 @@ type cluster struct {
 
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	cl := &cluster{t: t, c: c, ns: "pairtest-" + hex.EncodeToString(b)}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, cl.ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		c.Close()
-	})
+	c := relaytest.Client(t)
+	cl := &cluster{t: t, c: c, ns: relaytest.Namespace(t, c)}
 	for range n {
-		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: quiet,
+		st, err := store.New(context.Background(), c, store.Options{Namespace: cl.ns, Logger: relaytest.Logger(t),
 			// Every simulated daemon here pairs from the same loopback address.
 			PairingsPerSource: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ps := projectionsync.New(c, projectionsync.Options{Namespace: cl.ns, Logger: quiet})
+		ps := projectionsync.New(c, projectionsync.Options{Namespace: cl.ns, Logger: relaytest.Logger(t)})
 		if err := ps.Refresh(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		r, err := relay.New(relay.Config{
-			Store: st, Projection: ps, VerificationURL: "https://example.test/device", Logger: quiet,
+			Store: st, Projection: ps, VerificationURL: "https://example.test/device", Logger: relaytest.Logger(t),
 			Clock: func() int64 {
 				now, err := st.Now(context.Background())
 				if err != nil {
@@ -97,7 +75,7 @@ func newCluster(t *testing.T, n int) *cluster {
 			t.Fatal(err)
 		}
 		plane := httptest.NewServer(r.Handler())
-		adm := httptest.NewServer(New(Options{Token: token, Projections: ps, Pairings: pairings.New(st, ps), Logger: quiet}))
+		adm := httptest.NewServer(New(Options{Token: token, Projections: ps, Pairings: pairings.New(st, ps), Logger: relaytest.Logger(t)}))
 		t.Cleanup(plane.Close)
 		t.Cleanup(adm.Close)
 		cl.replicas = append(cl.replicas, &replica{st: st, proj: ps, admin: adm, plane: plane})
@@ -108,7 +86,7 @@ func newCluster(t *testing.T, n int) *cluster {
 // setClock moves every replica's store clock (and so its plane clock).
 func (cl *cluster) setClock(offsetMs int64) {
 	for _, r := range cl.replicas {
-		r.st.SetClockOffsetForTests(offsetMs)
+		r.st.SetClockOffset(offsetMs)
 	}
 }
 
@@ -251,6 +229,7 @@ func (cl *cluster) withConsent(owners ...string) {
 // replica 2, which answers approved with the owner's sites; the code is then
 // spent.
 func TestApproveByUserCode(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 3)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "alice's laptop")
@@ -317,6 +296,7 @@ func TestApproveByUserCode(t *testing.T) {
 
 // TestApproveTwice: the second approval of a code is 409 and writes nothing.
 func TestApproveTwice(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -334,6 +314,7 @@ func TestApproveTwice(t *testing.T) {
 // TestApproveConcurrently: many admins approve one code at once through two
 // replicas; exactly one wins.
 func TestApproveConcurrently(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -367,6 +348,7 @@ func TestApproveConcurrently(t *testing.T) {
 // TestExpiredAndUnknownCodes: an expired code is 404 to GET and 409 to
 // approve and deny, an unknown one 404 to all three; none changes the store.
 func TestExpiredAndUnknownCodes(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -393,6 +375,7 @@ func TestExpiredAndUnknownCodes(t *testing.T) {
 // whole (409, nothing written); the script judges liveness on its own TIME
 // reading, so there is no third outcome.
 func TestApprovalRacingExpiry(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	const n = 24
@@ -439,6 +422,7 @@ func TestApprovalRacingExpiry(t *testing.T) {
 // TestDeny: a denied code is gone: the daemon's next poll is "expired" and
 // the code can no longer be shown or approved.
 func TestDeny(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 3)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -455,6 +439,7 @@ func TestDeny(t *testing.T) {
 // TestApproveConflictsWithProjection: the projection's records of the same
 // identity or runner id decide, and a refused approval writes nothing.
 func TestApproveConflictsWithProjection(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 1)
 	cl.withConsent("alice", "bob")
 	d := cl.startPairing(0, "laptop")
@@ -497,6 +482,7 @@ func TestApproveConflictsWithProjection(t *testing.T) {
 // poll is approved, GET /projection lists it) until a document record with
 // its runner id takes it over, here revoked.
 func TestApprovalSurvivesWholesalePut(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -552,6 +538,7 @@ func TestApprovalSurvivesWholesalePut(t *testing.T) {
 // TestPairingRequestsRefused: malformed requests are refused with the
 // protocol's error body and change nothing; there is no listing.
 func TestPairingRequestsRefused(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 1)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -590,6 +577,7 @@ func TestPairingRequestsRefused(t *testing.T) {
 // TestPairingCommand drives `relay pairing show|approve|deny` against a
 // running admin listener.
 func TestPairingCommand(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -644,6 +632,7 @@ func TestPairingCommand(t *testing.T) {
 // approved by code on every replica; an unknown runner id is 404 and
 // changes nothing.
 func TestUnapprove(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")
@@ -693,6 +682,7 @@ var _ = slog.Default
 // put the bare document in force under the approval's version (which the
 // version poll would then take for current, hiding the device there).
 func TestNoOpMergeKeepsApprovals(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 2)
 	cl.withConsent("alice")
 	d := cl.startPairing(0, "laptop")

@@ -3,48 +3,24 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/projectionsync"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // setupPolicy starts an admin server with the projection and policy routes
 // over a real Valkey, in a fresh namespace removed afterwards.
 func setupPolicy(t *testing.T) (*httptest.Server, *policy.Store, *projectionsync.Sync) {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	vo, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vo.DisableCache = true
-	c, err := valkey.NewClient(vo)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b) //nolint:errcheck
-	ns := "adminpolicy-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		keys, _ := c.Do(context.Background(), c.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
-		for _, k := range keys {
-			c.Do(context.Background(), c.B().Del().Key(k).Build()) //nolint:errcheck
-		}
-		c.Close()
-	})
-	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	c := relaytest.Client(t)
+	ns := relaytest.Namespace(t, c)
+	sync := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if err := sync.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +28,7 @@ func setupPolicy(t *testing.T) (*httptest.Server, *policy.Store, *projectionsync
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Options{Token: token, Projections: sync, Policies: pol, Logger: quiet, MaxBody: 64 << 10}))
+	srv := httptest.NewServer(New(Options{Token: token, Projections: sync, Policies: pol, Logger: relaytest.Logger(t), MaxBody: 64 << 10}))
 	t.Cleanup(srv.Close)
 	return srv, pol, sync
 }
@@ -61,6 +37,7 @@ const policyDoc = `{"consents":[{"siteId":"site-1","user":"alice","mappings":[{"
 	`"teams":[{"owner":"bob","members":["alice"]}],"declares":[]}`
 
 func TestPolicyRoutes(t *testing.T) {
+	t.Parallel()
 	srv, pol, _ := setupPolicy(t)
 	auth := "Bearer " + token
 	if a := call(t, srv, "PUT", "/policy", "", policyDoc); a.status != 401 {
@@ -114,6 +91,7 @@ func TestPolicyRoutes(t *testing.T) {
 }
 
 func TestPolicyPushCommand(t *testing.T) {
+	t.Parallel()
 	srv, pol, _ := setupPolicy(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "policy.json")

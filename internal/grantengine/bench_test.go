@@ -4,16 +4,14 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"os"
 	"syscall"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/grant"
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/policy"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkAuthorGrant is one granted teammate's job against the real
@@ -24,23 +22,11 @@ import (
 //	go test -p 1 -run '^$' -bench AuthorGrant ./internal/grantengine/
 func BenchmarkAuthorGrant(b *testing.B) {
 	ctx := context.Background()
-	url := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	c, closeFn, _, err := valkeyconn.Open(ctx, url, nil)
+	c := relaytest.Client(b)
+	pol, err := policy.NewStore(c, relaytest.Namespace(b, c))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer closeFn()
-	raw := make([]byte, 6)
-	rand.Read(raw) //nolint:errcheck
-	ns := "grantbench-" + hex.EncodeToString(raw)
-	pol, err := policy.NewStore(c, ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pol.Clear(ctx) //nolint:errcheck
 	bob := "bob"
 	if err := pol.Consent(ctx, "site", "alice", []grantengine.Mapping{{Purpose: "default", Kind: "llm.generate", Service: "qwen", Owner: &bob}}); err != nil {
 		b.Fatal(err)

@@ -17,11 +17,13 @@ import (
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Both key file forms load the same key; anything else is refused with what
 // is wrong.
 func TestParseKeyForms(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	want := base64.RawURLEncoding.EncodeToString(pub)
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
@@ -64,6 +66,7 @@ func TestParseKeyForms(t *testing.T) {
 // The statement is JSON.stringify of the sorted fields: a lone surrogate in
 // an id is written as \udxxx (JS), U+2028 raw, quotes escaped.
 func TestStatementEscapesAsJS(t *testing.T) {
+	t.Parallel()
 	got := string(grantengine.Statement(grantengine.Claims{GrantID: "g", JobID: "j\xed\xa0\x80", Site: "s\"", User: "u\u2028",
 		Owner: "o", Purpose: "default", Kind: "k", Service: "q", IssuedAt: 1760000000000}))
 	want := `["byollm/v1/grant","g",1760000000000,"j\ud800","k","o","default","q","s\"","u` + "\u2028" + `"]`
@@ -81,13 +84,10 @@ const caps = `[{"kind":"llm.generate","service":"qwen","backendId":"ollama","bac
 // Without a now, issuedAt is the store clock the policy read returned (the
 // relay's Valkey TIME), and the grant verifies.
 func TestIssuedAtFromStoreClock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
-	pol, err := policy.NewStore(c, "enginetest")
+	c := relaytest.Embedded(t)
+	pol, err := policy.NewStore(c, relaytest.Namespace(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +145,7 @@ func timeMs(t *testing.T, ctx context.Context, c valkey.Client) int64 {
 // (store-unavailable, never permanent) and an error at enqueue (the relay
 // answers 503).
 func TestStoreFailureIsTransient(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, closeFn, _, err := valkeyconn.Open(ctx, "", nil)
 	if err != nil {

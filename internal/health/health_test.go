@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,9 +15,8 @@ import (
 
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/test/outageproxy"
+	"github.com/byollm/relay-go/test/relaytest"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func getJSON(t *testing.T, url string) (int, health.Report) {
 	t.Helper()
@@ -47,8 +43,9 @@ func serve(c *health.Checker) *httptest.Server {
 }
 
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	var valkeyDown, noProjection atomic.Bool
-	c := health.New(health.Options{Timeout: 200 * time.Millisecond, Logger: quiet()})
+	c := health.New(health.Options{Timeout: 200 * time.Millisecond, Logger: relaytest.Logger(t)})
 	c.Add("valkey", func(context.Context) error {
 		if valkeyDown.Load() {
 			return errors.New("connection refused")
@@ -96,7 +93,7 @@ func TestReadiness(t *testing.T) {
 }
 
 func TestHangingCheckTimesOut(t *testing.T) {
-	c := health.New(health.Options{Timeout: 100 * time.Millisecond, Logger: quiet()})
+	c := health.New(health.Options{Timeout: 100 * time.Millisecond, Logger: relaytest.Logger(t)})
 	release := make(chan struct{})
 	defer close(release)
 	c.Add("ignores-context", func(context.Context) error { <-release; return nil })
@@ -114,7 +111,8 @@ func TestHangingCheckTimesOut(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
-	c := health.New(health.Options{Logger: quiet()})
+	t.Parallel()
+	c := health.New(health.Options{Logger: relaytest.Logger(t)})
 	c.Add("valkey", func(context.Context) error { return errors.New("down") })
 	srv := serve(c)
 	defer srv.Close()
@@ -136,11 +134,7 @@ func TestProbe(t *testing.T) {
 // TestValkeyOutage runs the real Valkey check through a proxy: readiness
 // fails fast while Valkey is unreachable and returns by itself afterwards.
 func TestValkeyOutage(t *testing.T) {
-	url := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := valkey.ParseURL(url)
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +148,7 @@ func TestValkeyOutage(t *testing.T) {
 	}
 	defer client.Close()
 
-	c := health.New(health.Options{Timeout: 500 * time.Millisecond, Logger: quiet()})
+	c := health.New(health.Options{Timeout: 500 * time.Millisecond, Logger: relaytest.Logger(t)})
 	c.Add("valkey", health.ValkeyPing(client))
 	srv := serve(c)
 	defer srv.Close()
@@ -172,15 +166,8 @@ func TestValkeyOutage(t *testing.T) {
 		t.Errorf("/readyz during outage took %v; must fail fast", elapsed)
 	}
 	proxy.Up(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		code, rep = getJSON(t, srv.URL+"/readyz")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readiness did not come back after the outage: %d %+v", code, rep)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, 5*time.Second, "readiness back after the outage", func() bool {
+		code, _ := getJSON(t, srv.URL+"/readyz")
+		return code == 200
+	})
 }

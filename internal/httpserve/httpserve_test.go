@@ -6,16 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+	"github.com/byollm/relay-go/test/relaytest"
+)
 
 // serve starts a bounded server on loopback and returns it with its address.
 func serve(t *testing.T, opts Options) (*Server, string) {
@@ -25,7 +24,7 @@ func serve(t *testing.T, opts Options) (*Server, string) {
 		t.Fatal(err)
 	}
 	if opts.Logger == nil {
-		opts.Logger = quiet
+		opts.Logger = relaytest.Logger(t)
 	}
 	s := New(ln, opts)
 	done := make(chan error, 1)
@@ -186,18 +185,6 @@ func TestCannedErrorRecogniser(t *testing.T) {
 	}
 }
 
-// waitFor polls cond (state another goroutine reaches) until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestConnectionCap(t *testing.T) {
 	s, addr := serve(t, Options{MaxConns: 3, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
@@ -211,7 +198,7 @@ func TestConnectionCap(t *testing.T) {
 		defer c.Close()
 		held = append(held, c)
 	}
-	waitFor(t, "three connections accepted", func() bool { return s.OpenConns() == 3 })
+	relaytest.WaitFor(t, 20*time.Second, "three connections accepted", func() bool { return s.OpenConns() == 3 })
 
 	// The fourth is answered at once, retryably, in the protocol's shape.
 	resp, body := rawExchange(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -229,7 +216,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("held connection: %d %s", resp.StatusCode, body)
 	}
 	held[1].Close()
-	waitFor(t, "a slot freed", func() bool { return s.OpenConns() == 2 })
+	relaytest.WaitFor(t, 20*time.Second, "a slot freed", func() bool { return s.OpenConns() == 2 })
 	if resp, body := rawExchange(t, addr, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); resp.StatusCode != 200 || body != "ok" {
 		t.Fatalf("after a slot freed: %d %s", resp.StatusCode, body)
 	}

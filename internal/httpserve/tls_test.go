@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // selfSigned makes a certificate for localhost and 127.0.0.1 and returns its
@@ -66,7 +68,7 @@ func tlsServer(t *testing.T) (addr, certFile, keyFile string, reloader *CertRelo
 	c, k, first := selfSigned(t, 1)
 	replaceFile(t, certFile, c)
 	replaceFile(t, keyFile, k)
-	reloader, err := LoadCert(certFile, keyFile, quiet)
+	reloader, err := LoadCert(certFile, keyFile, relaytest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

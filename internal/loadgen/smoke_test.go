@@ -17,8 +17,8 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/reference"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const smokeToken = "smoke-admin-token-0123456789"
@@ -176,7 +176,7 @@ func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := valkeyconn.DeleteMatching(ctx, client, "*"+namespace+"*"); err != nil {
+	if _, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*"); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }

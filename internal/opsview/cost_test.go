@@ -12,6 +12,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // counting is StoreSource over a store whose every Valkey call (script,
@@ -38,7 +39,7 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 		cs = append(cs, `{"owner":"`+o+`","siteId":"site-a"}`)
 		ds = append(ds, fmt.Sprintf(`{"owner":"%s","runnerId":"dev-%d","device":{"identity":"aWQ%d","encryption":"ZQ","encryptionSig":"cw"}}`, o, i, i))
 	}
-	proj := projectionsync.New(e.client, projectionsync.Options{Namespace: e.ns, Logger: quiet})
+	proj := projectionsync.New(e.client, projectionsync.Options{Namespace: e.ns, Logger: relaytest.Logger(t)})
 	if _, err := proj.Merge(ctx, []byte(`{"consents":[`+strings.Join(cs, ",")+`],"devices":[`+strings.Join(ds, ",")+`]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 	}
 	claim(t, e.st, "alice-laptop", "alice", store.Route{SiteID: "site-a", Owner: "alice"})
 	c := &counting{}
-	st, err := store.New(ctx, e.client, store.Options{Namespace: e.ns, Logger: quiet,
+	st, err := store.New(ctx, e.client, store.Options{Namespace: e.ns, Logger: relaytest.Logger(t),
 		ObserveScript: func(ctx context.Context, _ string) (context.Context, func(error)) {
 			c.n.Add(1)
 			return ctx, func(error) {}
@@ -59,7 +60,7 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 		t.Fatal(err)
 	}
 	c.StoreSource = StoreSource{Store: st, Client: e.client, Proj: proj.Current}
-	srv := httptest.NewServer(New(Options{Source: c, AdminToken: adminToken, Logger: quiet}))
+	srv := httptest.NewServer(New(Options{Source: c, AdminToken: adminToken, Logger: relaytest.Logger(t)}))
 	t.Cleanup(srv.Close)
 	return srv, c, []string{"/ui/", "/ui/site/site-a", "/ui/device/alice-laptop", "/ui/job/site-a/j0"}
 }
@@ -69,6 +70,7 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 // one presence script per shard they are on, at most store.DefaultShards)
 // or with its jobs beyond the pages of its live set.
 func TestRefreshCostIsBounded(t *testing.T) {
+	t.Parallel()
 	want := map[string]int64{
 		"/ui/":                    1 + 1 + 2,                           // TIME, replicas, PING+INFO
 		"/ui/site/site-a":         1 + 1 + 1 + 1 + store.DefaultShards, // TIME, one live-set page, replicas, churn, presence (at most)

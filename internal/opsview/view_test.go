@@ -2,16 +2,12 @@ package opsview
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -20,12 +16,10 @@ import (
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const adminToken = "opsview-admin-token-0123456789"
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Two sites; alice consents to both, bob to site-b only.
 const fixture = `{"sites":[
@@ -49,52 +43,25 @@ func setup(t testing.TB) env { return setupOn(t, false) }
 // the embedded store the relay uses without RELAY_VALKEY_URL.
 func setupOn(t testing.TB, embedded bool) env {
 	t.Helper()
-	var c valkey.Client
+	c := relaytest.Client(t)
 	if embedded {
-		ec, closeStore, _, err := valkeyconn.Open(context.Background(), "", quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(closeStore)
-		c = ec
-	} else {
-		u := os.Getenv("RELAY_TEST_VALKEY_URL")
-		if u == "" {
-			u = "redis://127.0.0.1:6379/0"
-		}
-		vo, err := valkey.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vo.DisableCache = true
-		if c, err = valkey.NewClient(vo); err != nil {
-			t.Fatalf("connect %s: %v", u, err)
-		}
+		c = relaytest.Embedded(t)
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "opsviewtest-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if !embedded {
-			c.Close()
-		}
-	})
+	ns := relaytest.Namespace(t, c)
+	logger := relaytest.Logger(t)
 	ctx := context.Background()
-	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: quiet})
+	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: quiet})
+	proj := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: logger})
 	if _, err := proj.Replace(ctx, []byte(fixture)); err != nil {
 		t.Fatal(err)
 	}
 	if err := proj.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: quiet})
+	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: logger})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return env{srv: srv, st: st, client: c, ns: ns}
@@ -172,6 +139,7 @@ func mint(t *testing.T, base, site string) (id, tok string) {
 // not the other site's leases or consents on a shared device; the fleet
 // page sends it to its site. Revoked, it is refused.
 func TestSiteTokenSeesOnlyItsSite(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	enqueue(t, e.st, "site-a", "job-a1", "alice")
 	enqueue(t, e.st, "site-b", "job-b1", "alice")
@@ -236,6 +204,7 @@ func TestSiteTokenSeesOnlyItsSite(t *testing.T) {
 // revoked by id (then refused), and the API is never reachable with the
 // login cookie alone.
 func TestTokenLifecycle(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	base := e.srv.URL
 	for _, body := range []string{`{"site":"nope"}`, `{"site":""}`, `{}`, `{"site":"site-a","x":1}`, `[`} {
@@ -311,6 +280,7 @@ func TestTokenLifecycle(t *testing.T) {
 // read in; the job page never carries payload bytes. On the real server and
 // on the embedded one (a relay without RELAY_VALKEY_URL).
 func TestSiteCountsMatchTheStore(t *testing.T) {
+	t.Parallel()
 	for _, embedded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "valkey", true: "embedded"}[embedded], func(t *testing.T) { siteCounts(t, embedded) })
 	}
@@ -379,7 +349,7 @@ func siteCounts(t *testing.T, embedded bool) {
 	// The oldest queued job's age is its true age, from the enqueue
 	// instant the store keeps (seq), not from when this replica first saw
 	// it: an hour later, a first look at the page says an hour.
-	e.st.AdvanceClockForTests(3_600_000)
+	e.st.AdvanceClock(3_600_000)
 	a = get(t, nil, e.srv.URL, "/ui/site/site-a", adminToken, true)
 	sv = SiteView{}
 	if err := json.Unmarshal([]byte(a.body), &sv); err != nil {
@@ -408,6 +378,7 @@ func now(t *testing.T, st *store.Store) int64 {
 // code, only for a site the projection knows; other routes and unknown
 // sites count nothing.
 func TestRefusalsCounted(t *testing.T) {
+	t.Parallel()
 	a := NewActivity(func(s string) bool { return s == "site-a" })
 	h := a.Refusals(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("ok") != "" {

@@ -2,20 +2,21 @@ package policy
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // A policy file is pushed at start; the same content pushed again (another
 // replica, a restart) writes nothing; an edit is picked up by the watcher;
 // a malformed edit is refused and the policy in force stays.
 func TestFileSource(t *testing.T) {
-	s, _, _ := newStore(t, "")
+	t.Parallel()
+	s, _, _ := newStore(t, relaytest.Embedded)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "policy.json")
 	write := func(doc string) {
@@ -24,7 +25,7 @@ func TestFileSource(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := relaytest.Logger(t)
 	write(`{"consents":[{"siteId":"s","user":"alice","mappings":[]}],"teams":[{"owner":"bob","members":["carol","alice"]},{"owner":"x","members":[]}]}`)
 	f := NewFileSource(s, path, quiet)
 	v, changed, err := f.Push(ctx)
@@ -63,16 +64,10 @@ func TestFileSource(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { f.Watch(wctx, 10*time.Millisecond); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if snap, _ := s.Read(ctx, "s", "alice", "bob"); snap.Consented == "no" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never pushed the fixed file")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, 5*time.Second, "the watcher pushes the fixed file", func() bool {
+		snap, _ := s.Read(ctx, "s", "alice", "bob")
+		return snap.Consented == "no"
+	})
 	cancel()
 	<-done
 }

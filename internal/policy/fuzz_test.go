@@ -3,14 +3,11 @@ package policy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // policySeeds are the documents this package's tests write and refuse
@@ -49,24 +46,9 @@ func FuzzParsePolicy(f *testing.F) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
-	url := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
 	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, url, nil)
-	if err != nil {
-		f.Fatalf("open %q: %v", url, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b) //nolint:errcheck
-	ns := "policyfuzz-" + hex.EncodeToString(b)
-	f.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(ctx, c, ns+":*"); err != nil {
-			f.Errorf("cleanup: %v", err)
-		}
-		closeFn()
-	})
+	c := relaytest.Client(f)
+	ns := relaytest.Namespace(f, c)
 	s, err := NewStore(c, ns)
 	if err != nil {
 		f.Fatal(err)

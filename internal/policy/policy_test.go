@@ -2,9 +2,6 @@ package policy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,35 +10,19 @@ import (
 
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/projection"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // backends: the real Valkey/Redis and the embedded default.
-func backends(t *testing.T) map[string]string {
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	return map[string]string{"valkey": u, "embedded": ""}
+func backends(t *testing.T) map[string]func(testing.TB) valkey.Client {
+	return map[string]func(testing.TB) valkey.Client{"valkey": relaytest.Client, "embedded": relaytest.Embedded}
 }
 
 // newStore opens a policy store in a fresh namespace, deleted afterwards.
-func newStore(t *testing.T, url string) (*Store, valkey.Client, string) {
+func newStore(t *testing.T, open func(testing.TB) valkey.Client) (*Store, valkey.Client, string) {
 	t.Helper()
-	c, closeFn, _, err := valkeyconn.Open(context.Background(), url, nil)
-	if err != nil {
-		t.Fatalf("open %q: %v", url, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b) //nolint:errcheck
-	ns := "policytest-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		keys, _ := c.Do(context.Background(), c.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
-		for _, k := range keys {
-			c.Do(context.Background(), c.B().Del().Key(k).Build()) //nolint:errcheck
-		}
-		closeFn()
-	})
+	c := open(t)
+	ns := relaytest.Namespace(t, c)
 	s, err := NewStore(c, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +36,7 @@ var qwen = grantengine.Mapping{Purpose: "default", Kind: "llm.generate", Service
 
 // A malformed document is refused whole, with the field named.
 func TestParseRefusesMalformedDocuments(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", MaxIDBytes+1)
 	for _, tc := range []struct {
 		name, doc, want string
@@ -99,6 +81,7 @@ func TestParseRefusesMalformedDocuments(t *testing.T) {
 // PUT replaces everything, a merge upserts and withdraws, and GET gives the
 // policy back; every write bumps the version.
 func TestPutMergeGet(t *testing.T) {
+	t.Parallel()
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			s, _, _ := newStore(t, url)
@@ -162,6 +145,7 @@ func TestPutMergeGet(t *testing.T) {
 // and given back exactly; ids the store cannot hold (U+0000, too long) are
 // refused before anything is written.
 func TestOddIDsNeitherCorruptNorCollide(t *testing.T) {
+	t.Parallel()
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			s, _, _ := newStore(t, url)
@@ -225,7 +209,8 @@ func TestOddIDsNeitherCorruptNorCollide(t *testing.T) {
 // A paused consent stays paused across a resume of another pair, and
 // consenting again lifts a pause (MemoryPolicyStore.consent).
 func TestPauseResume(t *testing.T) {
-	s, _, _ := newStore(t, "")
+	t.Parallel()
+	s, _, _ := newStore(t, relaytest.Embedded)
 	ctx := context.Background()
 	if err := s.Consent(ctx, "s", "u", []grantengine.Mapping{qwen}); err != nil {
 		t.Fatal(err)
@@ -252,6 +237,7 @@ func TestPauseResume(t *testing.T) {
 // Check lists every way the projection and the policy disagree, and nothing
 // when they agree.
 func TestCheckAgainstProjection(t *testing.T) {
+	t.Parallel()
 	f := projection.Fixture{
 		Consents: []projection.ConsentRecord{
 			{Owner: "alice", SiteID: "s1"},

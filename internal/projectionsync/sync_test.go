@@ -2,13 +2,9 @@ package projectionsync
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,44 +15,22 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/projection"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testClient connects to RELAY_TEST_VALKEY_URL and returns a fresh namespace
-// whose keys are deleted when the test ends.
+// testClient is the test Valkey and a fresh namespace whose keys are
+// deleted when the test ends.
 func testClient(t *testing.T) (valkey.Client, string) {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := valkey.ParseURL(u)
-	if err != nil {
-		t.Fatalf("RELAY_TEST_VALKEY_URL: %v", err)
-	}
-	opt.DisableCache = true
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Fatalf("connect %s: %v", u, err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "pstest-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		key, _ := Keys(ns)
-		c.Do(context.Background(), c.B().Del().Key(key).Build())
-		c.Close()
-	})
-	return c, ns
+	c := relaytest.Client(t)
+	return c, relaytest.Namespace(t, c)
 }
 
 // follower starts a Sync running in the background, as a replica would.
 // tweak, if given, adjusts it before it starts.
 func follower(t *testing.T, c valkey.Client, ns string, tweak ...func(*Sync)) *Sync {
 	t.Helper()
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	for _, f := range tweak {
 		f(s)
 	}
@@ -82,22 +56,10 @@ func consent(owner string, paused bool) string {
 	return fmt.Sprintf(`{"owner":%q,"siteId":"site-1","paused":%t}`, owner, paused)
 }
 
-// waitFor polls cond every 10 ms for up to d and reports how long it took.
-func waitFor(t *testing.T, d time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func TestEmptyBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if s.Current() != nil {
 		t.Fatal("Current must be nil before the first load")
 	}
@@ -125,10 +87,11 @@ func TestEmptyBeforeAnyWrite(t *testing.T) {
 // on another within one second, with the subscription and with polling
 // alone.
 func TestFollowsAnotherReplica(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"subscribe+poll", "poll only"} {
 		t.Run(mode, func(t *testing.T) {
 			c, ns := testClient(t)
-			writer := New(c, Options{Namespace: ns, Logger: quiet})
+			writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 			var tweak []func(*Sync)
 			if mode == "poll only" {
 				// A different channel: messages never arrive, so only the
@@ -145,7 +108,9 @@ func TestFollowsAnotherReplica(t *testing.T) {
 				if !res.Changed || res.Version != int64(i) || res.Consents != 1 || res.Sites != 1 {
 					t.Fatalf("result %+v", res)
 				}
-				took := waitFor(t, time.Second, func() bool { return reader.Version() == res.Version })
+				start := time.Now()
+				relaytest.WaitFor(t, time.Second, fmt.Sprintf("the reader follows version %d", res.Version), func() bool { return reader.Version() == res.Version })
+				took := time.Since(start)
 				if !mayRoute(reader.Current(), owner) {
 					t.Fatalf("version %d in force but %s has no route", res.Version, owner)
 				}
@@ -156,8 +121,9 @@ func TestFollowsAnotherReplica(t *testing.T) {
 }
 
 func TestReplaceSameDocumentWritesNothing(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	ctx := context.Background()
 	first, err := s.Replace(ctx, []byte(fixture(consent("alice", false))))
 	if err != nil {
@@ -174,15 +140,16 @@ func TestReplaceSameDocumentWritesNothing(t *testing.T) {
 }
 
 func TestBadDocumentRefusedWhole(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	reader := follower(t, c, ns)
 	good, err := writer.Replace(ctx, []byte(fixture(consent("alice", false))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, func() bool { return reader.Version() == good.Version })
+	relaytest.WaitFor(t, time.Second, "the reader follows version "+fmt.Sprint(good.Version), func() bool { return reader.Version() == good.Version })
 
 	tests := []struct {
 		name  string
@@ -227,7 +194,10 @@ func TestBadDocumentRefusedWhole(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(600 * time.Millisecond) // a poll or two
+	// What a poll does, now rather than after a sleep.
+	if err := reader.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if reader.Version() != good.Version || !mayRoute(reader.Current(), "alice") {
 		t.Fatal("the reader's projection in force changed")
 	}
@@ -236,20 +206,23 @@ func TestBadDocumentRefusedWhole(t *testing.T) {
 // TestBadDocumentInValkeyKept: a document written around the validator
 // (by hand) is refused by every replica, which keep what they have.
 func TestBadDocumentInValkeyKept(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	reader := follower(t, c, ns)
 	good, err := writer.Replace(ctx, []byte(fixture(consent("alice", false))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, func() bool { return reader.Version() == good.Version })
+	relaytest.WaitFor(t, time.Second, "the reader follows version "+fmt.Sprint(good.Version), func() bool { return reader.Version() == good.Version })
 	key, _ := Keys(ns)
 	if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue("version", "99").FieldValue("json", `{"nope":1}`).FieldValue("sha", "x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	if err := reader.Refresh(ctx); err != nil { // what a poll does
+		t.Fatal(err)
+	}
 	if reader.Version() != good.Version || !mayRoute(reader.Current(), "alice") {
 		t.Fatalf("reader installed a bad document (version %d)", reader.Version())
 	}
@@ -261,13 +234,14 @@ func TestBadDocumentInValkeyKept(t *testing.T) {
 	if next.Version != 100 {
 		t.Fatalf("version after the hand-written 99: %d", next.Version)
 	}
-	waitFor(t, time.Second, func() bool { return reader.Version() == 100 })
+	relaytest.WaitFor(t, time.Second, "the reader follows version "+fmt.Sprint(100), func() bool { return reader.Version() == 100 })
 }
 
 func TestMergeUpserts(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if _, err := s.Replace(ctx, []byte(fixture(consent("alice", false), consent("bob", false)))); err != nil {
 		t.Fatal(err)
 	}
@@ -312,9 +286,10 @@ func TestMergeUpserts(t *testing.T) {
 // TestConcurrentMergesLoseNothing: many writers merging distinct records at
 // once, from separate instances; every record must survive.
 func TestConcurrentMergesLoseNothing(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	base := New(c, Options{Namespace: ns, Logger: quiet})
+	base := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if _, err := base.Replace(ctx, []byte(fixture())); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +300,7 @@ func TestConcurrentMergesLoseNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := New(c, Options{Namespace: ns, Logger: quiet})
+			s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 			for i := range each {
 				_, err := s.Merge(ctx, []byte(`{"consents":[`+consent(fmt.Sprintf("w%d-%d", w, i), false)+`]}`))
 				if err != nil {
@@ -358,6 +333,7 @@ func TestConcurrentMergesLoseNothing(t *testing.T) {
 }
 
 func TestFileSource(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -374,9 +350,10 @@ func TestFileSource(t *testing.T) {
 		}
 	}
 	write(fixture(consent("alice", false)))
-	writer := New(c, Options{Namespace: ns, Logger: quiet})
+	writer := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	reader := follower(t, c, ns)
-	fs := NewFileSource(writer, path, quiet)
+	logs := relaytest.RecordLogs(t)
+	fs := NewFileSource(writer, path, logs.Logger)
 	res, err := fs.Push(ctx)
 	if err != nil || !res.Changed {
 		t.Fatalf("initial push: %+v %v", res, err)
@@ -387,32 +364,32 @@ func TestFileSource(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// A second replica pushing the same file writes nothing.
-	if again, err := NewFileSource(New(c, Options{Namespace: ns, Logger: quiet}), path, quiet).Push(ctx); err != nil || again.Changed {
+	if again, err := NewFileSource(New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)}), path, relaytest.Logger(t)).Push(ctx); err != nil || again.Changed {
 		t.Fatalf("second replica's push: %+v %v", again, err)
 	}
 
 	write(fixture(consent("bob", false)))
-	waitFor(t, 2*time.Second, func() bool { return mayRoute(reader.Current(), "bob") })
+	relaytest.WaitFor(t, 2*time.Second, "the reader routes for "+"bob", func() bool { return mayRoute(reader.Current(), "bob") })
 	v := reader.Version()
 
 	// A bad edit is refused and the projection in force stays.
 	write(`{"consents":[{"owner":"carol"}]}`)
-	time.Sleep(500 * time.Millisecond)
+	relaytest.WaitFor(t, 5*time.Second, "the watcher refuses the bad edit", func() bool { return logs.Count("projection file refused") == 1 })
 	if doc, _ := writer.Get(ctx); doc.Version != v || !mayRoute(reader.Current(), "bob") {
 		t.Fatalf("bad file changed the projection (stored version %d, was %d)", doc.Version, v)
 	}
 	// A bad file at start-up is an error naming the field.
-	if _, err := NewFileSource(writer, path, quiet).Push(ctx); err == nil || !strings.Contains(err.Error(), "siteId") {
+	if _, err := NewFileSource(writer, path, relaytest.Logger(t)).Push(ctx); err == nil || !strings.Contains(err.Error(), "siteId") {
 		t.Fatalf("push of a bad file: %v", err)
 	}
 
 	// Fixing the file is picked up.
 	write(fixture(consent("carol", false)))
-	waitFor(t, 2*time.Second, func() bool { return mayRoute(reader.Current(), "carol") })
+	relaytest.WaitFor(t, 2*time.Second, "the reader routes for "+"carol", func() bool { return mayRoute(reader.Current(), "carol") })
 
 	// A deleted file keeps the projection in force.
 	os.Remove(path)
-	time.Sleep(300 * time.Millisecond)
+	relaytest.WaitFor(t, 5*time.Second, "the watcher finds the file gone", func() bool { return logs.Count("projection file unreadable") == 1 })
 	if !mayRoute(reader.Current(), "carol") {
 		t.Fatal("deleting the file changed the projection")
 	}
@@ -428,6 +405,7 @@ const emptyLists = `{"sites":[],"consents":[],"devices":[],"rosters":[],"revoked
 
 // TestMergeDocs: the merge itself, without Valkey.
 func TestMergeDocs(t *testing.T) {
+	t.Parallel()
 	empty := string(emptyDoc().canon)
 	tests := []struct {
 		name, base, patch, want, err string
@@ -480,9 +458,10 @@ func TestMergeDocs(t *testing.T) {
 // surrogate (or a literal U+FFFD) stay three devices through Sync.Merge,
 // in Valkey and in the projection in force.
 func TestMergeLoneSurrogates(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	for _, id := range []string{`r\ud800`, `r\udbff`, "r\ufffd"} {
 		if _, err := s.Merge(ctx, []byte(`{"devices":[`+device(id)+`]}`)); err != nil {
 			t.Fatalf("merge %s: %v", id, err)
@@ -517,9 +496,10 @@ func TestMergeLoneSurrogates(t *testing.T) {
 // new) is a no-op: onto nothing it leaves nothing stored, onto a document it
 // keeps the version; a merge onto nothing merges onto the empty projection.
 func TestMergeNothingNew(t *testing.T) {
+	t.Parallel()
 	c, ns := testClient(t)
 	ctx := context.Background()
-	s := New(c, Options{Namespace: ns, Logger: quiet})
+	s := New(c, Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	res, err := s.Merge(ctx, []byte(emptyLists))
 	if err != nil || res.Changed || res.Version != 0 {
 		t.Fatalf("empty merge onto nothing: %+v %v", res, err)
@@ -547,22 +527,18 @@ func TestMergeNothingNew(t *testing.T) {
 // subscribed connection accepts nothing else: the subscription must not
 // take the shared connection down with it.
 func TestEmbeddedBackend(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	c, closeFn, embedded, err := valkeyconn.Open(ctx, "", quiet)
-	if err != nil || !embedded {
-		t.Fatalf("embedded open: %v %v", embedded, err)
-	}
-	defer closeFn()
-	writer := New(c, Options{Namespace: "byollm", Logger: quiet})
+	c := relaytest.Open(t, "") // a server of its own: the namespace is the default one
+	writer := New(c, Options{Namespace: "byollm", Logger: relaytest.Logger(t)})
 	reader := follower(t, c, "byollm")
-	time.Sleep(100 * time.Millisecond) // let the subscription settle
 	for i := 1; i <= 3; i++ {
 		owner := fmt.Sprintf("owner-%d", i)
 		res, err := writer.Replace(ctx, []byte(fixture(consent(owner, false))))
 		if err != nil || res.Version != int64(i) {
 			t.Fatalf("Replace on the embedded store: %+v %v", res, err)
 		}
-		waitFor(t, time.Second, func() bool { return mayRoute(reader.Current(), owner) })
+		relaytest.WaitFor(t, 5*time.Second, "the reader routes for "+owner, func() bool { return mayRoute(reader.Current(), owner) })
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		t.Fatalf("the shared connection is unusable after subscribing: %v", err)

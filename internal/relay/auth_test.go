@@ -51,6 +51,7 @@ func stdBase64Padded(sig string) string {
 // freshness, freshness before signature, forged/tampered/cross-endpoint
 // and cross-plane signatures, and the JS leniencies clients rely on.
 func TestDaemonAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -143,6 +144,7 @@ func TestDaemonAuth(t *testing.T) {
 
 // TestSiteAuth covers wire.md §5.8 on the site plane.
 func TestSiteAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -220,6 +222,7 @@ func TestSiteAuth(t *testing.T) {
 // authenticates; after it only the current key does; stub.site must always
 // name the current key.
 func TestSiteRotation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	oldKey, older, stranger := newKeys(t), newKeys(t), newKeys(t)
@@ -258,6 +261,7 @@ func TestSiteRotation(t *testing.T) {
 // projection, not cached presence, decides a runner's key and existence;
 // revocation answers before schema on every endpoint.
 func TestProjectionDecidesDevice(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -308,6 +312,7 @@ func TestProjectionDecidesDevice(t *testing.T) {
 // do, so they rebuild a record lost in between, and a re-keyed device is
 // reconciled on its first request whatever the endpoint.
 func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.relay.presence.ttl = time.Hour // no step of this test may outlive it
 	w := newWorld(t)

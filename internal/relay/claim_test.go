@@ -14,6 +14,7 @@ import (
 // TestClaimRouting: claim takes its routes from the projection (consent on
 // both sides, rosters, pauses) and its kinds from the capability matrix.
 func TestClaimRouting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.fx.Rosters = []projection.RosterRecord{{ID: "team", Owner: "alice", Members: []string{"bob"}}}
@@ -53,6 +54,7 @@ func TestClaimRouting(t *testing.T) {
 // TestTwoReplicasOneJob: two relays over one store, two devices claiming the
 // same job at once through different replicas: exactly one wins.
 func TestTwoReplicasOneJob(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)
@@ -104,13 +106,14 @@ func TestTwoReplicasOneJob(t *testing.T) {
 // TestReadPathsSweep: heartbeat and pending sweep before answering, so a
 // lapsed grant is reported lost and an unsealed claim goes back to the queue.
 func TestReadPathsSweep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
 
 	lease := e.enqueueAndClaim(t, w, "lapse", "alice", w.alice, "runner_alice")
 	expect(t, e.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "lapse", envelope("payload"))), 200, `{"jobId":"lapse","state":"ready"}`)
-	e.st.SetClockOffsetForTests(61_000) // past the 60 s lease
+	e.st.SetClockOffset(61_000) // past the 60 s lease
 	held := protocol.GrantRef{JobID: "lapse", LeaseID: lease.ID}
 	got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1", held))
 	var hb hbResponse
@@ -129,7 +132,7 @@ func TestReadPathsSweep(t *testing.T) {
 	if got := e.siteGet(w.siteA, "site_a", "pending", "site_a"); len(got.json(t)["jobs"].([]any)) != 1 {
 		t.Fatalf("pending before the seal window closes: %s", got.body)
 	}
-	e.st.SetClockOffsetForTests(61_000 + 10_001)
+	e.st.SetClockOffset(61_000 + 10_001)
 	expect(t, e.siteGet(w.siteA, "site_a", "pending", "site_a"), 200, `{"jobs":[]}`)
 	if s := e.jobState(t, "site_a", "lapse"); s != "queued" {
 		t.Fatalf("unsealed job is %s", s)
@@ -140,8 +143,9 @@ func TestReadPathsSweep(t *testing.T) {
 // store's (Valkey TIME), so a request signed on the store clock is fresh
 // even when the store clock is far from this host's.
 func TestDefaultClockFollowsStore(t *testing.T) {
+	t.Parallel()
 	base := newEnv(t)
-	base.st.SetClockOffsetForTests(3_600_000)
+	base.st.SetClockOffset(3_600_000)
 	e := newEnvOn(t, base.st, func(c *Config) { c.Clock = nil })
 	w := newWorld(t)
 	w.install(e)
@@ -160,6 +164,7 @@ func TestDefaultClockFollowsStore(t *testing.T) {
 // another replica (same identity key, new encryption key) shows at once,
 // and so does a record lost since.
 func TestClaimRecordsCurrentPresenceDevice(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)

@@ -10,6 +10,7 @@ import (
 // TestDebugPerSite: with debug on, a site's page shows only that site's jobs
 // and only devices whose owner consents to that site (the fix over §17.29).
 func TestDebugPerSite(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.Debug = true })
 	w := newWorld(t)
 	carol := newKeys(t)

@@ -17,7 +17,7 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/telemetry"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const (
@@ -40,6 +40,7 @@ const (
 // TestDispatch covers wire.md §3: the route table, the prefix-only
 // handshake, last-segment routing, unread escapes, dot segments, methods.
 func TestDispatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	newWorld(t).install(e)
 	v2 := []byte(`{"protocolVersion":"2"}`)
@@ -94,6 +95,7 @@ func TestDispatch(t *testing.T) {
 // TestRouteOf: the route the dispatcher decides is the one the middleware
 // after it (telemetry) reads, from the echo context: one routing table.
 func TestRouteOf(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		base, target string
 		hdr          map[string]string
@@ -161,6 +163,7 @@ func TestRouteOf(t *testing.T) {
 
 // TestVersionHandshake covers wire.md §4 on both planes.
 func TestVersionHandshake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	newWorld(t).install(e)
 	cases := []struct {
@@ -201,6 +204,7 @@ func TestVersionHandshake(t *testing.T) {
 // TestBodies covers body handling: the size cap before reading, invalid JSON
 // as an absent body, a BOM, and the schema refusal for signed garbage.
 func TestBodies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -261,6 +265,7 @@ func TestBodies(t *testing.T) {
 // TestNotReady: before a projection is loaded the planes answer the
 // retryable 503 not-ready; unknown paths still get 404.
 func TestNotReady(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	nr := `{"error":"not-ready","message":"the relay has not loaded its routing projection yet — try again shortly"}`
 	expect(t, e.do("POST", "/byollm/claim", nil, []byte(`{"protocolVersion":"2"}`)), 503, nr)
@@ -272,19 +277,10 @@ func TestNotReady(t *testing.T) {
 // TestStoreDown: a store that cannot be reached is a fast, retryable 503
 // server-error. The store is a real one on a private server, killed.
 func TestStoreDown(t *testing.T) {
-	srv := startPrivateServer(t)
-	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond) // the server is still starting
-		c, closeFn, _, err = valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	}
-	if err != nil {
-		t.Fatalf("private server: %v", err)
-	}
-	t.Cleanup(closeFn)
+	t.Parallel()
+	srv := relaytest.StartServer(t)
 	// The server and its keys die with the test: no namespace cleanup.
-	st, err := store.New(ctx, c, store.Options{Namespace: "relaytest-down-" + randomHex(6)})
+	st, err := store.New(t.Context(), relaytest.Open(t, srv.URL), store.Options{Namespace: relaytest.NewName(), Logger: relaytest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,10 +288,7 @@ func TestStoreDown(t *testing.T) {
 	e := newEnvOn(t, st, func(cfg *Config) { cfg.Clock = func() int64 { return time.Now().UnixMilli() } })
 	w.install(e)
 	stub := enqueueJSON(t, "site_a", e.stub("j1", "alice", w.siteA))
-	if err := srv.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = srv.cmd.Wait()
+	srv.Kill()
 	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
 	// Signed on the local clock: the harness's default reads the store.
 	claim := claimJSON(t, "runner_alice", 1)
@@ -324,6 +317,7 @@ func (brokenStore) Enqueue(context.Context, store.EnqueueInput) (store.Job, erro
 // an outage: 500 server-error (no retry fixes it) and an error-level log
 // line carrying the request's trace id.
 func TestStoreBug(t *testing.T) {
+	t.Parallel()
 	base := newEnv(t)
 	w := newWorld(t)
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Getenv: func(string) string { return "" }})
@@ -372,6 +366,7 @@ func (panickyStore) PresenceHead(context.Context, string) (*store.Presence, erro
 // TestHandlerPanic: a panic in a handler is recovered by the planes' echo
 // middleware and answered with the protocol's 500 server-error.
 func TestHandlerPanic(t *testing.T) {
+	t.Parallel()
 	base := newEnv(t)
 	w := newWorld(t)
 	var logs syncBuffer

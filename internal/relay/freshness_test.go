@@ -3,13 +3,13 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/projectionsync"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // A refusal a newer projection would reverse is only given on the latest
@@ -18,16 +18,13 @@ import (
 // it sees a change made through the other only if it checks the stored
 // version before refusing.
 func TestRefusalsCheckTheLatestProjection(t *testing.T) {
-	c := newValkey(t)
-	ns := "relaytest-fresh-" + randomHex(6)
-	st := newStore(t, c, ns)
+	t.Parallel()
+	c := relaytest.Client(t)
+	st := newStore(t, c, store.Options{})
+	ns := st.Namespace()
 	ctx := context.Background()
-	writer := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	follower := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	t.Cleanup(func() {
-		key, _ := projectionsync.Keys(ns)
-		_ = c.Do(ctx, c.B().Del().Key(key).Build()).Error()
-	})
+	writer := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: relaytest.Logger(t)})
+	follower := projectionsync.New(c, projectionsync.Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	e := newEnvOn(t, st, func(cfg *Config) { cfg.Projection = follower })
 
 	w := newWorld(t)

@@ -169,6 +169,7 @@ func (e *env) enqueue(t *testing.T, w *world, id, owner, purpose string) {
 // never offered to that runner again; a transient one comes back after
 // 30 s.
 func TestClaimWithGrants(t *testing.T) {
+	t.Parallel()
 	a := newFakeAuthority(t)
 	a.decide = func(_ context.Context, id, runner string) (grant.Decision, error) {
 		switch {
@@ -261,7 +262,7 @@ func TestClaimWithGrants(t *testing.T) {
 	// The site seals the granted job, so it is not swept back meanwhile.
 	expect(t, e.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "granted", envelope("payload"))), 200, `{"jobId":"granted","state":"ready"}`)
 	// 30 s later the transient one is alice's again; the refused one never is.
-	e.st.AdvanceClockForTests(30_001)
+	e.st.AdvanceClock(30_001)
 	jobs := e.claim(t, w.alice, "runner_alice", 8)
 	if len(jobs) != 0 {
 		t.Fatalf("after retry-after (trans declined again): %+v", jobs)
@@ -275,6 +276,7 @@ func TestClaimWithGrants(t *testing.T) {
 // TestClaimUnknownSite: a job whose site key the projection cannot place is
 // a transient decline made without asking the authority.
 func TestClaimUnknownSite(t *testing.T) {
+	t.Parallel()
 	a := newFakeAuthority(t)
 	a.decide = func(_ context.Context, id, _ string) (grant.Decision, error) {
 		return grant.Decision{Granted: grantFor(id)}, nil
@@ -308,6 +310,7 @@ func TestClaimUnknownSite(t *testing.T) {
 // retry-after, one metric and one log line per failure. The budget stops
 // asking once a claim has spent it.
 func TestClaimAuthorityFailures(t *testing.T) {
+	t.Parallel()
 	a := newFakeAuthority(t)
 	a.decide = func(_ context.Context, id, _ string) (grant.Decision, error) {
 		switch {
@@ -366,6 +369,7 @@ func TestClaimAuthorityFailures(t *testing.T) {
 // TestControlPlanePublicAtPairing: the fixture pair response and a
 // device-code approval carry controlPlanePublic verbatim, last.
 func TestControlPlanePublicAtPairing(t *testing.T) {
+	t.Parallel()
 	a := newFakeAuthority(t)
 	e := newEnv(t, withGrants(a, nil, nil))
 	w := newWorld(t)
@@ -396,6 +400,7 @@ func TestControlPlanePublicAtPairing(t *testing.T) {
 // consulted even for a job id that already exists, and a refused enqueue
 // stores nothing.
 func TestSatisfiableAtEnqueue(t *testing.T) {
+	t.Parallel()
 	a := newFakeAuthority(t)
 	var verdict grant.Verdict
 	var failWith error
@@ -476,6 +481,7 @@ func TestSatisfiableAtEnqueue(t *testing.T) {
 // a control plane served over real HTTP: a granted reply reaches the daemon
 // byte for byte, and a malformed one is a transient decline, logged.
 func TestRemoteAuthorityOverHTTP(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	replies := map[string]string{}
 	cp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -33,6 +33,7 @@ func (e *env) enqueueAndClaim(t *testing.T, w *world, id, owner string, k keys, 
 // TestHolderRefusals covers rows 19-23 on fetch and result: the holder is
 // the signer, never the body.
 func TestHolderRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -91,6 +92,7 @@ func ciphertextFor(n int, direction string) protocol.SealedEnvelope {
 // TestEnvelopeSize covers row 24 on payload and result, measured as the
 // reference does, rounded up in the message.
 func TestEnvelopeSize(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -117,6 +119,7 @@ func TestEnvelopeSize(t *testing.T) {
 
 // TestSitePlaneRefusals covers rows 27, 32, 33, 34 and enqueue idempotency.
 func TestSitePlaneRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -190,6 +193,7 @@ type hbResponse struct {
 // TestHeartbeat covers §8.5: sites, successions, awaitingConsent, cancel,
 // lost, serverTime, floor and the update offer (never a downgrade).
 func TestHeartbeat(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.UpdateOffer = "0.2.0"; c.DaemonFloor = "0.0.5" })
 	w := newWorld(t)
 	carol := newKeys(t)
@@ -265,6 +269,7 @@ func TestHeartbeat(t *testing.T) {
 // TestLeases covers heartbeat renewal and lost leases, site cancel and the
 // heartbeat cancel list, and release (refused vs shutdown), with replays.
 func TestLeases(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -281,7 +286,7 @@ func TestLeases(t *testing.T) {
 		return r
 	}
 	// Five seconds on (inside the 10 s seal window): renewal moves the expiry.
-	e.st.SetClockOffsetForTests(5_000)
+	e.st.SetClockOffset(5_000)
 	if r := hb(); len(r.Cancel) != 0 || len(r.Lost) != 1 || r.Lost[0] != bogus {
 		t.Fatalf("before cancel: %+v", r)
 	}

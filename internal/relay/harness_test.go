@@ -1,7 +1,7 @@
 package relay
 
-// Test harness: a real Valkey (RELAY_TEST_VALKEY_URL) under a unique
-// namespace per test, real *store.Store, real HTTP through httptest.Server.
+// Test harness: the test Valkey (test/relaytest) under a namespace of each
+// test's own, real *store.Store, real HTTP through httptest.Server.
 
 import (
 	"bytes"
@@ -12,30 +12,22 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 var _ Store = (*store.Store)(nil)
-
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
 
 // projSource is a ProjectionSource tests can swap.
 type projSource struct {
@@ -48,22 +40,6 @@ func (s *projSource) set(p *projection.Projection)    { s.p.Store(p) }
 // Fresh is Current: a test's projection is always the latest.
 func (s *projSource) Fresh(context.Context) (*projection.Projection, error) { return s.Current(), nil }
 
-// newValkey connects to the test Valkey and registers cleanup.
-func newValkey(t testing.TB) valkey.Client {
-	t.Helper()
-	opt, err := valkey.ParseURL(valkeyURL())
-	if err != nil {
-		t.Fatalf("parse RELAY_TEST_VALKEY_URL: %v", err)
-	}
-	opt.DisableCache = true
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Fatalf("connect to Valkey at %s: %v", valkeyURL(), err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -72,20 +48,22 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// newStore opens a store in a fresh namespace whose keys are deleted after
-// the test.
-func newStore(t testing.TB, c valkey.Client, ns string) *store.Store {
+// newStore opens a store with opts in a namespace of the test's own
+// (opts.Namespace, or a fresh one) whose keys are deleted after the test.
+func newStore(t testing.TB, c valkey.Client, opts store.Options) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.New(ctx, c, store.Options{Namespace: ns})
+	if opts.Namespace == "" {
+		opts.Namespace = relaytest.Namespace(t, c)
+	} else {
+		relaytest.CleanupKeys(t, c, opts.Namespace+":*")
+	}
+	if opts.Logger == nil {
+		opts.Logger = relaytest.Logger(t)
+	}
+	st, err := store.New(context.Background(), c, opts)
 	if err != nil {
 		t.Fatalf("store.New: %v", err)
 	}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	return st
 }
 
@@ -102,9 +80,7 @@ type envOption func(*Config)
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	c := newValkey(t)
-	st := newStore(t, c, "relaytest-"+randomHex(6))
-	return newEnvOn(t, st, opts...)
+	return newEnvOn(t, newStore(t, relaytest.Client(t), store.Options{}), opts...)
 }
 
 // newEnvOn builds a relay over an existing store (a second replica).
@@ -115,7 +91,11 @@ func newEnvOn(t testing.TB, st *store.Store, opts ...envOption) *env {
 		Store:           st,
 		Projection:      ps,
 		VerificationURL: "https://example.test/device",
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:          relaytest.Logger(t),
+		// The bound itself is storetimeout_test's subject; elsewhere a busy
+		// test machine (tests run in parallel) must not turn a slow store
+		// call into the 503 the default half second would give.
+		StoreTimeout: 10 * time.Second,
 		// The store's clock, so tests that move it move the plane too.
 		Clock: func() int64 {
 			n, err := st.Now(context.Background())

@@ -17,6 +17,7 @@ import (
 // store.GrantChunk script calls) with the held grant renewed or released
 // wherever it sits in the list.
 func TestGrantListCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -106,6 +107,7 @@ func claimantOf(length int) protocol.Claimant {
 // at every bound is served and stored byte for byte, and so is what a real
 // daemon sends. Claim refuses the same matrix.
 func TestAdvertCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -246,6 +248,7 @@ func realDaemonMatrix() []protocol.Capability {
 // an identifier may be (store.DefaultMaxIDBytes) is refused like an
 // oversized id and stores nothing; one at the bound is queued.
 func TestStubPurposeBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // heapInUse is the live heap after a full collection.
@@ -37,22 +37,11 @@ func boundedPlanes(t *testing.T, e *env, opts httpserve.Options) *httpserve.Serv
 		t.Fatal(err)
 	}
 	opts.Handler = e.relay.Handler()
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.Logger = relaytest.Logger(t)
 	s := httpserve.New(ln, opts)
 	go s.Serve() //nolint:errcheck // ends with Close below
 	t.Cleanup(func() { s.HTTP.Close() })
 	return s
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // The attack of the hardening issue: connections that send only headers
@@ -97,7 +86,7 @@ func TestHeadersOnlyBodiesHoldNoMemory(t *testing.T) {
 		}
 		if i%10 == 0 {
 			// Every request so far has reached its body read.
-			waitUntil(t, fmt.Sprintf("%d bodies being read", i), func() bool { return bodies.Reading() == i })
+			relaytest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d bodies being read", i), func() bool { return bodies.Reading() == i })
 			grew := heapInUse() - baseline
 			peak = max(peak, grew)
 			if grew > bound {

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,7 +8,7 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 type pairStart struct {
@@ -58,6 +57,7 @@ func (e *env) start(t *testing.T, id protocol.PublicIdentity) startResponse {
 // through another sharing the store, and is approved by a projection change
 // made on the polling replica only.
 func TestPairingAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t)
 	b := newEnvOn(t, a.st)
 	w := newWorld(t)
@@ -107,14 +107,15 @@ func TestPairingAcrossReplicas(t *testing.T) {
 	t.Run("a code past its ttl is expired", func(t *testing.T) {
 		eve := newKeys(t)
 		s := a.start(t, eve.id)
-		a.st.SetClockOffsetForTests(600_001)
-		defer a.st.SetClockOffsetForTests(0)
+		a.st.SetClockOffset(600_001)
+		defer a.st.SetClockOffset(0)
 		expect(t, b.do("POST", "/byollm/pair", nil, pollJSON(s.DeviceCode)), 200, `{"status":"expired"}`)
 	})
 }
 
 // TestPairRefusals covers rows 11-17 and the fixture exchange.
 func TestPairRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)
@@ -171,17 +172,9 @@ func TestPairRefusals(t *testing.T) {
 // TestPairingCapacity: row 17 when the shared code store is full; a keypair
 // restarting its own pairing replaces its code instead of taking a slot.
 func TestPairingCapacity(t *testing.T) {
-	c := newValkey(t)
-	ns := "relaytest-" + randomHex(6)
-	st, err := store.New(t.Context(), c, store.Options{Namespace: ns, PairingCapacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	t.Parallel()
+	c := relaytest.Client(t)
+	st := newStore(t, c, store.Options{PairingCapacity: 1})
 	e := newEnvOn(t, st)
 	newWorld(t).install(e)
 	first := newKeys(t)

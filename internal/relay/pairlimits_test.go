@@ -2,7 +2,6 @@ package relay
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/netip"
@@ -14,44 +13,23 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
-
-// storeWith opens a store in a fresh namespace with opts (namespace set
-// here) and deletes its keys after the test.
-func storeWith(t *testing.T, c valkey.Client, opts store.Options) *store.Store {
-	t.Helper()
-	opts.Namespace = "relaytest-" + randomHex(6)
-	st, err := store.New(t.Context(), c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, st.KeyPattern()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	return st
-}
 
 // namespaceKeys is every key of st's namespace but its layout record.
 func namespaceKeys(t *testing.T, c valkey.Client, st *store.Store) []string {
 	t.Helper()
+	all, err := valkeyconn.Keys(t.Context(), c, st.KeyPattern())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	cursor := uint64(0)
-	for {
-		e, err := c.Do(t.Context(), c.B().Scan().Cursor(cursor).Match(st.KeyPattern()).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range e.Elements {
-			if k != st.Namespace()+":{"+st.Namespace()+"}:layout" { // written by store.New
-				out = append(out, k)
-			}
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return out
+	for _, k := range all {
+		if k != st.Namespace()+":{"+st.Namespace()+"}:layout" { // written by store.New
+			out = append(out, k)
 		}
 	}
+	return out
 }
 
 // startOfSize is a valid pair start of exactly n bytes (n large enough),
@@ -107,8 +85,9 @@ func (e *env) postChunked(path string, body []byte) resp {
 // own small body bound (MaxPairBodyBytes), checked on Content-Length and on
 // the bytes read; a larger one is refused and nothing is stored.
 func TestPairStartBodyBound(t *testing.T) {
-	c := newValkey(t)
-	st := storeWith(t, c, store.Options{})
+	t.Parallel()
+	c := relaytest.Client(t)
+	st := newStore(t, c, store.Options{})
 	e := newEnvOn(t, st)
 	newWorld(t).install(e)
 
@@ -144,8 +123,9 @@ func TestPairStartBodyBound(t *testing.T) {
 // expiry frees the address. X-Forwarded-For counts only from a trusted
 // proxy.
 func TestPairingPerAddress(t *testing.T) {
-	c := newValkey(t)
-	st := storeWith(t, c, store.Options{PairingsPerSource: 2})
+	t.Parallel()
+	c := relaytest.Client(t)
+	st := newStore(t, c, store.Options{PairingsPerSource: 2})
 	proxied := newEnvOn(t, st, func(cfg *Config) {
 		cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	})
@@ -198,7 +178,7 @@ func TestPairingPerAddress(t *testing.T) {
 	expect(t, from(direct, "198.51.100.12", newKeys(t).id), 429, busy)
 
 	// Codes expire: the address may start again.
-	st.AdvanceClockForTests(store.PairingCodeTTLMs + 1)
+	st.AdvanceClock(store.PairingCodeTTLMs + 1)
 	for range 2 {
 		if got := from(proxied, "198.51.100.1", newKeys(t).id); got.status != 200 {
 			t.Fatalf("after expiry: %d %s", got.status, got.body)
@@ -210,9 +190,10 @@ func TestPairingPerAddress(t *testing.T) {
 // namespace's keys summed with MEMORY USAGE (the server is shared, so
 // used_memory deltas would include other tests' keys), per code.
 func TestPairingMemoryPerCode(t *testing.T) {
-	c := newValkey(t)
+	t.Parallel()
+	c := relaytest.Client(t)
 	const n = 40
-	st := storeWith(t, c, store.Options{PairingsPerSource: n})
+	st := newStore(t, c, store.Options{PairingsPerSource: n})
 	e := newEnvOn(t, st)
 	newWorld(t).install(e)
 	measure := func(body func() []byte) int64 {
@@ -229,7 +210,7 @@ func TestPairingMemoryPerCode(t *testing.T) {
 			}
 			total += m
 		}
-		if _, err := valkeyconn.DeleteMatching(t.Context(), c, st.KeyPattern()); err != nil {
+		if _, err := relaytest.DeleteKeys(t.Context(), c, st.KeyPattern()); err != nil {
 			t.Fatal(err)
 		}
 		return total / n

@@ -49,6 +49,7 @@ func (e *env) pendingDevice(t *testing.T, w *world, id string) protocol.PublicId
 // fixture exchange nor a device-code start and poll. The projection holds
 // the current key set (alice's, after a rotation).
 func TestUnsignedPairingNeverRollsBackTheSealingKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)

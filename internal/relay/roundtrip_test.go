@@ -63,6 +63,7 @@ func (e *env) jobState(t *testing.T, siteID, jobID string) string {
 // → results over HTTP and checks every body byte for byte, including both
 // envelopes, which the relay must carry unchanged.
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorld(t)
 	w.install(e)

@@ -10,6 +10,7 @@ import (
 // appendDevice copies stored device JSON only where decoding and encoding it
 // again (what the answers did before) gives the same bytes.
 func TestAppendDeviceMatchesRoundTrip(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		s    string

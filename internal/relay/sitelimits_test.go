@@ -6,16 +6,18 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // One site flooding the relay meets its limits (429 rate-limited, nothing
 // stored) while another site enqueues and is served as usual; the limits
 // come back as the flooding site's jobs end.
 func TestSiteFloodLeavesOthersServed(t *testing.T) {
-	c := newValkey(t)
+	t.Parallel()
+	c := relaytest.Client(t)
 	const jobsA = 5
 	// site_a's 4 KiB byte limit holds its five stubs but not a 4 KiB payload.
-	st := storeWith(t, c, store.Options{SiteLimits: store.SiteLimits{
+	st := newStore(t, c, store.Options{SiteLimits: store.SiteLimits{
 		Default: store.SiteLimit{Jobs: 1000},
 		Sites:   map[string]store.SiteLimit{"site_a": {Jobs: jobsA, Bytes: 4096}},
 	}})

@@ -1,82 +1,28 @@
 package relay
 
 import (
-	"context"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
-
-// frozenServer is a redis-server of one test, which the test stops with
-// SIGSTOP (the process keeps its sockets open and answers nothing, as a
-// Valkey that is swapping, paused or stuck in a long fork does) and resumes
-// with SIGCONT. The shared test server is never frozen.
-type frozenServer struct {
-	cmd  *exec.Cmd
-	addr string
-}
-
-func startPrivateServer(t *testing.T) *frozenServer {
-	t.Helper()
-	bin := os.Getenv("RELAY_TEST_REDIS_SERVER")
-	if bin == "" {
-		for _, name := range []string{"valkey-server", "redis-server"} {
-			if p, err := exec.LookPath(name); err == nil {
-				bin = p
-				break
-			}
-		}
-	}
-	if bin == "" {
-		t.Fatal("no valkey-server or redis-server on PATH (set RELAY_TEST_REDIS_SERVER): this test freezes a server of its own")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &frozenServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.cmd = exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-	})
-	return s
-}
 
 // A frozen store gets the retryable 503 server-error within the store
 // timeout, not when the connection is finally declared dead, and the relay
 // serves again as soon as the store answers.
 func TestFrozenStoreAnswersFast503(t *testing.T) {
-	srv := startPrivateServer(t)
-	deadline := time.Now().Add(10 * time.Second)
-	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	for err != nil && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // the server is still starting
-		c, closeFn, _, err = valkeyconn.Open(ctx, "redis://"+srv.addr+"/0", nil)
-	}
-	if err != nil {
-		t.Fatalf("private server: %v", err)
-	}
-	t.Cleanup(closeFn)
-
-	st := newStore(t, c, "relaytest-frozen-"+randomHex(6))
+	// A server of this test's own, which it stops with SIGSTOP (the process
+	// keeps its sockets open and answers nothing, as a Valkey that is
+	// swapping, paused or stuck in a long fork does) and resumes with
+	// SIGCONT. The shared test server is never frozen.
+	srv := relaytest.StartServer(t)
+	c := relaytest.Open(t, srv.URL)
+	st := newStore(t, c, store.Options{})
 	// Runs before the namespace cleanup, should the test stop while frozen.
-	t.Cleanup(func() { _ = srv.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 	const timeout = 300 * time.Millisecond
 	// The plane clock and the signing clock are local here: the harness's
 	// default reads the store, which is the thing being frozen.
@@ -99,7 +45,7 @@ func TestFrozenStoreAnswersFast503(t *testing.T) {
 	frozenStub := enqueueJSON(t, "site_a", e.stub("frozen", "alice", w.siteA))
 	thawedStub := enqueueJSON(t, "site_a", e.stub("after-thaw", "alice", w.siteA))
 
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP: %v", err)
 	}
 	down := `{"error":"server-error","message":"the relay cannot reach its routing store just now — try again shortly"}`
@@ -122,22 +68,14 @@ func TestFrozenStoreAnswersFast503(t *testing.T) {
 		}
 	}
 
-	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("SIGCONT: %v", err)
 	}
 	// Back: the next requests are served (the connection was never cut,
 	// the replies to the abandoned calls are read and dropped).
-	recovered := time.Now().Add(10 * time.Second)
-	for {
-		got := site("enqueue", thawedStub)
-		if got.status == 200 {
-			break
-		}
-		if time.Now().After(recovered) {
-			t.Fatalf("store back for 10s, still %d %s", got.status, got.body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, 10*time.Second, "an enqueue served once the store is back", func() bool {
+		return site("enqueue", thawedStub).status == 200
+	})
 	jobs := e.claim(t, w.alice, "runner_alice", 1)
 	if len(jobs) != 1 || jobs[0].ID != "after-thaw" {
 		t.Fatalf("after thaw: claimed %+v", jobs)

@@ -50,7 +50,7 @@ func TestMalformedStubsAreQuarantined(t *testing.T) {
 			h := newH(t, b, Options{})
 			h.enqueue("good", "alice")
 			h.enqueue("old", "alice")
-			if err := h.s.WriteRawStubForTests(h.ctx, site, "old", []byte(raw)); err != nil {
+			if err := h.writeRawStub(site, "old", raw); err != nil {
 				t.Fatal(err)
 			}
 			got := ids(h.claim())
@@ -71,7 +71,7 @@ func TestMalformedStubsAreQuarantined(t *testing.T) {
 				t.Fatalf("runner_2 got %q", ids(got))
 			}
 			// A good stub written back makes it claimable again.
-			if err := h.s.WriteRawStubForTests(h.ctx, site, "old", []byte(good)); err != nil {
+			if err := h.writeRawStub(site, "old", good); err != nil {
 				t.Fatal(err)
 			}
 			if got := h.claim(runner("runner_3")); len(got) != 1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Benchmarks run against the real server (RELAY_TEST_VALKEY_URL) and the
@@ -28,7 +29,7 @@ type benchEnv struct {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, e := range benchStores {
-		if err := purge(e.b.client, e.s.KeyPattern()); err != nil {
+		if _, err := relaytest.DeleteKeys(context.Background(), e.b.client, e.s.KeyPattern()); err != nil {
 			fmt.Fprintln(os.Stderr, "benchmark cleanup:", err)
 		}
 	}
@@ -44,7 +45,7 @@ func env(tb testing.TB, name string, b backend, foreign int) *benchEnv {
 		e.round++
 		return e
 	}
-	s, err := New(context.Background(), b.client, Options{Namespace: randomNamespace(), Logger: quietLogger()})
+	s, err := New(context.Background(), b.client, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // scriptCall is one script call as the server saw it.
@@ -28,7 +29,7 @@ type monitor struct {
 
 func startMonitor(t *testing.T) *monitor {
 	t.Helper()
-	u, err := url.Parse(testValkeyURL())
+	u, err := url.Parse(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatalf("valkey url: %v", err)
 	}

@@ -22,7 +22,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			if n := h.now(); n != T {
 				h.t.Fatalf("now %d, want %d", n, T)
 			}
-			h.s.SetClockOffsetForTests(-123)
+			h.s.SetClockOffset(-123)
 			if n := h.now(); n != T-123 {
 				h.t.Fatalf("now %d, want %d", n, T-123)
 			}
@@ -46,12 +46,12 @@ func TestFrozenClockArithmetic(t *testing.T) {
 		{"the window is due at awaitingUntil, not a millisecond before", func(h *h) {
 			h.enqueue("a", "alice")
 			h.claim()
-			h.s.SetClockOffsetForTests(AwaitingPayloadMs - 1)
+			h.s.SetClockOffset(AwaitingPayloadMs - 1)
 			if swept := h.sweep(); len(swept) != 0 {
 				h.t.Fatalf("swept at -1: %+v", swept)
 			}
 			h.mustState("a", StateAwaitingPayload)
-			h.s.SetClockOffsetForTests(AwaitingPayloadMs)
+			h.s.SetClockOffset(AwaitingPayloadMs)
 			if swept := h.sweep(); len(swept) != 1 || swept[0].State != StateQueued {
 				h.t.Fatalf("at awaitingUntil: %+v", swept)
 			}
@@ -60,11 +60,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			h.enqueue("a", "alice")
 			h.claim(leaseMs(1000))
 			h.seal("a")
-			h.s.SetClockOffsetForTests(999)
+			h.s.SetClockOffset(999)
 			if len(h.sweep()) != 0 {
 				h.t.Fatal("requeued before expiry")
 			}
-			h.s.SetClockOffsetForTests(1000)
+			h.s.SetClockOffset(1000)
 			if len(h.sweep()) != 1 {
 				h.t.Fatal("not requeued at expiry")
 			}
@@ -73,11 +73,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			st := stub("a", "alice")
 			st.DeadlineAt = T + 100
 			h.enqueueStub(site, st)
-			h.s.SetClockOffsetForTests(99)
+			h.s.SetClockOffset(99)
 			if len(h.sweep()) != 0 {
 				h.t.Fatal("removed before the deadline")
 			}
-			h.s.SetClockOffsetForTests(100)
+			h.s.SetClockOffset(100)
 			if swept := h.sweep(); len(swept) != 1 || !swept[0].SweptAway {
 				h.t.Fatalf("at deadline: %+v", swept)
 			}
@@ -87,11 +87,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			g := h.claim()[0]
 			ra := T + 500
 			h.release("runner_1", []protocol.GrantRef{grant(g)}, "", &ra)
-			h.s.SetClockOffsetForTests(499)
+			h.s.SetClockOffset(499)
 			if len(h.claim()) != 0 {
 				h.t.Fatal("granted before retryAfter")
 			}
-			h.s.SetClockOffsetForTests(500)
+			h.s.SetClockOffset(500)
 			if len(h.claim()) != 1 {
 				h.t.Fatal("not granted at retryAfter")
 			}
@@ -101,11 +101,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			if ok, err := h.s.PutPairing(h.ctx, p); ok != PairingStored || err != nil {
 				h.t.Fatalf("put %v %v", ok, err)
 			}
-			h.s.SetClockOffsetForTests(PairingCodeTTLMs - 1)
+			h.s.SetClockOffset(PairingCodeTTLMs - 1)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc1"); got == nil {
 				h.t.Fatal("not live before expiry")
 			}
-			h.s.SetClockOffsetForTests(PairingCodeTTLMs)
+			h.s.SetClockOffset(PairingCodeTTLMs)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc1"); got != nil {
 				h.t.Fatal("live at expiry")
 			}

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // CLAIM_ATOMIC and exactly-once due transitions (store.md §8) under real
@@ -25,8 +25,8 @@ import (
 type raceServer struct{ name, url string }
 
 func raceServers() []raceServer {
-	out := []raceServer{{"valkey", testValkeyURL()}}
-	if u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL"); u != "" {
+	out := []raceServer{{"valkey", relaytest.ValkeyURL()}}
+	if u := relaytest.ClusterURL(); u != "" {
 		out = append(out, raceServer{"cluster", u})
 	}
 	return out
@@ -84,7 +84,7 @@ func claimAtomicRace(t *testing.T, url string) {
 		sites, owners, perPair = 10, 5, 60 // 50 pairs, 3000 jobs
 		workers                = 64
 	)
-	ns := randomNamespace()
+	ns := relaytest.NewName()
 	clients := replicaClients(t, url, 2, 4, "claimrace-"+ns) // 2 x 16 connections
 	stores := []*Store{
 		newStore(t, backend{"a", clients[0]}, Options{Namespace: ns}),
@@ -241,7 +241,7 @@ func TestConcurrentSweepersSettleOnce(t *testing.T) { eachRaceServer(t, sweepers
 
 func sweepersRace(t *testing.T, url string) {
 	const pairs, perPair, sweepers = 200, 2, 8
-	ns := randomNamespace()
+	ns := relaytest.NewName()
 	clients := replicaClients(t, url, 2, 3, "sweeprace-"+ns)
 	var repMu sync.Mutex
 	reports := map[string]int{}
@@ -315,7 +315,7 @@ func sweepersRace(t *testing.T, url string) {
 	}
 	advance := func(ms int64) {
 		for _, s := range stores {
-			s.AdvanceClockForTests(ms)
+			s.AdvanceClock(ms)
 		}
 	}
 

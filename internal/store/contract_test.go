@@ -10,8 +10,8 @@ import (
 )
 
 // The 38 cases of @byollm/relay@0.1.1's store contract (store.md §7.2), with
-// the contract's own hooks: advance (AdvanceClockForTests), serialising and
-// writeRawStub (WriteRawStubForTests). Numbers match the table.
+// the contract's own hooks: advance (AdvanceClock), serialising and
+// writeRawStub (test/storehooks through RunJobScript). Numbers match the table.
 
 var contractCases = []struct {
 	name string
@@ -49,7 +49,7 @@ var contractCases = []struct {
 		if got := h.claim(); len(got) != 1 {
 			h.t.Fatalf("first claim = %d", len(got))
 		}
-		h.s.AdvanceClockForTests(AwaitingPayloadMs + 1000)
+		h.s.AdvanceClock(AwaitingPayloadMs + 1000)
 		if got := h.claim(runner("runner_2")); len(got) != 0 {
 			h.t.Fatalf("runner_2 got %q", ids(got))
 		}
@@ -171,7 +171,7 @@ var contractCases = []struct {
 		h.enqueue("good", "alice")
 		h.enqueue("old", "alice")
 		raw := `{"id":"old","kind":"llm.generate","owner":"alice","audience":"private","sizeClass":"small","streaming":false,"deadlineAt":4102444800000}`
-		if err := h.s.WriteRawStubForTests(h.ctx, site, "old", []byte(raw)); err != nil {
+		if err := h.writeRawStub(site, "old", raw); err != nil {
 			h.t.Fatal(err)
 		}
 		equalStrings(h.t, "ids", ids(h.claim(maxJobs(10))), []string{"good"})

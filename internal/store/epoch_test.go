@@ -4,17 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/valkey-io/valkey-go"
-
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Valkey losing its data (a restart without persistence, FLUSHALL, a
@@ -33,7 +28,7 @@ func TestResultCacheDoesNotOutliveDataLoss(t *testing.T) {
 		var busy, quiet *Store
 		for _, p := range []**Store{&busy, &quiet} {
 			var err error
-			if *p, err = New(h.ctx, b.client, Options{Namespace: h.s.opts.Namespace, Logger: quietLogger()}); err != nil {
+			if *p, err = New(h.ctx, b.client, Options{Namespace: h.s.opts.Namespace, Logger: relaytest.Discard()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,7 +82,9 @@ func TestResultCacheDoesNotOutliveDataLoss(t *testing.T) {
 			}()
 		}
 		defer func() { stop.Store(true); wg.Wait() }()
-		deleteKeys(t, b.client, h.s.KeyPattern())
+		if _, err := relaytest.DeleteKeys(h.ctx, b.client, h.s.KeyPattern()); err != nil {
+			t.Fatal(err)
+		}
 		fresh := json.RawMessage(`{"ciphertext":"fresh"}`)
 		finish("y", fresh)
 		newSeen.Store(true)
@@ -124,30 +121,8 @@ func describe(res []*ResultJob) string {
 // REPLICAOF NO ONE, which promotes the server under a new replication id
 // with its data kept.
 func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if bin, err = exec.LookPath("valkey-server"); err != nil {
-			t.Fatal("no redis-server or valkey-server on PATH: this test promotes a server of its own")
-		}
-	}
-	port := freeLoopbackPort(t)
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := relaytest.Open(t, relaytest.StartServer(t).URL)
 	ctx := context.Background()
-	var c valkey.Client
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, _, _, err = valkeyconn.Open(ctx, "redis://127.0.0.1:"+port+"/0", quietLogger()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("private server: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Cleanup(c.Close)
 	h := newH(t, backend{"private", c}, Options{})
 
 	finish := func(result string) {
@@ -190,24 +165,13 @@ func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 	}
-	do("REPLICAOF", "127.0.0.1", freeLoopbackPort(t))
+	do("REPLICAOF", "127.0.0.1", "1") // port 1: nothing listens there
 	do("REPLICAOF", "NO", "ONE")
 
 	finish(`{"ciphertext":"after the failover"}`)
 	if got := resultOf(); got != `{"ciphertext":"after the failover"}` {
 		t.Fatalf("served %s after the failover", got)
 	}
-}
-
-func freeLoopbackPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }
 
 // Sites on different shards name different generations (each shard has its

@@ -4,48 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
-
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
-
-// privateServer starts a redis-server of this test only (the shared test
-// server is never made busy or killed), with a 10 ms script time limit so
-// a looping script makes it answer BUSY at once.
-func privateServer(t *testing.T) (valkey.Client, *exec.Cmd, string) {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if bin, err = exec.LookPath("valkey-server"); err != nil {
-			t.Fatal("no redis-server or valkey-server on PATH: this test breaks a server of its own")
-		}
-	}
-	port := freeLoopbackPort(t)
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
-		"--lua-time-limit", "10", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var c valkey.Client
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, _, _, err = valkeyconn.Open(context.Background(), "redis://127.0.0.1:"+port+"/0", quietLogger()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("private server: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond) // still starting
-	}
-	t.Cleanup(c.Close)
-	return c, cmd, "redis://127.0.0.1:" + port + "/0"
-}
 
 // Every class Classify tells apart, each from a real failure of a real
 // server where one can be made: a busy server and a dead one are
@@ -53,9 +17,13 @@ func privateServer(t *testing.T) (valkey.Client, *exec.Cmd, string) {
 // "bug" (no retry helps), a store limit is the caller's.
 func TestClassify(t *testing.T) {
 	ctx := context.Background()
-	c, cmd, url := privateServer(t)
+	// A server of this test only (the shared one is never made busy or
+	// killed), with a 10 ms script time limit so that a looping script makes
+	// it answer BUSY at once.
+	srv := relaytest.StartServer(t, "--lua-time-limit", "10")
+	c, url := relaytest.Open(t, srv.URL), srv.URL
 	// The server and its keys die with the test: no namespace cleanup.
-	s, err := New(ctx, c, Options{Namespace: randomNamespace(), Logger: quietLogger()})
+	s, err := New(ctx, c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +73,7 @@ func TestClassify(t *testing.T) {
 	t.Run("a server busy with a script is unavailable", func(t *testing.T) {
 		// A second client runs a script that never ends; the server
 		// answers every other command BUSY until it is killed.
-		loop, closeLoop, _, err := valkeyconn.Open(ctx, url, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer closeLoop()
+		loop := relaytest.Open(t, url)
 		looped := make(chan error, 1)
 		go func() {
 			looped <- loop.Do(ctx, loop.B().Eval().Script("while true do end").Numkeys(0).Build()).Error()
@@ -146,10 +110,7 @@ func TestClassify(t *testing.T) {
 	})
 
 	t.Run("a dead server is unavailable", func(t *testing.T) {
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
+		srv.Kill()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := s.Presence(cctx, "runner-1")

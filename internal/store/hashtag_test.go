@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // hashTag is the part of key a cluster hashes (the Redis Cluster rule): the
@@ -97,7 +99,7 @@ func TestCraftedIDsCannotChooseTheHashTag(t *testing.T) {
 func TestNamespaceWithBracesRefused(t *testing.T) {
 	b := allBackends(t)[0]
 	for _, ns := range []string{"{x}", "a{b", "a}b", "{}"} {
-		if _, err := New(t.Context(), b.client, Options{Namespace: ns, Logger: quietLogger()}); err == nil {
+		if _, err := New(t.Context(), b.client, Options{Namespace: ns, Logger: relaytest.Discard()}); err == nil {
 			t.Errorf("namespace %q accepted", ns)
 		}
 	}

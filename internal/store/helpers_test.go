@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -20,66 +17,27 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
+	"github.com/byollm/relay-go/test/storehooks"
 )
 
-// Every store test runs against both backends: a real server at
-// RELAY_TEST_VALKEY_URL (default redis://127.0.0.1:6379/0) and the embedded
-// miniredis, plus a Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL when
-// that is set (.ci/run sets it; `.ci/cluster start` prints one). Each test
-// gets its own random namespace and deletes its keys.
+// Every store test runs against both backends: the test server
+// (relaytest.ValkeyURL) and the embedded miniredis, plus the test cluster
+// when one is configured (relaytest.ClusterURL). Each test gets its own
+// namespace, whose keys go when it ends.
 
 type backend struct {
 	name   string
 	client valkey.Client
 }
 
-var (
-	backendsOnce sync.Once
-	backendsList []backend
-	backendsErr  error
-)
-
-func testValkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func allBackends(t testing.TB) []backend {
 	t.Helper()
-	backendsOnce.Do(func() {
-		ctx := context.Background()
-		real, _, _, err := valkeyconn.Open(ctx, testValkeyURL(), quietLogger())
-		if err != nil {
-			backendsErr = err
-			return
-		}
-		emb, _, embedded, err := valkeyconn.Open(ctx, "", quietLogger())
-		if err != nil || !embedded {
-			backendsErr = err
-			return
-		}
-		backendsList = []backend{{"valkey", real}, {"embedded", emb}}
-		if u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL"); u != "" {
-			cl, _, _, err := valkeyconn.Open(ctx, u, quietLogger())
-			if err != nil {
-				backendsErr = fmt.Errorf("RELAY_TEST_VALKEY_CLUSTER_URL: %w", err)
-				return
-			}
-			if !valkeyconn.IsCluster(cl) {
-				backendsErr = fmt.Errorf("RELAY_TEST_VALKEY_CLUSTER_URL=%s is not a cluster (CLUSTER SLOTS refused)", u)
-				return
-			}
-			backendsList = append(backendsList, backend{"cluster", cl})
-		}
-	})
-	if backendsErr != nil {
-		t.Fatalf("backends: %v", backendsErr)
+	out := []backend{{"valkey", relaytest.Client(t)}, {"embedded", relaytest.Embedded(t)}}
+	if relaytest.ClusterURL() != "" {
+		out = append(out, backend{"cluster", relaytest.Cluster(t)})
 	}
-	return backendsList
+	return out
 }
 
 func realBackend(t testing.TB) backend { return allBackends(t)[0] }
@@ -91,26 +49,21 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	}
 }
 
-func randomNamespace() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "t" + hex.EncodeToString(b[:])
-}
-
 // newStore makes a store in a fresh namespace and removes its keys after.
 func newStore(t testing.TB, b backend, opts Options) *Store {
 	t.Helper()
 	if opts.Namespace == "" {
-		opts.Namespace = randomNamespace()
+		opts.Namespace = relaytest.Namespace(t, b.client)
+	} else {
+		relaytest.CleanupKeys(t, b.client, opts.Namespace+":*")
 	}
 	if opts.Logger == nil {
-		opts.Logger = quietLogger()
+		opts.Logger = relaytest.Logger(t)
 	}
 	s, err := New(context.Background(), b.client, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { deleteKeys(t, b.client, s.KeyPattern()) })
 	return s
 }
 
@@ -131,19 +84,6 @@ func scan(c valkey.Client, pattern string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func deleteKeys(t testing.TB, c valkey.Client, pattern string) {
-	t.Helper()
-	if err := purge(c, pattern); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
-}
-
-// purge deletes every key matching pattern (never FLUSHDB: the server is shared).
-func purge(c valkey.Client, pattern string) error {
-	_, err := valkeyconn.DeleteMatching(context.Background(), c, pattern)
-	return err
 }
 
 // dump is every key of the namespace with its DUMP bytes: two equal dumps
@@ -429,4 +369,14 @@ func otherShardSite(s *Store, site string) string {
 			return id
 		}
 	}
+}
+
+// writeRawStub overwrites a job's stored stub bytes as an older version
+// might have written them (the contract's test-only hook).
+func (h *h) writeRawStub(siteID, jobID, raw string) error {
+	n, err := h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, siteID, jobID, raw)
+	if err == nil && n != 1 {
+		err = fmt.Errorf("write raw stub: no job %q at site %q", jobID, siteID)
+	}
+	return err
 }

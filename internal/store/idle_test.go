@@ -6,11 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkIdleTick is what one idle device costs per tick: the store calls
@@ -34,16 +34,10 @@ func BenchmarkIdleTick(b *testing.B) {
 // as the relay does.
 func benchIdleTick(b *testing.B, view bool) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: quietLogger()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
-		vctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.RunWorkView(vctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		for !s.viewLive() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		withView(b, s)
 	}
 	const devices = 1000
 	devs := make([]protocol.PublicIdentity, devices)

@@ -8,11 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkJobCost is the store's share of one job: enqueue, claim, seal,
@@ -34,16 +34,10 @@ func BenchmarkJobCost(b *testing.B) {
 
 func benchJobCost(b *testing.B, view bool, perSite int) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: quietLogger()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	if view {
-		vctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.RunWorkView(vctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		for !s.viewLive() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		withView(b, s)
 	}
 	dev := freshDevice()
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: dev, Kinds: []string{protocol.KindGenerate},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // keyHashSlot is a key's cluster slot: CRC16 of its hash tag (the first
@@ -158,9 +159,9 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	_, _ = h.s.CancelRequests(ctx, "runner_1")
 	_, _ = h.s.RenewLeases(ctx, RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[1])}})
 	h.release("runner_1", []protocol.GrantRef{grant(got[2])}, ReasonRefused, nil)
-	_ = h.s.WriteRawStubForTests(ctx, got[2].SiteID, stubID(got[2]), []byte(`{"bad":1}`))
+	_ = h.writeRawStub(got[2].SiteID, stubID(got[2]), `{"bad":1}`)
 	h.claim(routes([]string{a, c}, []string{"alice"}))
-	h.s.AdvanceClockForTests(3_600_000)
+	h.s.AdvanceClock(3_600_000)
 	h.sweep()
 	h.seen("runner_1", "alice", freshDevice(), "[]", "[]")
 	_, _ = h.s.Presence(ctx, "runner_1")
@@ -180,7 +181,7 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	_, _ = h.s.PutPairing(ctx, p)
 	_ = h.s.DenyPairing(ctx, "WXYZ-WXYZ")
 	_ = h.s.DropPairing(ctx, "dc1")
-	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: quietLogger()}); err != nil {
+	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()}); err != nil {
 		t.Fatal(err) // the layout script, on a namespace that has its record
 	}
 	// The operations view's reads and records (opsview.go).
@@ -306,9 +307,8 @@ func TestClaimAcrossShardsOrder(t *testing.T) {
 func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		ns := randomNamespace()
+		ns := relaytest.Namespace(t, b.client)
 		p := ns + ":{" + ns + "}:"
-		t.Cleanup(func() { deleteKeys(t, b.client, ns+":*") })
 		do := func(args ...string) {
 			t.Helper()
 			if err := b.client.Do(ctx, b.client.B().Arbitrary(args...).Build()).Error(); err != nil {
@@ -332,7 +332,7 @@ func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
 		do("HSET", p+"projection", "version", "7", "json", "{}")
 		do("HSET", p+"pol:c", "x", "[]")
 
-		_, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()})
+		_, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()})
 		if !errors.Is(err, ErrLegacyLayout) || !strings.Contains(err.Error(), "relay migrate") {
 			t.Fatalf("New on a v1 namespace: %v", err)
 		}
@@ -340,14 +340,14 @@ func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
 		if err != nil || rep.Jobs != 5 || len(rep.ByState) != 5 || rep.Written {
 			t.Fatalf("migrate with jobs: %+v %v", rep, err)
 		}
-		if _, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()}); !errors.Is(err, ErrLegacyLayout) {
+		if _, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()}); !errors.Is(err, ErrLegacyLayout) {
 			t.Fatalf("after a refused migrate: %v", err)
 		}
 		rep, err = Migrate(ctx, b.client, ns, true)
 		if err != nil || !rep.Written || rep.Deleted == 0 {
 			t.Fatalf("migrate dropping jobs: %+v %v", rep, err)
 		}
-		s, err := New(ctx, b.client, Options{Namespace: ns, Logger: quietLogger()})
+		s, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()})
 		if err != nil {
 			t.Fatalf("New after migrate: %v", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // These tests need a Valkey/Redis Cluster (RELAY_TEST_VALKEY_CLUSTER_URL,
@@ -36,10 +36,7 @@ type clusterPrimary struct {
 
 func openMigrationCluster(t *testing.T) *migrationCluster {
 	t.Helper()
-	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
-	if u == "" {
-		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is not set (start one with .ci/cluster start)")
-	}
+	u := relaytest.RequireCluster(t)
 	opt, err := valkey.ParseURL(u)
 	if err != nil {
 		t.Fatalf("cluster url: %v", err)
@@ -197,7 +194,7 @@ func (mc *migrationCluster) purgeCluster(t *testing.T, pattern string) {
 	t.Helper()
 	mc.refresh(t)
 	for _, n := range mc.nodes {
-		if err := purge(n.c, pattern); err != nil {
+		if _, err := relaytest.DeleteKeys(context.Background(), n.c, pattern); err != nil {
 			t.Errorf("cleanup on %s: %v", n.addr, err)
 		}
 	}
@@ -224,7 +221,7 @@ func (mc *migrationCluster) migrateBack(t *testing.T, slot int, home, away clust
 func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
 	mc := openMigrationCluster(t)
 	ctx := context.Background()
-	ns := randomNamespace()
+	ns := relaytest.NewName()
 	p := ns + ":{" + ns + "/guard}:"
 	a, moved := p+"a", p+"b"
 	slot := int(keyHashSlot(a))
@@ -287,7 +284,7 @@ func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
 func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
 	mc := openMigrationCluster(t)
 	ctx := context.Background()
-	s, err := New(ctx, mc.c, Options{Namespace: randomNamespace(), Logger: quietLogger()})
+	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -30,7 +30,7 @@ func TestEveryScriptCallIsObserved(t *testing.T) {
 	h.enqueue("b", "alice")
 	got := h.claim(leaseMs(1))
 	h.seal(stubID(got[0]))
-	h.s.AdvanceClockForTests(10)
+	h.s.AdvanceClock(10)
 	if _, more, err := h.s.SweepBatch(h.ctx, 0); err != nil || more {
 		t.Fatalf("sweep batch: %v %v", more, err)
 	}

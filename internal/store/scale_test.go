@@ -123,7 +123,7 @@ func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
 		}
 		enqueueMany(t, h.s, b.client, site, stubs)
 		h.enqueue("live", "alice")
-		h.s.AdvanceClockForTests(2000)
+		h.s.AdvanceClock(2000)
 		got, stats, err := h.s.claim(h.ctx, claimArgs())
 		if err != nil {
 			t.Fatal(err)

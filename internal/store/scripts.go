@@ -59,7 +59,6 @@ var (
 	scSeal            = Script{Name: "seal", ReadOnly: false, Work: true}
 	scSweep           = Script{Name: "sweep", ReadOnly: false, Work: true}
 	scTake            = Script{Name: "take", ReadOnly: false, Work: true}
-	scWriteRawStub    = Script{Name: "write_raw_stub", ReadOnly: false}
 )
 
 // Scripts is every script the store runs.
@@ -105,5 +104,4 @@ var Scripts = []Script{
 	scSeal,
 	scSweep,
 	scTake,
-	scWriteRawStub,
 }

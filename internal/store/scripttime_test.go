@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // BenchmarkScriptTime reports how long one call of each script holds the
@@ -112,7 +112,7 @@ func BenchmarkScriptTime(b *testing.B) {
 		}},
 		{"results-5000-uncached", "results_get", func(b *testing.B) func(int) {
 			siteID := finished(b, 5000)
-			cold, err := New(ctx, be.client, Options{Namespace: e.s.Namespace(), ResultCacheBytes: -1, Logger: quietLogger()})
+			cold, err := New(ctx, be.client, Options{Namespace: e.s.Namespace(), ResultCacheBytes: -1, Logger: relaytest.Discard()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -362,25 +362,12 @@ func armSlowlog(tb testing.TB, c valkey.Client) func(prefix string) scriptTimes 
 		}
 	}
 	stats := func() (calls, usec int64) {
-		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		all, err := relaytest.CommandStats(ctx, c)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_evalsha_ro") {
-				continue
-			}
-			for _, kv := range strings.Split(rest, ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				switch k {
-				case "calls":
-					calls += n
-				case "usec":
-					usec += n
-				}
-			}
+		for _, name := range []string{"evalsha", "evalsha_ro"} {
+			calls, usec = calls+all[name].Calls, usec+all[name].Usec
 		}
 		return calls, usec
 	}

@@ -96,16 +96,16 @@ func TestSiteJobsLimit(t *testing.T) {
 			if g := h.claim(maxJobs(1), runner("runner_evict")); len(g) != 1 {
 				t.Fatalf("claim: %d", len(g))
 			}
-			h.s.AdvanceClockForTests(AwaitingPayloadMs + 1)
+			h.s.AdvanceClock(AwaitingPayloadMs + 1)
 			h.sweep()
 			h.checkSiteUse(site, siteB)
 		}
 		h.enqueue("a5", "alice")
 		// the deadline frees everything
-		h.s.AdvanceClockForTests(farDeadline)
+		h.s.AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
-		h.s.SetClockOffsetForTests(0)
+		h.s.SetClockOffset(0)
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("c", i), "alice")
 		}
@@ -148,11 +148,11 @@ func TestSiteBytesLimit(t *testing.T) {
 		h.checkSiteUse(site, siteB)
 		// a1's window lapses and it is requeued; then every deadline passes
 		// and all bytes come back.
-		h.s.AdvanceClockForTests(AwaitingPayloadMs + 1)
+		h.s.AdvanceClock(AwaitingPayloadMs + 1)
 		h.sweep()
 		h.mustState("a1", StateQueued)
 		h.checkSiteUse(site, siteB)
-		h.s.AdvanceClockForTests(farDeadline)
+		h.s.AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
 		if u, _ := h.s.SiteUse(h.ctx, []string{site}); u[site] != (SiteUse{}) {
@@ -165,7 +165,7 @@ func TestSiteBytesLimit(t *testing.T) {
 func TestSiteEnqueueRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 2, Burst: 3}}}})
-		h.s.SetClockOffsetForTests(0)
+		h.s.SetClockOffset(0)
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("a", i), "alice")
 		}
@@ -173,10 +173,10 @@ func TestSiteEnqueueRate(t *testing.T) {
 		for i := range 20 {
 			h.enqueueStub(siteB, stub(fmt.Sprint("b", i), "bob")) // no limit there
 		}
-		h.s.AdvanceClockForTests(500) // one token back at 2/s
+		h.s.AdvanceClock(500) // one token back at 2/s
 		h.enqueue("a3", "alice")
 		h.refusedEnqueue(site, stub("a4", "alice"), LimitRate)
-		h.s.AdvanceClockForTests(60_000) // full again, never more than the burst
+		h.s.AdvanceClock(60_000) // full again, never more than the burst
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("c", i), "alice")
 		}
@@ -219,7 +219,7 @@ func TestSiteUseStaysExact(t *testing.T) {
 			case 5:
 				_, _ = h.s.Cancel(h.ctx, siteID, fmt.Sprint("j", rng.IntN(60)))
 			case 6:
-				h.s.AdvanceClockForTests(int64(rng.IntN(15_000)))
+				h.s.AdvanceClock(int64(rng.IntN(15_000)))
 				h.sweep()
 			case 7:
 				for id, g := range grants {
@@ -233,7 +233,7 @@ func TestSiteUseStaysExact(t *testing.T) {
 			}
 		}
 		h.checkSiteUse(site, siteB)
-		h.s.AdvanceClockForTests(farDeadline)
+		h.s.AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
 	})

@@ -165,7 +165,9 @@ type Store struct {
 	log     *slog.Logger
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
-	churnWG sync.WaitGroup // OnChurn calls in flight (tests wait on it)
+	// jobScripts: RunJobScript's, from outside lua/ (test/storehooks).
+	jobScripts jobScripts
+	churnWG    sync.WaitGroup // OnChurn calls in flight (tests wait on it)
 	// announce: the server has sharded pub/sub, so scripts announce queue
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
@@ -248,23 +250,31 @@ func loadScripts(fsys fs.FS) (map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load lua %s: %w", op, err)
 		}
-		var b strings.Builder
-		b.Write(common)
-		for _, line := range strings.Split(string(body), "\n") {
-			name, ok := strings.CutPrefix(strings.TrimSpace(line), "-- lib:")
-			if !ok {
-				continue
-			}
-			lib, err := fs.ReadFile(fsys, "lib/"+strings.TrimSpace(name)+".lua")
-			if err != nil {
-				return nil, fmt.Errorf("lua %s: %w", op, err)
-			}
-			b.Write(lib)
+		if out[strings.TrimSuffix(op, ".lua")], err = assemble(fsys, common, string(body)); err != nil {
+			return nil, fmt.Errorf("lua %s: %w", op, err)
 		}
-		b.Write(body)
-		out[strings.TrimSuffix(op, ".lua")] = b.String()
 	}
 	return out, nil
+}
+
+// assemble is one operation's source as it runs: common, each library its
+// header names (from fsys's lib/), then body.
+func assemble(fsys fs.FS, common []byte, body string) (string, error) {
+	var b strings.Builder
+	b.Write(common)
+	for _, line := range strings.Split(body, "\n") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "-- lib:")
+		if !ok {
+			continue
+		}
+		lib, err := fs.ReadFile(fsys, "lib/"+strings.TrimSpace(name)+".lua")
+		if err != nil {
+			return "", err
+		}
+		b.Write(lib)
+	}
+	b.WriteString(body)
+	return b.String(), nil
 }
 
 // Namespace is the namespace this store works in.
@@ -273,13 +283,17 @@ func (s *Store) Namespace() string { return s.opts.Namespace }
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
 func (s *Store) KeyPattern() string { return s.k.pattern() }
 
-// SetClockOffsetForTests shifts this Store's clock by ms: Now and every
-// script read TIME plus the offset. Always 0 in production.
-func (s *Store) SetClockOffsetForTests(ms int64) { s.offset.Store(ms) }
+// SetClockOffset shifts this Store's clock by ms: Now and every script read
+// Valkey TIME plus the offset. The relay never calls it (the offset stays
+// 0). It is a seam, not a test hook, because the store contract is run from
+// outside this package: the reference suite's "advance" step reaches it
+// through test/contract/bridge, and storebench ages leases without
+// waiting; both need minutes to pass at once on a shared real server whose
+// TIME they cannot move.
+func (s *Store) SetClockOffset(ms int64) { s.offset.Store(ms) }
 
-// AdvanceClockForTests moves this Store's clock forward by ms (the store
-// contract's advance hook).
-func (s *Store) AdvanceClockForTests(ms int64) { s.offset.Add(ms) }
+// AdvanceClock moves this Store's clock forward by ms (SetClockOffset).
+func (s *Store) AdvanceClock(ms int64) { s.offset.Add(ms) }
 
 // Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
 // test offset, the same formula every script uses.
@@ -314,6 +328,11 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 	if !ok {
 		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", script.Name)
 	}
+	return s.exec(ctx, script, sc, keys, args...)
+}
+
+// exec runs sc as script (run and RunJobScript).
+func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []string, args ...string) (msg valkey.ValkeyMessage, err error) {
 	if obs := s.opts.ObserveScript; obs != nil {
 		var end func(error)
 		ctx, end = obs(ctx, script.Name)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // countingObserver counts the Valkey calls a Store makes (scripts and plain
@@ -33,19 +34,13 @@ func (c *countingObserver) take() map[string]int {
 
 // withView runs s's work view for the test and waits until every shard's
 // subscription is live.
-func withView(t *testing.T, s *Store) {
+func withView(t testing.TB, s *Store) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.RunWorkView(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.viewLive() {
-		if time.Now().After(deadline) {
-			t.Fatal("work view not live after 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, 10*time.Second, "the work view is live", s.viewLive)
 }
 
 // With the work view live, an idle device's second empty claim and sweep
@@ -56,7 +51,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
-	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,19 +81,15 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 	// Another replica enqueues: the announcement reaches a's view.
 	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
 	ho.enqueueStub(c, stub("from-b", "alice"))
-	deadline := time.Now().Add(5 * time.Second)
 	var held []ClaimedStub
-	for {
+	relaytest.WaitFor(t, 5*time.Second, "the announced job is claimed", func() bool {
 		got := ha.claim(both)
-		if len(got) == 1 && stubID(got[0]) == "from-b" {
-			held = got
-			break
+		if len(got) != 0 && (len(got) != 1 || stubID(got[0]) != "from-b") {
+			t.Fatalf("claimed %v, want the announced job", ids(got))
 		}
-		if len(got) != 0 || time.Now().After(deadline) {
-			t.Fatalf("the announced job was not claimed within 5 s: %v", ids(got))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		held = got
+		return len(got) == 1
+	})
 
 	// a's own release requeues the job: claimable at once, announcement or not.
 	if got := ha.claim(both); len(got) != 0 {

@@ -2,48 +2,31 @@ package sweeper
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestReplicasSweepingOneStore: several replicas' sweepers on one Valkey
 // namespace settle every overdue job exactly once between them.
 func TestReplicasSweepingOneStore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	u := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	c, closeFn, _, err := valkeyconn.Open(ctx, u, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFn) // after the key cleanup below (cleanups run last-in first-out)
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "sweeptest-" + hex.EncodeToString(b)
-
+	c := relaytest.Client(t)
+	ns := relaytest.Namespace(t, c)
 	const replicas, expiring, leased = 3, 240, 10
 	stores := make([]*store.Store, replicas)
 	for i := range stores {
-		if stores[i], err = store.New(ctx, c, store.Options{Namespace: ns, Logger: quiet}); err != nil {
+		var err error
+		if stores[i], err = store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Logger(t)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		if _, err := valkeyconn.DeleteMatching(ctx, c, stores[0].KeyPattern()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 
 	now, err := stores[0].Now(ctx)
 	if err != nil {
@@ -63,7 +46,7 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 		enqueue(fmt.Sprintf("l%03d", i), now+3_600_000)
 	}
 	for i := range expiring {
-		enqueue(fmt.Sprintf("x%03d", i), now+5_000)
+		enqueue(fmt.Sprintf("x%03d", i), now+60_000) // far enough that a slow machine enqueues them all first
 	}
 	claimed, err := stores[0].Claim(ctx, store.ClaimInput{RunnerID: "runner-1", Owner: "alice",
 		Device: protocol.PublicIdentity{Identity: "aWQ", Encryption: "ZW5j", EncryptionSig: "c2ln"},
@@ -75,13 +58,13 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 	t.Logf("claimed %d", len(claimed))
 	// Every replica's clock jumps past the deadlines and leases.
 	for _, s := range stores {
-		s.SetClockOffsetForTests(20_000)
+		s.SetClockOffset(120_000)
 	}
 
 	sweepers := make([]*Sweeper, replicas)
 	var wg sync.WaitGroup
 	for i := range sweepers {
-		sweepers[i] = New(stores[i], Options{Batch: 16, Budget: time.Second, Logger: quiet})
+		sweepers[i] = New(stores[i], Options{Batch: 16, Budget: time.Second, Logger: relaytest.Logger(t)})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

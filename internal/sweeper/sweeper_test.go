@@ -3,13 +3,12 @@ package sweeper
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // scripted answers SweepBatch from a list of batches; each call may sleep.
@@ -47,8 +46,6 @@ func jobs(requeued, removed int) []store.Job {
 	return out
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 func TestTick(t *testing.T) {
 	tests := []struct {
 		name                 string
@@ -67,7 +64,7 @@ func TestTick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var gotReq, gotRem int
-			sw := New(tt.st, Options{Batch: 7, Budget: tt.budget, Logger: quiet, OnSweep: func(r, m int) { gotReq, gotRem = r, m }})
+			sw := New(tt.st, Options{Batch: 7, Budget: tt.budget, Logger: relaytest.Logger(t), OnSweep: func(r, m int) { gotReq, gotRem = r, m }})
 			err := sw.Tick(context.Background())
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
@@ -93,24 +90,28 @@ func TestTick(t *testing.T) {
 
 func TestRunTicksAndStops(t *testing.T) {
 	st := &scripted{}
-	sw := New(st, Options{Interval: 20 * time.Millisecond, Logger: quiet})
+	sw := New(st, Options{Interval: 20 * time.Millisecond, Logger: relaytest.Logger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	start := time.Now()
 	go func() { sw.Run(ctx); close(done) }()
-	time.Sleep(200 * time.Millisecond)
+	relaytest.WaitFor(t, 10*time.Second, "4 ticks", func() bool { return sw.Stats().Ticks >= 4 })
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	// 200 ms at 20 ms ± 20 %: between 6 and 12 ticks, allowing for a slow machine.
-	if n := sw.Stats().Ticks; n < 4 || n > 12 {
-		t.Fatalf("%d ticks in 200 ms at a 20 ms interval", n)
+	// Never faster than the interval less its 20 % jitter (a slow machine
+	// only ticks less often).
+	n, took := sw.Stats().Ticks, time.Since(start)
+	if most := int64(took/(16*time.Millisecond)) + 1; n > most {
+		t.Fatalf("%d ticks in %v at a 20 ms interval, want at most %d", n, took, most)
 	}
 }
 
 func TestJitterBounds(t *testing.T) {
+	t.Parallel()
 	sw := New(&scripted{}, Options{Interval: time.Second, Jitter: 0.2})
 	lo, hi := time.Hour, time.Duration(0)
 	for range 2000 {

@@ -197,31 +197,3 @@ func isReplica(ctx context.Context, n valkey.Client) bool {
 	r, _ := role[0].ToString()
 	return r == "slave"
 }
-
-// DeleteMatching deletes every key matching pattern (a SCAN MATCH glob, for
-// example a store's KeyPattern) and reports how many it deleted. Tests use
-// it to leave a shared server as they found it. One UNLINK per key, in
-// pipelined batches, so that on a cluster each goes to its own slot's owner.
-func DeleteMatching(ctx context.Context, c valkey.Client, pattern string) (int, error) {
-	keys, err := Keys(ctx, c, pattern)
-	if err != nil {
-		return 0, fmt.Errorf("delete: %w", err)
-	}
-	deleted := 0
-	for len(keys) > 0 {
-		n := min(len(keys), 1000)
-		cmds := make(valkey.Commands, 0, n)
-		for _, k := range keys[:n] {
-			cmds = append(cmds, c.B().Unlink().Key(k).Build())
-		}
-		for _, r := range c.DoMulti(ctx, cmds...) {
-			d, err := r.AsInt64()
-			if err != nil {
-				return deleted, fmt.Errorf("delete %s: %w", pattern, err)
-			}
-			deleted += int(d)
-		}
-		keys = keys[n:]
-	}
-	return deleted, nil
-}

@@ -1,22 +1,17 @@
-package valkeyconn
+package valkeyconn_test
 
 import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/valkey-io/valkey-go"
-)
 
-func testURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
+	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
+)
 
 // Both backends answer TIME, and the Lua features the store relies on:
 // EVALSHA with NOSCRIPT reload, TIME inside a script, cjson, ZRANGEBYLEX.
@@ -27,13 +22,13 @@ func TestOpen(t *testing.T) {
 		wantEmbedded bool
 	}{
 		{"embedded", "", true},
-		{"server", testURL(), false},
+		{"server", relaytest.ValkeyURL(), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&logs, nil))
-			client, closeFn, embedded, err := Open(context.Background(), c.url, logger)
+			client, closeFn, embedded, err := valkeyconn.Open(context.Background(), c.url, logger)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,29 +63,26 @@ return {t[1], v.a[2], r[1], #r}`)
 }
 
 func TestOpenBadURL(t *testing.T) {
-	if _, _, _, err := Open(context.Background(), "redis://127.0.0.1:1/0", slog.Default()); err == nil {
+	if _, _, _, err := valkeyconn.Open(context.Background(), "redis://127.0.0.1:1/0", slog.Default()); err == nil {
 		t.Fatal("connected to a closed port")
 	}
-	if _, _, _, err := Open(context.Background(), "nope://x", slog.Default()); err == nil {
+	if _, _, _, err := valkeyconn.Open(context.Background(), "nope://x", slog.Default()); err == nil {
 		t.Fatal("accepted a bad scheme")
 	}
 }
 
-// A cluster URL opens a cluster client; Keys and DeleteMatching reach keys
-// on every primary (SCAN alone sees one node), once each.
+// A cluster URL opens a cluster client; Keys reaches keys on every primary
+// (SCAN alone sees one node), once each.
 func TestOpenCluster(t *testing.T) {
-	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
-	if u == "" {
-		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to connect to (start one with .ci/cluster start)")
-	}
+	u := relaytest.RequireCluster(t)
 	ctx := context.Background()
-	c, closeFn, embedded, err := Open(ctx, u, slog.Default())
+	c, closeFn, embedded, err := valkeyconn.Open(ctx, u, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	if embedded || !IsCluster(c) {
-		t.Fatalf("embedded %v, cluster %v", embedded, IsCluster(c))
+	if embedded || !valkeyconn.IsCluster(c) {
+		t.Fatalf("embedded %v, cluster %v", embedded, valkeyconn.IsCluster(c))
 	}
 	prefix := "valkeyconn-cluster-test:"
 	var keys []string
@@ -103,8 +95,10 @@ func TestOpenCluster(t *testing.T) {
 	}
 	owners := map[string]bool{}
 	for addr, n := range c.Nodes() {
-		if isReplica(ctx, n) {
-			continue
+		if role, _ := n.Do(ctx, n.B().Role().Build()).ToArray(); len(role) > 0 {
+			if r, _ := role[0].ToString(); r == "slave" {
+				continue
+			}
 		}
 		if got, _ := n.Do(ctx, n.B().Dbsize().Build()).AsInt64(); got > 0 {
 			owners[addr] = true
@@ -113,15 +107,12 @@ func TestOpenCluster(t *testing.T) {
 	if len(owners) < 2 {
 		t.Fatalf("keys landed on %d primaries, want several", len(owners))
 	}
-	found, err := Keys(ctx, c, prefix+"*")
+	found, err := valkeyconn.Keys(ctx, c, prefix+"*")
 	if err != nil || len(found) != len(keys) {
 		t.Fatalf("Keys found %d of %d (%v)", len(found), len(keys), err)
 	}
-	n, err := DeleteMatching(ctx, c, prefix+"*")
+	n, err := relaytest.DeleteKeys(ctx, c, prefix+"*")
 	if err != nil || n != len(keys) {
 		t.Fatalf("deleted %d of %d (%v)", n, len(keys), err)
-	}
-	if left, _ := Keys(ctx, c, prefix+"*"); len(left) != 0 {
-		t.Fatalf("left %q", left)
 	}
 }

@@ -10,22 +10,14 @@
 package contract
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"log/slog"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/contract/bridge"
+	"github.com/byollm/relay-go/test/relaytest"
+	"github.com/valkey-io/valkey-go"
 )
 
 // contractCases is how many `it` cases describeStoreContract declares in
@@ -33,116 +25,29 @@ import (
 // (for example a failed import that declares none).
 const contractCases = 38
 
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-var installOnce sync.Once
-var installErr error
-
-// ensureNodeModules installs the pinned npm packages once per test binary.
-func ensureNodeModules(t *testing.T) {
-	t.Helper()
-	installOnce.Do(func() {
-		if _, err := os.Stat(filepath.Join("node_modules", ".bin", "vitest")); err == nil {
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			installErr = fmt.Errorf("npm ci in test/contract: %w\n%s", err, out)
-		}
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
-	}
-}
-
-// vitestReport is the part of vitest's JSON reporter output we read (the
-// Jest-compatible shape).
-type vitestReport struct {
-	NumTotalTests   int  `json:"numTotalTests"`
-	NumPassedTests  int  `json:"numPassedTests"`
-	NumFailedTests  int  `json:"numFailedTests"`
-	NumPendingTests int  `json:"numPendingTests"`
-	Success         bool `json:"success"`
-	TestResults     []struct {
-		Name             string `json:"name"`
-		Status           string `json:"status"`
-		Message          string `json:"message"`
-		AssertionResults []struct {
-			FullName        string   `json:"fullName"`
-			Status          string   `json:"status"`
-			FailureMessages []string `json:"failureMessages"`
-		} `json:"assertionResults"`
-	} `json:"testResults"`
-}
-
 func TestStoreContract(t *testing.T) {
-	ensureNodeModules(t)
 	backends := []struct {
 		name string
-		url  string // "" opens the embedded miniredis
+		open func(testing.TB) valkey.Client
 	}{
-		{name: "valkey", url: valkeyURL()},
-		{name: "embedded", url: ""},
+		{"valkey", relaytest.Client},
+		{"embedded", relaytest.Embedded},
+		{"cluster", relaytest.Cluster}, // skips when no cluster is configured
 	}
-	backends = append(backends, struct{ name, url string }{"cluster", os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")})
 	for _, backend := range backends {
 		t.Run(backend.name, func(t *testing.T) {
-			if backend.name == "cluster" && backend.url == "" {
-				t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the contract on (start one with .ci/cluster start)")
-			}
-			report := runContract(t, backend.name, backend.url)
-			var failures []string
-			for _, file := range report.TestResults {
-				if file.Message != "" {
-					failures = append(failures, fmt.Sprintf("%s: %s", file.Name, file.Message))
-				}
-				for _, a := range file.AssertionResults {
-					if a.Status != "passed" {
-						failures = append(failures, fmt.Sprintf("[%s] %s\n    %s", a.Status, a.FullName,
-							strings.ReplaceAll(strings.Join(a.FailureMessages, "\n"), "\n", "\n    ")))
-					}
-				}
-			}
-			t.Logf("%s: %d/%d passed (%d failed, %d pending)", backend.name,
-				report.NumPassedTests, report.NumTotalTests, report.NumFailedTests, report.NumPendingTests)
-			for _, f := range failures {
-				t.Error(f)
-			}
-			if report.NumTotalTests != contractCases || report.NumPassedTests != contractCases {
-				t.Fatalf("contract on %s: %d of %d cases passed, want %d of %d",
-					backend.name, report.NumPassedTests, report.NumTotalTests, contractCases, contractCases)
-			}
+			runContract(t, backend.name, backend.open(t)).RequireAll(t, contractCases)
 		})
 	}
 }
 
-// runContract serves a bridge on url's backend and runs the vitest suite
+// runContract serves a bridge on client's backend and runs the vitest suite
 // against it once.
-func runContract(t *testing.T, backend, url string) vitestReport {
+func runContract(t *testing.T, backend string, client valkey.Client) relaytest.VitestReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	client, closeClient, embedded, err := valkeyconn.Open(ctx, url, logger)
-	if err != nil {
-		t.Fatalf("open %s backend (%q): %v", backend, url, err)
-	}
-	defer closeClient()
-	if embedded != (url == "") {
-		t.Fatalf("open %q: embedded = %v", url, embedded)
-	}
-	if backend == "cluster" && !valkeyconn.IsCluster(client) {
-		t.Fatalf("RELAY_TEST_VALKEY_CLUSTER_URL=%s is not a cluster", url)
-	}
-
-	b := bridge.New(client, logger)
+	b := bridge.New(client, relaytest.Logger(t))
 	srv := httptest.NewServer(b)
 	defer func() {
 		srv.Close()
@@ -153,38 +58,5 @@ func runContract(t *testing.T, backend, url string) vitestReport {
 		}
 	}()
 
-	out := filepath.Join(t.TempDir(), "report.json")
-	cmd := exec.CommandContext(ctx, filepath.Join("node_modules", ".bin", "vitest"),
-		"run", "--reporter=json", "--outputFile="+out)
-	cmd.Env = append(os.Environ(),
-		"RELAY_CONTRACT_BRIDGE_URL="+srv.URL,
-		"RELAY_CONTRACT_BACKEND="+backend,
-		"NO_COLOR=1",
-	)
-	var stdio bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdio, &stdio
-	start := time.Now()
-	runErr := cmd.Run() // non-zero when a case fails; the report says which
-	t.Logf("vitest on %s took %v", backend, time.Since(start).Round(time.Millisecond))
-
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("vitest wrote no report (%v): %v\n%s", runErr, err, stdio.String())
-	}
-	var report vitestReport
-	if err := json.Unmarshal(data, &report); err != nil {
-		t.Fatalf("parse vitest report: %v\n%s", err, data)
-	}
-	if runErr != nil && report.NumFailedTests == 0 {
-		t.Errorf("vitest failed with no failed case: %v\n%s", runErr, stdio.String())
-	}
-	return report
-}
-
-// testWriter sends bridge logs to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return relaytest.Vitest(ctx, t, ".", "RELAY_CONTRACT_BRIDGE_URL="+srv.URL, "RELAY_CONTRACT_BACKEND="+backend)
 }

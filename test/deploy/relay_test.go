@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/outageproxy"
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -151,7 +151,7 @@ func cleanNamespace(t *testing.T, ns string) {
 		return
 	}
 	defer c.Close()
-	if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
+	if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }

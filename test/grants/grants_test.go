@@ -13,8 +13,6 @@ package grants
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
@@ -22,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,38 +28,12 @@ import (
 	"github.com/byollm/relay-go/internal/policy"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // cases is how many generated cases the differential runs (the issue asks
 // for at least 500).
 const cases = 1000
-
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-var installOnce sync.Once
-var installErr error
-
-func ensureNodeModules(t *testing.T) {
-	t.Helper()
-	installOnce.Do(func() {
-		if _, err := os.Stat(filepath.Join("node_modules", "@byollm", "control-plane", "package.json")); err == nil {
-			return
-		}
-		out, err := exec.Command("npm", "ci", "--no-audit", "--no-fund").CombinedOutput()
-		if err != nil {
-			installErr = fmt.Errorf("npm ci in test/grants: %w\n%s", err, out)
-		}
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
-	}
-}
 
 // presenceRec is one device's heartbeat in a case.
 type presenceRec struct {
@@ -236,7 +207,7 @@ func capability(kind, service, scope string) protocol.Capability {
 }
 
 func TestDifferentialAgainstControlPlane(t *testing.T) {
-	ensureNodeModules(t)
+	relaytest.NodeModules(t, ".", filepath.Join("node_modules", "@byollm", "control-plane", "package.json"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -262,25 +233,13 @@ func TestDifferentialAgainstControlPlane(t *testing.T) {
 		t.Fatalf("public key %q, the key file says %q", signer.Public(), stored.IdentityPublic)
 	}
 
-	client, closeClient, _, err := valkeyconn.Open(ctx, valkeyURL(), nil)
-	if err != nil {
-		t.Fatalf("valkey: %v", err)
-	}
-	defer closeClient()
-	var raw [6]byte
-	rand.Read(raw[:]) //nolint:errcheck
-	ns := "grants-diff-" + hex.EncodeToString(raw[:])
-	t.Cleanup(func() {
-		keys, _ := client.Do(context.Background(), client.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
-		for _, k := range keys {
-			client.Do(context.Background(), client.B().Del().Key(k).Build()) //nolint:errcheck
-		}
-	})
+	client := relaytest.Client(t)
+	ns := relaytest.Namespace(t, client)
 	pol, err := policy.NewStore(client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	routing, err := store.New(ctx, client, store.Options{Namespace: ns})
+	routing, err := store.New(ctx, client, store.Options{Namespace: ns, Logger: relaytest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

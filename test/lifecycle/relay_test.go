@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -332,7 +332,7 @@ func cleanNamespace(t *testing.T, url, ns string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := valkeyconn.DeleteMatching(ctx, c, ns+":*"); err != nil {
+	if _, err := relaytest.DeleteKeys(ctx, c, ns+":*"); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }

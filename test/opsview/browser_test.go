@@ -29,8 +29,8 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/reference"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const adminToken = "ui-browser-admin-token-0123456789"
@@ -86,7 +86,7 @@ func startReplicas(ctx context.Context, t *testing.T, n int, env ...string) repl
 			return
 		}
 		defer c.Close()
-		if _, err := valkeyconn.DeleteMatching(context.Background(), c, ns+":*"); err != nil {
+		if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -38,7 +38,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -759,7 +759,7 @@ func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	deleted, err := valkeyconn.DeleteMatching(ctx, client, "*"+namespace+"*")
+	deleted, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*")
 	if err != nil {
 		t.Errorf("cleanup: %v", err)
 		return

@@ -10,17 +10,10 @@
 package policycontract
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +23,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/policy"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // contractCases is how many `it` cases describePolicyStoreContract declares
@@ -38,119 +31,38 @@ import (
 // that silently lost cases.
 const contractCases = 13
 
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-var installOnce sync.Once
-var installErr error
-
-func ensureNodeModules(t *testing.T) {
-	t.Helper()
-	installOnce.Do(func() {
-		if _, err := os.Stat(filepath.Join("node_modules", ".bin", "vitest")); err == nil {
-			return
-		}
-		out, err := exec.Command("npm", "ci", "--no-audit", "--no-fund").CombinedOutput()
-		if err != nil {
-			installErr = fmt.Errorf("npm ci in test/policycontract: %w\n%s", err, out)
-		}
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
-	}
-}
-
-type vitestReport struct {
-	NumTotalTests  int `json:"numTotalTests"`
-	NumPassedTests int `json:"numPassedTests"`
-	NumFailedTests int `json:"numFailedTests"`
-	TestResults    []struct {
-		Name             string `json:"name"`
-		Message          string `json:"message"`
-		AssertionResults []struct {
-			FullName        string   `json:"fullName"`
-			Status          string   `json:"status"`
-			FailureMessages []string `json:"failureMessages"`
-		} `json:"assertionResults"`
-	} `json:"testResults"`
-}
-
 func TestPolicyStoreContract(t *testing.T) {
-	ensureNodeModules(t)
-	for _, backend := range []struct{ name, url string }{
-		{"valkey", valkeyURL()},
-		{"embedded", ""},
+	for _, backend := range []struct {
+		name string
+		open func(testing.TB) valkey.Client
+	}{
+		{"valkey", relaytest.Client},
+		{"embedded", relaytest.Embedded},
 	} {
 		t.Run(backend.name, func(t *testing.T) {
-			report := runContract(t, backend.name, backend.url)
-			for _, file := range report.TestResults {
-				if file.Message != "" {
-					t.Errorf("%s: %s", file.Name, file.Message)
-				}
-				for _, a := range file.AssertionResults {
-					if a.Status != "passed" {
-						t.Errorf("[%s] %s\n    %s", a.Status, a.FullName, strings.Join(a.FailureMessages, "\n    "))
-					}
-				}
-			}
-			t.Logf("%s: %d/%d passed", backend.name, report.NumPassedTests, report.NumTotalTests)
-			if report.NumTotalTests != contractCases || report.NumPassedTests != contractCases {
-				t.Fatalf("contract on %s: %d of %d cases passed, want %d of %d",
-					backend.name, report.NumPassedTests, report.NumTotalTests, contractCases, contractCases)
-			}
+			runContract(t, backend.name, backend.open(t)).RequireAll(t, contractCases)
 		})
 	}
 }
 
-func runContract(t *testing.T, backend, url string) vitestReport {
+func runContract(t *testing.T, backend string, client valkey.Client) relaytest.VitestReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	client, closeClient, _, err := valkeyconn.Open(ctx, url, nil)
-	if err != nil {
-		t.Fatalf("open %s backend: %v", backend, err)
-	}
-	defer closeClient()
-
-	b := &bridge{c: client, stores: map[string]*policy.Store{}}
+	b := &bridge{t: t, c: client, stores: map[string]*policy.Store{}}
 	srv := httptest.NewServer(b)
-	defer func() {
-		srv.Close()
-		b.cleanup(t)
-	}()
+	defer srv.Close()
 
-	out := filepath.Join(t.TempDir(), "report.json")
-	cmd := exec.CommandContext(ctx, filepath.Join("node_modules", ".bin", "vitest"),
-		"run", "--reporter=json", "--outputFile="+out)
-	cmd.Env = append(os.Environ(), "RELAY_POLICY_BRIDGE_URL="+srv.URL, "RELAY_POLICY_BACKEND="+backend, "NO_COLOR=1")
-	var stdio bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdio, &stdio
-	runErr := cmd.Run()
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("vitest wrote no report (%v): %v\n%s", runErr, err, stdio.String())
-	}
-	var report vitestReport
-	if err := json.Unmarshal(data, &report); err != nil {
-		t.Fatalf("parse vitest report: %v\n%s", err, data)
-	}
-	if runErr != nil && report.NumFailedTests == 0 {
-		t.Errorf("vitest failed with no failed case: %v\n%s", runErr, stdio.String())
-	}
-	return report
+	return relaytest.Vitest(ctx, t, ".", "RELAY_POLICY_BRIDGE_URL="+srv.URL, "RELAY_POLICY_BACKEND="+backend)
 }
 
 // bridge gives each contract case its own policy store (a fresh namespace)
 // and answers its read and write acts.
 type bridge struct {
+	t      testing.TB // each namespace is deleted when it ends
 	c      valkey.Client
 	mu     sync.Mutex
 	stores map[string]*policy.Store
-	all    []string // every namespace made, for cleanup
 }
 
 type request struct {
@@ -179,9 +91,7 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.URL.Path, "/")
 	ctx := r.Context()
 	if op == "make" {
-		var raw [6]byte
-		rand.Read(raw[:]) //nolint:errcheck // crypto/rand does not fail
-		ns := "pcontract-" + hex.EncodeToString(raw[:])
+		ns := relaytest.Namespace(b.t, b.c)
 		s, err := policy.NewStore(b.c, ns)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -189,7 +99,6 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		b.mu.Lock()
 		b.stores[ns] = s
-		b.all = append(b.all, ns)
 		b.mu.Unlock()
 		json.NewEncoder(w).Encode(map[string]string{"id": ns}) //nolint:errcheck
 		return
@@ -248,16 +157,3 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // cleanup deletes every key of every namespace made, including those of a
 // case that failed before done().
-func (b *bridge) cleanup(t *testing.T) {
-	ctx := context.Background()
-	for _, ns := range b.all {
-		keys, err := b.c.Do(ctx, b.c.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
-		if err != nil {
-			t.Errorf("clean up %s: %v", ns, err)
-			continue
-		}
-		for _, k := range keys {
-			b.c.Do(ctx, b.c.B().Del().Key(k).Build()) //nolint:errcheck
-		}
-	}
-}

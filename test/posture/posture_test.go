@@ -37,7 +37,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const auditTimeout = 2 * time.Minute
@@ -296,7 +296,7 @@ func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := valkeyconn.DeleteMatching(ctx, client, "*"+namespace+"*"); err != nil {
+	if _, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*"); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }

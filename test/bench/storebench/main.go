@@ -17,15 +17,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha1" //nolint:gosec // names Lua scripts by their EVALSHA digest
 	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -40,6 +37,7 @@ import (
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/lua"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 func main() {
@@ -144,24 +142,14 @@ func settledStats(ctx context.Context, c valkey.Client) (Stats, error) {
 
 func serverStats(ctx context.Context, c valkey.Client) (Stats, error) {
 	var st Stats
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	cmds, err := relaytest.CommandStats(ctx, c)
 	if err != nil {
-		return st, fmt.Errorf("info commandstats: %w", err)
+		return st, err
 	}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				st.EvalCalls += n
-			case "usec":
-				st.EvalUsec += n
-			}
+	for name, cs := range cmds {
+		if strings.HasPrefix(name, "eval") {
+			st.EvalCalls += cs.Calls
+			st.EvalUsec += cs.Usec
 		}
 	}
 	mem, err := c.Do(ctx, c.B().Info().Section("memory").Build()).ToString()
@@ -419,13 +407,11 @@ func scenarios(ctx context.Context, c valkey.Client, sizes []int, claims, sweepN
 	if b.device, err = envelope.Generate(time.Now().UnixMilli(), nil); err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := relaytest.Discard()
 
 	// Each scenario gets its own namespace so the counts are exact.
 	fresh := func() error {
-		var r [6]byte
-		_, _ = rand.Read(r[:])
-		b.ns = "bench-" + hex.EncodeToString(r[:])
+		b.ns = relaytest.NewName()
 		b.st, err = store.New(ctx, c, store.Options{Namespace: b.ns, Logger: quiet})
 		return err
 	}
@@ -495,7 +481,7 @@ func scenarios(ctx context.Context, c valkey.Client, sizes []int, claims, sweepN
 	if err := b.enqueueMany(ctx, "sweep-site", "me", due, time.Minute); err != nil {
 		return nil, err
 	}
-	b.st.SetClockOffsetForTests(2 * 60 * 1000)
+	b.st.SetClockOffset(2 * 60 * 1000)
 	before, err := serverStats(ctx, c)
 	if err != nil {
 		return nil, err
@@ -696,34 +682,8 @@ func (b *bench) dropAll(ctx context.Context) error {
 	if b.st == nil {
 		return nil
 	}
-	var cursor uint64
-	for {
-		e, err := b.c.Do(ctx, b.c.B().Scan().Cursor(cursor).Match(b.st.KeyPattern()).Count(2000).Build()).AsScanEntry()
-		if err != nil {
-			return fmt.Errorf("scan %s: %w", b.ns, err)
-		}
-		if len(e.Elements) > 0 {
-			if err := unlinkEach(ctx, b.c, e.Elements); err != nil {
-				return fmt.Errorf("unlink %s: %w", b.ns, err)
-			}
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return nil
-		}
-	}
-}
-
-// unlinkEach unlinks keys one per command (pipelined): a namespace's keys
-// lie on many slots, and a multi-key command must stay within one.
-func unlinkEach(ctx context.Context, c valkey.Client, keys []string) error {
-	cmds := make([]valkey.Completed, len(keys))
-	for i, k := range keys {
-		cmds[i] = c.B().Unlink().Key(k).Build()
-	}
-	for _, r := range c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return err
-		}
+	if _, err := relaytest.DeleteKeys(ctx, b.c, b.st.KeyPattern()); err != nil {
+		return fmt.Errorf("drop %s: %w", b.ns, err)
 	}
 	return nil
 }

@@ -34,7 +34,8 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/internal/valkeyconn"
+	"github.com/byollm/relay-go/test/relaytest"
+	"github.com/byollm/relay-go/test/storehooks"
 )
 
 // ContractSite is the site id the contract routes under (CONTRACT_SITE);
@@ -76,19 +77,11 @@ func (b *Bridge) Close(ctx context.Context) error {
 	b.mu.Unlock()
 	var errs []error
 	for _, e := range entries {
-		if err := DeleteKeys(ctx, b.client, e.store.KeyPattern()); err != nil {
+		if _, err := relaytest.DeleteKeys(ctx, b.client, e.store.KeyPattern()); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// DeleteKeys removes every key matching pattern (a store's KeyPattern: its
-// random namespace, so nothing another test or service owns), on every
-// primary of a cluster.
-func DeleteKeys(ctx context.Context, client valkey.Client, pattern string) error {
-	_, err := valkeyconn.DeleteMatching(ctx, client, pattern)
-	return err
 }
 
 func randomHex(n int) string {
@@ -158,7 +151,7 @@ func (b *Bridge) handle(ctx context.Context, path string, body []byte) ([]byte, 
 		e.offset += in.Ms
 		offset := e.offset
 		b.mu.Unlock()
-		e.store.SetClockOffsetForTests(offset)
+		e.store.SetClockOffset(offset)
 		return []byte("{}"), nil
 	case path == "writeRawStub":
 		var in struct {
@@ -173,8 +166,12 @@ func (b *Bridge) handle(ctx context.Context, path string, body []byte) ([]byte, 
 		if err != nil {
 			return nil, fmt.Errorf("writeRawStub: %w", err)
 		}
-		if err := e.store.WriteRawStubForTests(ctx, ContractSite, in.ID, []byte(in.Raw)); err != nil {
+		n, err := e.store.RunJobScript(ctx, storehooks.WriteRawStub, ContractSite, in.ID, in.Raw)
+		if err != nil {
 			return nil, fmt.Errorf("writeRawStub: %w", err)
+		}
+		if n != 1 {
+			return nil, fmt.Errorf("writeRawStub: no job %q at site %q", in.ID, ContractSite)
 		}
 		return []byte("{}"), nil
 	case strings.HasPrefix(path, "op/"):
@@ -227,7 +224,7 @@ func (b *Bridge) done(ctx context.Context, id string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("done: unknown store %q", id)
 	}
-	if err := DeleteKeys(ctx, b.client, e.store.KeyPattern()); err != nil {
+	if _, err := relaytest.DeleteKeys(ctx, b.client, e.store.KeyPattern()); err != nil {
 		return nil, fmt.Errorf("done: %w", err)
 	}
 	return []byte("{}"), nil

@@ -1,4 +1,5 @@
--- write_raw_stub: test hook of the store contract (case 13): overwrite the
+-- write_raw_stub: test hook of the store contract (case 13), run through
+-- store.RunJobScript, never shipped in lua/: overwrite the
 -- stored stub bytes of a job, as an older version might have written them.
 -- The denormalised routing fields are left alone, as they would be. A job
 -- quarantined earlier gets a fresh chance in its ready queue.
