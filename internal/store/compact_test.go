@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // blobOf is a JSON envelope of exactly n bytes.
@@ -105,7 +106,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 	do("HINCRBY", h.s.k.stateCounts(sh), StateQueued, "-1")
 	do("SADD", h.s.k.state(sh, StateQueued), m)
 	do("HSET", h.s.k.layout(), "v2", "1") // as relay migrate leaves it
-	s2, err := New(ctx, c, Options{Namespace: h.s.opts.Namespace, Logger: quietLogger()})
+	s2, err := New(ctx, c, Options{Namespace: h.s.opts.Namespace, Logger: relaytest.Discard()})
 	if err != nil || !s2.v2States {
 		t.Fatalf("New on a namespace moved from v2: %v (v2 states %v)", err, s2 != nil && s2.v2States)
 	}
@@ -163,7 +164,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 	if want := int64(len(raw) + 2*len(envelope)); used != want {
 		t.Fatalf("site bytes %d, want %d", used, want)
 	}
-	h.s.AdvanceClockForTests(st.DeadlineAt - h.now() + 1)
+	h.s.AdvanceClock(st.DeadlineAt - h.now() + 1)
 	h.sweep()
 	counts("forgotten", StateCounts{})
 }
@@ -180,7 +181,7 @@ func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
 	if err := c.Do(ctx, c.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", "2").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(ctx, c, Options{Namespace: ns, Logger: quietLogger()})
+	_, err := New(ctx, c, Options{Namespace: ns, Logger: relaytest.Discard()})
 	if !errors.Is(err, ErrOlderLayout) || !strings.Contains(err.Error(), "relay migrate") {
 		t.Fatalf("New on a v2 namespace: %v", err)
 	}
@@ -188,7 +189,7 @@ func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
 	if err != nil || !rep.Upgraded || rep.Deleted != 0 {
 		t.Fatalf("migrate v2: %+v %v", rep, err)
 	}
-	s, err := New(ctx, c, Options{Namespace: ns, Logger: quietLogger()})
+	s, err := New(ctx, c, Options{Namespace: ns, Logger: relaytest.Discard()})
 	if err != nil || !s.v2States {
 		t.Fatalf("New after migrate: %v (v2 states %v)", err, s != nil && s.v2States)
 	}

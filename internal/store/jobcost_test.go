@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -102,7 +103,7 @@ func benchJobCost(b *testing.B, view bool, perSite int) {
 // envelope bytes each done job keeps.
 func BenchmarkJobMemory(b *testing.B) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: quietLogger()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
 	ctx := context.Background()
 	const siteKey = "ed25519:Zm9yLWEtc2l0ZS1rZXktaWQtb2YtcmVhbC1sZW5ndGg" // a real key id's length
 	pad := func(dir string, n int) json.RawMessage {

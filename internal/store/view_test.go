@@ -130,7 +130,7 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 	if !a.announce {
 		t.Skip("the server has no sharded pub/sub")
 	}
-	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 	if !a.announce {
 		t.Skip("the server has no sharded pub/sub")
 	}
-	silent, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: quietLogger()})
+	silent, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
