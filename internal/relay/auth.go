@@ -43,6 +43,13 @@ const (
 	// presenceUnused: the key set is not used (fetch, result, release);
 	// within presenceCheckTTL of the last reconciliation nothing is read.
 	presenceUnused
+	// presenceWritten: the handler writes the record with Seen and checks
+	// its reply (heartbeat, see Relay.seen), so a remembered key set that
+	// is the projection's will do: Seen creates a missing record with
+	// exactly what reconciling would, and its reply shows a record that
+	// changed owner or key, which is then reconciled. This saves the
+	// presence read on every heartbeat.
+	presenceWritten
 )
 
 // presenceCheckTTL is how long a reconciled presence record (right owner,
@@ -126,7 +133,8 @@ func (r *Relay) daemonAuth(req *request, use presenceUse) (device, reply, bool, 
 	c, found, fresh := r.presence.get(rec.RunnerID, rec.Owner, rec.Device.Identity, time.Now().UnixMilli())
 	switch {
 	case use == presenceUnused && fresh:
-	case use == presenceRemembered && found:
+	case use == presenceRemembered && found,
+		use == presenceWritten && found && c.device == rec.Device:
 		dev.identity, dev.remembered = c.device, true
 	default:
 		id, err := r.reconcilePresence(req.ctx, dev)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
@@ -381,7 +382,7 @@ type succession struct {
 // heartbeat is wire.md §8.5: floor, sweep, seen, then the pinned sites and
 // lease renewal.
 func (r *Relay) heartbeat(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceRead, protocol.DecodeHeartbeatRequest)
+	dev, in, refusal, ok, err := authed(r, req, presenceWritten, protocol.DecodeHeartbeatRequest)
 	if !ok {
 		return refusal, err
 	}
@@ -393,14 +394,8 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 	if _, err := r.store.Sweep(req.ctx); err != nil {
 		return reply{}, fmt.Errorf("heartbeat: sweep: %w", err)
 	}
-	if _, err := r.store.Seen(req.ctx, store.Presence{
-		RunnerID:     dev.runnerID,
-		Owner:        dev.owner,
-		Device:       dev.identity,
-		Capabilities: capabilitiesJSON(in.Capabilities),
-		Withheld:     withheldJSON(in.Withheld),
-	}); err != nil {
-		return reply{}, fmt.Errorf("heartbeat: seen: %w", err)
+	if err := r.seen(req.ctx, dev, capabilitiesJSON(in.Capabilities), withheldJSON(in.Withheld)); err != nil {
+		return reply{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	active := in.ActiveLeases
 	if active == nil {
@@ -452,6 +447,35 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		val("cancel", cancel).
 		val("lost", lost).
 		val("serverTime", now)), nil
+}
+
+// seen records a heartbeat in the runner's presence record. With a key set
+// authentication remembered rather than read (presenceWritten), the
+// record Seen answers with is checked: one that holds another owner or
+// identity key (re-keyed, re-homed, rebuilt elsewhere) is reconciled, as
+// reading it first would have, and written again.
+func (r *Relay) seen(ctx context.Context, dev device, caps, withheld []byte) error {
+	local := time.Now().UnixMilli()
+	p := store.Presence{RunnerID: dev.runnerID, Owner: dev.owner, Device: dev.identity, Capabilities: caps, Withheld: withheld}
+	got, err := r.store.Seen(ctx, p)
+	if err != nil {
+		return fmt.Errorf("seen: %w", err)
+	}
+	if !dev.remembered {
+		return nil
+	}
+	if got.Owner == dev.owner && got.Device.Identity == dev.projected.Identity {
+		r.presence.note(dev.runnerID, dev.owner, got.Device, dev.projected.Identity, local)
+		return nil
+	}
+	r.presence.forget(dev.runnerID)
+	if p.Device, err = r.reconcilePresence(ctx, dev); err != nil {
+		return fmt.Errorf("seen: %w", err)
+	}
+	if _, err := r.store.Seen(ctx, p); err != nil {
+		return fmt.Errorf("seen: %w", err)
+	}
+	return nil
 }
 
 // release is wire.md §8.6.
