@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
+	"syscall"
 	"testing"
 )
 
@@ -42,4 +44,35 @@ func BenchmarkVerifyRequest(b *testing.B) {
 			b.Fatal("did not verify")
 		}
 	}
+}
+
+// BenchmarkEd25519Verify is the floor a signed request is read against: one
+// standard-library Ed25519 verification of a canonical-request-sized
+// message, nothing around it (test/bench/reqcpu.sh divides by it). Besides
+// wall time per op it reports the process's CPU time per op (cpu-ns/op),
+// which a machine busy with other work inflates far less, and which is
+// what relay CPU per request is compared with.
+func BenchmarkEd25519Verify(b *testing.B) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := []byte(`BYOLLM-REQ-v1` + "\nclaim\nrunner_alice\n1800000000000\n" + `{"protocolVersion":"2","runnerId":"runner_alice","capabilities":[],"max":1}`)
+	sig := ed25519.Sign(priv, msg)
+	cpu0 := processCPU(b)
+	for b.Loop() {
+		if !ed25519.Verify(pub, msg, sig) {
+			b.Fatal("did not verify")
+		}
+	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is this process's user+system CPU time in ns.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

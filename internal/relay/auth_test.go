@@ -369,3 +369,61 @@ func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
 		t.Fatalf("presence after re-key: %+v", p)
 	}
 }
+
+// A heartbeat from a runner this replica reconciled lately writes its
+// presence without reading it first, and checks what the write answers: a
+// record that meanwhile changed owner is started over from the projection,
+// one re-paired under the same identity key is kept, and a lost one is
+// rebuilt from the projection.
+func TestHeartbeatChecksThePresenceItWrites(t *testing.T) {
+	e := newEnv(t)
+	e.relay.presence.ttl = time.Hour
+	w := newWorld(t)
+	w.install(e)
+	hb := heartbeatJSON(t, "runner_alice", "0.1.1")
+	beat := func() *store.Presence {
+		t.Helper()
+		if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
+			t.Fatalf("heartbeat: %d %s", got.status, got.body)
+		}
+		p, err := e.st.Presence(t.Context(), "runner_alice")
+		if err != nil || p == nil {
+			t.Fatalf("presence: %+v %v", p, err)
+		}
+		return p
+	}
+	replace := func(owner string, dev protocol.PublicIdentity) {
+		t.Helper()
+		if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.Seen(t.Context(), store.Presence{RunnerID: "runner_alice", Owner: owner, Device: dev,
+			Capabilities: emptyArray, Withheld: emptyArray}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := beat(); p.Owner != "alice" || p.Device != w.alice.id {
+		t.Fatalf("first heartbeat: %+v", p)
+	}
+
+	replace("mallory", w.bob.id)
+	if p := beat(); p.Owner != "alice" || p.Device != w.alice.id || string(p.Capabilities) == "[]" {
+		t.Fatalf("after another owner's record: %+v", p)
+	}
+
+	repaired := w.alice.id
+	repaired.Encryption, repaired.EncryptionSig = "other-encryption-key", "other-signature"
+	replace("alice", repaired)
+	for range 2 { // the second one finds the re-paired key set remembered
+		if p := beat(); p.Owner != "alice" || p.Device != repaired {
+			t.Fatalf("after re-pairing: %+v", p)
+		}
+	}
+
+	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+		t.Fatal(err)
+	}
+	if p := beat(); p.Owner != "alice" || p.Device != w.alice.id {
+		t.Fatalf("after loss: %+v", p)
+	}
+}

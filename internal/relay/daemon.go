@@ -121,7 +121,7 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 		Platform:     start.Daemon.Platform,
 		Capabilities: capabilitiesJSON(start.Capabilities),
 		ExpiresAt:    r.now() + pairingTTLMs,
-		Source:       req.source,
+		Source:       clientAddress(req.hr, r.proxies), // only a pairing start needs it
 	}
 	outcome, err := r.store.PutPairing(req.ctx, p)
 	if err != nil {

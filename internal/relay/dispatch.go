@@ -25,7 +25,7 @@ type request struct {
 	endpoint string     // text after the last '/'
 	query    url.Values // URLSearchParams of the raw query
 	header   http.Header
-	source   string // client address (see clientAddress)
+	hr       *http.Request
 	rawBody  []byte // BOM-stripped, invalid UTF-8 replaced; empty unless POST
 	body     any    // JSON.parse(rawBody), nil when absent or invalid
 	proj     *projection.Projection
@@ -184,7 +184,7 @@ func (r *Relay) dispatch(hr *http.Request, path, route string) (reply, error) {
 		path:   path,
 		query:  protocol.ParseQuery(hr.URL.RawQuery),
 		header: hr.Header,
-		source: clientAddress(hr, r.proxies),
+		hr:     hr,
 	}
 	ep, routed := r.routes[route]
 
@@ -292,6 +292,17 @@ func pathname(hr *http.Request) string {
 	if i := strings.IndexAny(raw, "?#"); i >= 0 {
 		raw = raw[:i]
 	}
+	// What every real client sends: an absolute path without '\', dot
+	// segments or escapes, which the resolution below returns unchanged.
+	if strings.HasPrefix(raw, "/") && !strings.ContainsAny(raw, "\\%") && !strings.Contains(raw, "/.") {
+		return raw
+	}
+	return resolvePath(raw)
+}
+
+// resolvePath is pathname's general case, for a target without its query
+// and fragment.
+func resolvePath(raw string) string {
 	lower := strings.ToLower(raw)
 	if strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {
 		rest := raw[strings.Index(raw, "//")+2:]

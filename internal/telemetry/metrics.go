@@ -31,6 +31,8 @@ type ProjectionState struct {
 // scrape through callbacks that the wiring registers with the Observe*
 // methods (an unset callback reports nothing).
 type Metrics struct {
+	sets attrSets
+
 	requests       metric.Int64Counter
 	requestLatency metric.Float64Histogram
 	activeRequests metric.Int64UpDownCounter
@@ -322,8 +324,7 @@ func (m *Metrics) RecordChurnReport(ctx context.Context) {
 	m.churn.Add(ctx, 1)
 }
 
-func (m *Metrics) recordRequest(ctx context.Context, attrs attribute.Set, elapsed time.Duration) {
-	opt := metric.WithAttributeSet(attrs)
+func (m *Metrics) recordRequestWith(ctx context.Context, opt metric.MeasurementOption, elapsed time.Duration) {
 	m.requests.Add(ctx, 1, opt)
 	m.requestLatency.Record(ctx, elapsed.Seconds(), opt)
 }
@@ -341,8 +342,7 @@ func (m *Metrics) recordScript(ctx context.Context, op string, elapsed time.Dura
 		}
 		m.scriptErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("script", op), attribute.String("class", class)))
 	}
-	m.scriptLatency.Record(ctx, elapsed.Seconds(),
-		metric.WithAttributes(attribute.String("script", op), attribute.String("outcome", outcome)))
+	m.scriptLatency.Record(ctx, elapsed.Seconds(), m.sets.script(op, outcome))
 }
 
 // RecordGrantCall counts one grant authority call (or a decline made

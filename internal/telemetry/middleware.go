@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -99,19 +101,31 @@ func (t *Telemetry) Middleware(cfg MiddlewareConfig) echo.MiddlewareFunc {
 			labels := routeFor(c, plane)
 			method := normalizeMethod(r.Method)
 
-			ctx := t.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := t.tracer.Start(ctx, method+" "+labels.Name,
-				trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(
-					attribute.String("http.request.method", method),
-					attribute.String("http.route", labels.Name),
-					attribute.String("relay.plane", labels.Plane),
-				))
-			c.SetRequest(r.WithContext(ctx))
+			// Without tracing the span would be a no-op that only carries
+			// the incoming trace context (for log lines), which Extract has
+			// put in ctx already; so skip starting it, and skip Extract too
+			// when the request carries no context to extract.
+			ctx := r.Context()
+			if t.tracing || r.Header[headerTraceparent] != nil || r.Header[headerBaggage] != nil {
+				ctx = t.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+			}
+			var span trace.Span
+			if t.tracing {
+				ctx, span = t.tracer.Start(ctx, method+" "+labels.Name,
+					trace.WithSpanKind(trace.SpanKindServer),
+					trace.WithAttributes(
+						attribute.String("http.request.method", method),
+						attribute.String("http.route", labels.Name),
+						attribute.String("relay.plane", labels.Plane),
+					))
+			}
+			if ctx != r.Context() {
+				c.SetRequest(r.WithContext(ctx))
+			}
 
-			inflight := attribute.NewSet(attribute.String("plane", labels.Plane))
-			t.metrics.activeRequests.Add(ctx, 1, withSet(inflight))
-			defer t.metrics.activeRequests.Add(ctx, -1, withSet(inflight))
+			inflight := withSet(t.metrics.sets.plane(labels.Plane))
+			t.metrics.activeRequests.Add(ctx, 1, inflight)
+			defer t.metrics.activeRequests.Add(ctx, -1, inflight)
 
 			if err := next(c); err != nil {
 				// Have the error handler answer now, so the status it
@@ -126,21 +140,19 @@ func (t *Telemetry) Middleware(cfg MiddlewareConfig) echo.MiddlewareFunc {
 			// A handler may have refined the route (e.g. the caller kind).
 			labels = routeFor(c, plane)
 
-			span.SetName(method + " " + labels.Name)
-			span.SetAttributes(
-				attribute.String("http.route", labels.Name),
-				attribute.String("relay.plane", labels.Plane),
-				attribute.String("relay.caller_kind", labels.CallerKind),
-				attribute.Int("http.response.status_code", status),
-			)
-			if status >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(status))
+			if span != nil {
+				span.SetName(method + " " + labels.Name)
+				span.SetAttributes(
+					attribute.String("http.route", labels.Name),
+					attribute.String("relay.plane", labels.Plane),
+					attribute.String("relay.caller_kind", labels.CallerKind),
+					attribute.Int("http.response.status_code", status),
+				)
+				if status >= 500 {
+					span.SetStatus(codes.Error, http.StatusText(status))
+				}
 			}
-			t.metrics.recordRequest(ctx, attribute.NewSet(
-				attribute.String("route", labels.Name),
-				attribute.String("plane", labels.Plane),
-				attribute.String("status", strconv.Itoa(status)),
-			), elapsed)
+			t.metrics.recordRequestWith(ctx, t.metrics.sets.request(labels.Name, labels.Plane, status), elapsed)
 			if cfg.Logger != nil && status >= 400 {
 				cfg.Logger.DebugContext(ctx, "request refused",
 					slog.String("route", labels.Name),
@@ -150,10 +162,68 @@ func (t *Telemetry) Middleware(cfg MiddlewareConfig) echo.MiddlewareFunc {
 					slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 				)
 			}
-			span.End()
+			if span != nil {
+				span.End()
+			}
 			return nil
 		}
 	}
+}
+
+// The W3C headers Extract reads, in Go's canonical spelling.
+const (
+	headerTraceparent = "Traceparent"
+	headerBaggage     = "Baggage"
+)
+
+// attrSets hands out the metric attribute sets of requests and store
+// scripts, each built once: the labels come from closed sets (routes,
+// planes, statuses, script names), and building a set sorts and hashes its
+// attributes, which on every request cost more than recording it.
+type attrSets struct {
+	planes   sync.Map // plane -> metric.MeasurementOption
+	requests sync.Map // requestLabels -> metric.MeasurementOption
+	scripts  sync.Map // scriptLabels -> metric.MeasurementOption
+}
+
+type requestLabels struct {
+	route, plane string
+	status       int
+}
+
+type scriptLabels struct{ script, outcome string }
+
+func (a *attrSets) plane(plane string) attribute.Set {
+	if v, ok := a.planes.Load(plane); ok {
+		return v.(attribute.Set)
+	}
+	s := attribute.NewSet(attribute.String("plane", plane))
+	a.planes.Store(plane, s)
+	return s
+}
+
+func (a *attrSets) request(route, plane string, status int) metric.MeasurementOption {
+	k := requestLabels{route, plane, status}
+	if v, ok := a.requests.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("route", route),
+		attribute.String("plane", plane),
+		attribute.String("status", strconv.Itoa(status)),
+	))
+	a.requests.Store(k, o)
+	return o
+}
+
+func (a *attrSets) script(script, outcome string) metric.MeasurementOption {
+	k := scriptLabels{script, outcome}
+	if v, ok := a.scripts.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("script", script), attribute.String("outcome", outcome)))
+	a.scripts.Store(k, o)
+	return o
 }
 
 func normalizeMethod(m string) string {

@@ -21,6 +21,10 @@ type ScriptObserver func(ctx context.Context, op string) (context.Context, func(
 func (t *Telemetry) ScriptObserver() ScriptObserver {
 	return func(ctx context.Context, op string) (context.Context, func(error)) {
 		start := time.Now()
+		if !t.tracing {
+			// A no-op span would only repeat the parent's context.
+			return ctx, func(err error) { t.metrics.recordScript(ctx, op, time.Since(start), err) }
+		}
 		ctx, span := t.tracer.Start(ctx, "valkey "+op,
 			trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(
