@@ -13,10 +13,17 @@ import (
 // and a hash tag built from it stays well-formed, whatever bytes the id holds.
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
-// LayoutVersion is the key layout this store reads and writes (mode S,
-// sharded by site). Version 1 was the single-slot layout (mode G), which
-// had no layout record; see Migrate.
-const LayoutVersion = 2
+// LayoutVersion is the key layout this store writes for a new namespace
+// (mode S, sharded by site, sites placed by the placement record). Version
+// 2 had the same keys but put a site on its hash shard; this store still
+// runs on a v2 namespace, placing new sites there too (placement.go), until
+// `relay migrate` moves it to v3. Version 1 was the single-slot layout
+// (mode G), which had no layout record; see Migrate.
+const LayoutVersion = 3
+
+// layoutHashPlaced is the sharded layout whose sites sit on their hash
+// shard (relays of that version compute it; they know no placement record).
+const layoutHashPlaced = 2
 
 // DefaultShards is the number of shards a new namespace is laid out over.
 // It is fixed for the life of the namespace (it is in the layout record):
@@ -34,14 +41,20 @@ const maxShards = 256
 // keys start with "<ns>:{<ns>/<i>-<n>}:" where n is the first suffix that
 // puts the tag's cluster slot in the i-th of Shards equal slot ranges, so the
 // shards spread over a cluster's primaries as evenly as its slot ranges do.
-// A site's shard (and a runner's) is an HMAC of its id under the
-// namespace's random salt: derived, never taken from the id, so no id can be
-// crafted to pick its slot.
+// A runner's shard is an HMAC of its id under the namespace's salt, a
+// site's is chosen by the placement record (placement.go): derived, never
+// taken from the id, so no id can be crafted to pick its slot.
 type keys struct {
 	p      string   // fleet-wide prefix "<ns>:{<ns>}:"
 	ns     string   // the namespace
 	shards []string // shard prefixes, by index
 	salt   []byte
+	// place caches the placement record (site -> shard), which is written
+	// once per site and never changed, so an entry never goes stale.
+	place *placeCache
+	// unplaced: for one call that must not place (Store.siteKeys), the
+	// sites the record does not name yet, read on their hash shard.
+	unplaced map[string]int
 }
 
 func newKeys(namespace string) (keys, error) {
@@ -58,6 +71,7 @@ func (k keys) withLayout(shards int, salt []byte) keys {
 		k.shards[i] = shardPrefix(k.ns, i, shards)
 	}
 	k.salt = salt
+	k.place = newPlaceCache()
 	return k
 }
 
@@ -98,7 +112,22 @@ func (k keys) shardOf(domain, id string) int {
 	return int(binary.BigEndian.Uint32(m.Sum(nil)[:4]) % uint32(len(k.shards)))
 }
 
-func (k keys) siteShard(siteID string) int     { return k.shardOf("site", siteID) }
+// siteShard is a site's shard from the placement record. Every Store entry
+// point that names a site places it first (Store.placeSites), so a miss is
+// a bug in this package, never a reason to guess: a guess could split the
+// site's keys over two shards.
+func (k keys) siteShard(siteID string) int {
+	if sh, ok := k.place.get(siteID); ok {
+		return sh
+	}
+	if sh, ok := k.unplaced[siteID]; ok {
+		return sh
+	}
+	panic("store: site " + strconv.Quote(siteID) + " used before it was placed")
+}
+
+// siteHashShard is where layout v2 put a site: an HMAC of its id.
+func (k keys) siteHashShard(siteID string) int { return k.shardOf("site", siteID) }
 func (k keys) runnerShard(runnerID string) int { return k.shardOf("runner", runnerID) }
 
 // leaseShard is the shard whose script minted a lease: its first two hex

@@ -3,10 +3,14 @@ package store
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -63,9 +67,19 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("layout record: %w", err)
 	}
-	if v != LayoutVersion {
-		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d only", s.opts.Namespace, v, LayoutVersion)
+	switch {
+	case v == layoutHashPlaced:
+		// Relays of layout v2 may still run on it: new sites go on their
+		// hash shard, as those relays compute, until `relay migrate`.
+		s.log.Warn("store: namespace is in layout v2: new sites are placed on their hash shard, not balanced over the primaries; "+
+			"once every relay runs this version, run `relay migrate` to move it to v3 (nothing moves, new sites balance)",
+			"namespace", s.opts.Namespace)
+	case v > LayoutVersion:
+		return fmt.Errorf("layout: namespace %q has layout v%d, newer than this relay's v%d: run a relay of that version or later", s.opts.Namespace, v, LayoutVersion)
+	case v != LayoutVersion:
+		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d and v%d only", s.opts.Namespace, v, layoutHashPlaced, LayoutVersion)
 	}
+	s.layoutV = v
 	if n < 1 || n > maxShards {
 		return fmt.Errorf("layout: namespace %q records %d shards (want 1-%d)", s.opts.Namespace, n, maxShards)
 	}
@@ -82,10 +96,18 @@ type MigrateReport struct {
 	ByState  map[string]int64 // of them, by state
 	Presence int64            // v1 presence records (rebuilt by heartbeats)
 	Deleted  int              // v1 routing keys deleted
-	Written  bool             // the layout record was written
+	Written  bool             // the layout record was written (or moved to this version)
+	From     int              // the layout version found (0: none, a new namespace)
+	// Pinned is how many sites with stored jobs a v2 namespace had that
+	// were pinned to the shard holding them (v2 to v3).
+	Pinned int
 }
 
-// Migrate moves a namespace from the single-slot layout (v1) to this one.
+// Migrate moves a namespace to this layout. From layout v2 (sites on their
+// hash shard) it moves nothing: every site with a stored job is pinned to
+// the shard that holds it, and the record moves to v3, after which new
+// sites are placed balanced (see migratePlacement). From the single-slot
+// layout (v1):
 // Pairing codes, the projection, approvals and the policy keep their keys
 // (they were fleet-wide in v1 and still are). Routing state is not copied:
 // jobs are short-lived (a deadline of minutes), so the namespace is drained
@@ -100,11 +122,16 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 	if err != nil {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
-	if n, err := c.Do(ctx, c.B().Exists().Key(k.layout()).Build()).AsInt64(); err != nil {
-		return rep, fmt.Errorf("migrate: %w", err)
-	} else if n == 1 {
+	if v, err := c.Do(ctx, c.B().Hget().Key(k.layout()).Field("version").Build()).AsInt64(); err == nil {
+		rep.From = int(v)
+		if v == layoutHashPlaced {
+			return migratePlacement(ctx, c, namespace, rep)
+		}
 		return rep, nil // already in this layout
+	} else if !valkey.IsValkeyNil(err) {
+		return rep, fmt.Errorf("migrate: %w", err)
 	}
+	rep.From = 1
 	if rep.Jobs, err = c.Do(ctx, c.B().Zcard().Key(k.p+"all").Build()).AsInt64(); err != nil {
 		return rep, fmt.Errorf("migrate: count jobs: %w", err)
 	}
@@ -152,5 +179,68 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
 	rep.Written = s.Shards() > 0
+	return rep, nil
+}
+
+// migratePlacement moves a v2 namespace to v3. Relays of layout v2 compute
+// a site's shard from its id and know no placement record, so it must run
+// once none is left (their replacements record every site they meet, on
+// the same hash shard). Each shard's job index names the sites with stored
+// jobs there; each is pinned to that shard if it has no record yet, and the
+// record moves to v3 in the last placement script, so a site placed by a
+// running relay meanwhile keeps its shard too. A site whose jobs lie on two
+// shards, or away from its record, is refused: nothing is written.
+func migratePlacement(ctx context.Context, c valkey.Client, namespace string, rep MigrateReport) (MigrateReport, error) {
+	s, err := New(ctx, c, Options{Namespace: namespace, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return rep, fmt.Errorf("migrate: %w", err)
+	}
+	pins := map[string]int{}
+	for sh := range s.k.shards {
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Zscan().Key(s.k.all(sh)).Cursor(cursor).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return rep, fmt.Errorf("migrate: jobs of shard %d: %w", sh, err)
+			}
+			for i := 0; i < len(e.Elements); i += 2 {
+				rep.Jobs++
+				eS, _, ok := strings.Cut(e.Elements[i], ":")
+				raw, err := base64.RawURLEncoding.DecodeString(eS)
+				if !ok || err != nil {
+					return rep, fmt.Errorf("migrate: shard %d holds a job member %q this relay cannot read", sh, e.Elements[i])
+				}
+				site := string(raw)
+				if was, seen := pins[site]; seen && was != sh {
+					return rep, fmt.Errorf("migrate: site %q has jobs on shards %d and %d; nothing written", site, was, sh)
+				}
+				pins[site] = sh
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	sites := make([]string, 0, len(pins))
+	for site := range pins {
+		sites = append(sites, site)
+	}
+	sort.Strings(sites)
+	// Sites already recorded keep their record; check it agrees first.
+	if len(sites) > 0 {
+		if _, err := s.place(ctx, sites, pins, false); err != nil {
+			return rep, fmt.Errorf("migrate: %w", err)
+		}
+		for _, site := range sites {
+			if got := s.k.siteShard(site); got != pins[site] {
+				return rep, fmt.Errorf("migrate: site %q is recorded on shard %d but has jobs on shard %d; nothing moved to v%d", site, got, pins[site], LayoutVersion)
+			}
+		}
+	}
+	v, err := s.place(ctx, nil, nil, true)
+	if err != nil {
+		return rep, fmt.Errorf("migrate: %w", err)
+	}
+	rep.Pinned, rep.Written = len(sites), v == LayoutVersion
 	return rep, nil
 }

@@ -176,6 +176,10 @@ type Store struct {
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
 	epochN    atomic.Uint64
+	// topo: the cluster slot map, as placement reads it (placement.go).
+	topo topology
+	// layoutV is the layout version read at start (2 or LayoutVersion).
+	layoutV int
 }
 
 // epochCandidate is the epoch the next enqueue writes if the namespace has
