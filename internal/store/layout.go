@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -79,9 +80,19 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	case v != LayoutVersion:
 		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d and v%d only", s.opts.Namespace, v, layoutHashPlaced, LayoutVersion)
 	}
-	s.layoutV = v
+	if s.k.shards == nil {
+		s.layoutV = v
+	}
 	if n < 1 || n > maxShards {
 		return fmt.Errorf("layout: namespace %q records %d shards (want 1-%d)", s.opts.Namespace, n, maxShards)
+	}
+	if s.k.shards != nil {
+		// Written again after a data loss (placement.go): the keys this
+		// Store built must still be the namespace's.
+		if n != len(s.k.shards) || !bytes.Equal(raw, s.k.salt) {
+			return fmt.Errorf("layout: namespace %q's record changed under a running relay (%d shards); restart the relays", s.opts.Namespace, n)
+		}
+		return nil
 	}
 	s.k = s.k.withLayout(n, raw)
 	return nil

@@ -107,6 +107,14 @@ func (s *Store) place(ctx context.Context, sites []string, pins map[string]int, 
 			args = append(args, id, strconv.Itoa(s.k.siteHashShard(id)), pin)
 		}
 		msg, err := s.run(ctx, scPlace, []string{s.k.layout(), s.k.p + "place", s.k.p + "placen"}, args...)
+		if err != nil && strings.Contains(err.Error(), "no layout record") {
+			// Valkey lost its data since this Store started: write the
+			// record again (the same salt and shards) and place anew.
+			if err := s.loadLayout(ctx); err != nil {
+				return 0, fmt.Errorf("place sites: %w", err)
+			}
+			msg, err = s.run(ctx, scPlace, []string{s.k.layout(), s.k.p + "place", s.k.p + "placen"}, args...)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("place sites: %w", err)
 		}

@@ -339,3 +339,20 @@ func TestNewerLayoutRefused(t *testing.T) {
 		t.Fatalf("New on a newer layout: %v", err)
 	}
 }
+
+// After Valkey loses the namespace (a restart without persistence), a
+// running Store writes the layout record again and keeps placing sites.
+func TestPlacementAfterDataLoss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		h.enqueueStub("before", stub("a", "alice"))
+		deleteKeys(t, b.client, h.s.KeyPattern())
+		h.enqueueStub("after", stub("b", "alice"))
+		if j := h.job("after", "b"); j == nil {
+			t.Fatal("job after the loss not found")
+		}
+		if v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.layout()).Field("version").Build()).AsInt64(); err != nil || v != LayoutVersion {
+			t.Fatalf("layout record after the loss: %d %v", v, err)
+		}
+	})
+}
