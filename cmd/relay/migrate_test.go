@@ -44,8 +44,41 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 		t.Fatalf("migrate with a job left: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	code, out, errs = runBinary(t, env, "migrate", "-drop-jobs")
-	if code != exitOK || !strings.Contains(out, "layout v2") {
+	if code != exitOK || !strings.Contains(out, "layout v3") {
 		t.Fatalf("migrate -drop-jobs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
+	code, out, errs = runBinary(t, env, "migrate")
+	if code != exitOK || !strings.Contains(out, "already in layout v3") {
+		t.Fatalf("migrate again: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// A namespace of layout v2 (sites on their hash shard, no placement
+// record) starts as it is; `relay migrate` moves its record to v3.
+func TestLayoutV2NamespaceMigrated(t *testing.T) {
+	ns := namespace(t)
+	opt, err := valkey.ParseURL(valkeyURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := ns + ":{" + ns + "}:layout"
+	if err := c.Do(context.Background(), c.B().Hset().Key(key).FieldValue().FieldValue("version", "2").FieldValue("shards", "16").
+		FieldValue("salt", "00112233445566778899aabbccddeeff").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}
+	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // v2 runs as it is
+	code, out, errs := runBinary(t, env, "migrate")
+	if code != exitOK || !strings.Contains(out, "layout v2 -> v3") {
+		t.Fatalf("migrate v2: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if v, err := c.Do(context.Background(), c.B().Hget().Key(key).Field("version").Build()).ToString(); err != nil || v != "3" {
+		t.Fatalf("layout version after migrate: %q %v", v, err)
+	}
 }
