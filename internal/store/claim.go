@@ -155,6 +155,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		shard int
 		key   string
 		ver   uint64
+		mark  uint64
 	}
 	var refs []qref
 	var cmds []valkey.Completed
@@ -163,9 +164,9 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		if s.view.queuesEmpty(sh, queues, at) {
 			continue
 		}
-		ver := s.view.stamp(sh)
+		ver, mark := s.view.stamp(sh), s.view.heardMark(sh)
 		for _, key := range queues {
-			refs = append(refs, qref{sh, key, ver})
+			refs = append(refs, qref{sh, key, ver, mark})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
@@ -194,7 +195,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			return nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
-			s.view.sawEmpty(r.shard, r.ver, r.key, at)
+			s.view.sawEmpty(r.shard, r.ver, r.mark, r.key, at)
 			continue
 		}
 		if h, ok := head[r.shard]; !ok || z[0].Score < h {
