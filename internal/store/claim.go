@@ -155,7 +155,6 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		shard int
 		key   string
 		ver   uint64
-		mark  uint64
 	}
 	var refs []qref
 	var cmds []valkey.Completed
@@ -164,9 +163,9 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		if s.view.queuesEmpty(sh, queues, at) {
 			continue
 		}
-		ver, mark := s.view.stamp(sh), s.view.heardMark(sh)
+		ver := s.view.stamp(sh)
 		for _, key := range queues {
-			refs = append(refs, qref{sh, key, ver, mark})
+			refs = append(refs, qref{sh, key, ver})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
@@ -195,7 +194,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			return nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
-			s.view.sawEmpty(r.shard, r.ver, r.mark, r.key, at)
+			s.view.sawEmpty(r.shard, r.ver, r.key, at)
 			continue
 		}
 		if h, ok := head[r.shard]; !ok || z[0].Score < h {

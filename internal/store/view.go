@@ -34,13 +34,6 @@ type workView struct {
 	empty  []map[string]emptySeen
 	due    []dueSeen
 	shards map[string]int // shard prefix -> index
-	// heard: per shard, the announcement number at which each queue was
-	// last announced (numbers from heardN). A read that found a queue
-	// empty is kept only if the queue was not announced since the read
-	// began: an announcement arriving between the read and sawEmpty would
-	// otherwise be lost, and the queue thought empty for workViewEmptyTTL.
-	heard  []map[string]uint64
-	heardN []uint64
 }
 
 type emptySeen struct {
@@ -72,12 +65,10 @@ const (
 func newWorkView(shards []string) *workView {
 	v := &workView{live: make([]bool, len(shards)), ver: make([]uint64, len(shards)),
 		empty: make([]map[string]emptySeen, len(shards)), due: make([]dueSeen, len(shards)),
-		shards: make(map[string]int, len(shards)),
-		heard:  make([]map[string]uint64, len(shards)), heardN: make([]uint64, len(shards))}
+		shards: make(map[string]int, len(shards))}
 	for i, p := range shards {
 		v.shards[p] = i
 		v.empty[i] = map[string]emptySeen{}
-		v.heard[i] = map[string]uint64{}
 	}
 	return v
 }
@@ -103,21 +94,6 @@ func (v *workView) announced(i int, queue string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.empty[i], queue)
-	if len(v.heard[i]) >= workViewQueues {
-		// Marks dropped: reads in flight must not be kept either.
-		clear(v.heard[i])
-		v.forget(i)
-	}
-	v.heardN[i]++
-	v.heard[i][queue] = v.heardN[i]
-}
-
-// heardMark is shard i's announcement number, taken before a queue read
-// whose "empty" may be kept (sawEmpty).
-func (v *workView) heardMark(i int) uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.heardN[i]
 }
 
 func (v *workView) setLive(i int, live bool) {
@@ -151,10 +127,10 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) bool {
 	return true
 }
 
-func (v *workView) sawEmpty(i int, ver, mark uint64, queue string, at time.Time) {
+func (v *workView) sawEmpty(i int, ver uint64, queue string, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.live[i] && v.ver[i] == ver && v.heard[i][queue] <= mark {
+	if v.live[i] && v.ver[i] == ver {
 		if len(v.empty[i]) >= workViewQueues {
 			clear(v.empty[i])
 		}

@@ -109,29 +109,3 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 		t.Fatalf("released job not claimed at once: %v", ids(got))
 	}
 }
-
-// An announcement that arrives while a claim's queue read is in flight is
-// not lost: the read's "empty" is not kept, so the next claim reads the
-// queue again instead of trusting "empty" for workViewEmptyTTL.
-func TestWorkViewKeepsAnnouncementDuringRead(t *testing.T) {
-	shards := []string{"ns:{ns/0-0}:"}
-	v := newWorkView(shards)
-	v.setLive(0, true)
-	q := shards[0] + "q:a:b:c:d"
-	at := time.Now()
-
-	// Read begins, the queue gains an entry and is announced, the read's
-	// (older) answer "empty" comes back.
-	ver, mark := v.stamp(0), v.heardMark(0)
-	v.announced(0, q)
-	v.sawEmpty(0, ver, mark, q, at)
-	if v.queuesEmpty(0, []string{q}, at) {
-		t.Fatal("an announcement during the read was lost: the queue is thought empty")
-	}
-	// A read begun after the announcement is kept.
-	ver, mark = v.stamp(0), v.heardMark(0)
-	v.sawEmpty(0, ver, mark, q, at)
-	if !v.queuesEmpty(0, []string{q}, at) {
-		t.Fatal("a read after the announcement was not kept")
-	}
-}
