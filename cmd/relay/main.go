@@ -310,7 +310,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	servers := []*namedServer{{name: "planes", srv: planesSrv}}
 	adminAddr := ""
 	if cfg.AdminListen != "" {
-		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj), Policies: pol,
+		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj), Policies: pol, Placement: st,
 			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log,
 			Middleware: []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{Plane: telemetry.PlaneAdmin})}})
 		// Probes and Prometheus carry no token; these reveal nothing secret.

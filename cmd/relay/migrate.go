@@ -11,10 +11,11 @@ import (
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
-// migrate moves a namespace of layout v2 to v3 (the version only: v3 reads
-// v2's data; run it once the v2 relays are stopped), or one written by an
-// older relay in the single-slot
-// layout (v1) to the sharded layout (store.Migrate): it reports the v1
+// migrate moves a namespace to this relay's layout (store.Migrate). From
+// layout v2 it moves no data: it pins the sites with stored jobs to their
+// shard and moves the record to v3 (run it once the v2 relays are stopped;
+// v3 reads v2's job records as they are). From the single-slot layout (v1)
+// it reports the v1
 // jobs still stored and, once there are none (the old relays drained them)
 // or with -drop-jobs, deletes the v1 routing keys and writes the layout
 // record. Pairing codes, the projection, approvals and the policy carry
@@ -44,8 +45,13 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
 		return exitRuntime
 	}
-	if rep.Upgraded {
-		fmt.Fprintf(stdout, "namespace %q: layout v%d (was v2; no data moved); start the new relays.\n", *ns, store.LayoutVersion)
+	if rep.From == 2 {
+		fmt.Fprintf(stdout, "namespace %q: layout v2 -> v%d: %d sites with stored jobs pinned to their shard (%d jobs, none moved); "+
+			"new sites are now placed balanced over the primaries; start the new relays.\n", *ns, store.LayoutVersion, rep.Pinned, rep.Jobs)
+		return exitOK
+	}
+	if rep.From == store.LayoutVersion {
+		fmt.Fprintf(stdout, "namespace %q: already in layout v%d; nothing to do.\n", *ns, store.LayoutVersion)
 		return exitOK
 	}
 	if rep.Jobs > 0 && !*drop {

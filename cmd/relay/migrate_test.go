@@ -51,7 +51,12 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 		t.Fatalf("migrate -drop-jobs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
+	code, out, errs = runBinary(t, env, "migrate")
+	if code != exitOK || !strings.Contains(out, "already in layout v3") {
+		t.Fatalf("migrate again: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
+
 
 // A namespace whose layout record says v2 (the same keys, job records with
 // whole blobs) is refused with the way to move it; `relay migrate` rewrites
@@ -79,8 +84,11 @@ func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 		t.Fatalf("start on a v2 namespace: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	code, out, errs = runBinary(t, env, "migrate")
-	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v%d (was v2", store.LayoutVersion)) {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v2 -> v%d", store.LayoutVersion)) {
 		t.Fatalf("migrate v2: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if v, err := c.Do(context.Background(), c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); err != nil || v != "3" {
+		t.Fatalf("layout version after migrate: %q %v", v, err)
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns})
 }

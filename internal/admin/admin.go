@@ -21,6 +21,7 @@
 //	PUT  /projection         replace it with the body (a whole RelayFixture)
 //	POST /projection/merge   upsert the body's records into it
 //	GET  /projection/status  stored version and this replica's version in force
+//	GET  /placement[?sites=1] sites per shard and per primary (and each site's shard)
 //	DELETE /projection/approved/{runnerId}  forget a device approved by code
 //
 // The pairing routes (pairing.go) approve a device by the user code its
@@ -73,6 +74,11 @@ type Projections interface {
 	Unapprove(ctx context.Context, runnerID string) (bool, int64, error)
 }
 
+// Placement reports how sites are placed on shards (store.Store).
+type Placement interface {
+	Placement(ctx context.Context, withSites bool) (store.PlacementReport, error)
+}
+
 // Options configures the admin server.
 type Options struct {
 	// Token is the bearer token; "" refuses every authenticated route.
@@ -84,6 +90,9 @@ type Options struct {
 	// Policies backs the /policy routes (the built-in grant engine's
 	// policy); nil leaves them out.
 	Policies Policies
+	// Placement backs GET /placement (which shard and primary each site
+	// is on); nil leaves it out. The relay passes its *store.Store.
+	Placement Placement
 	// MaxBody caps request bodies in bytes; default DefaultMaxBody.
 	MaxBody int64
 	// Bodies is the request-body budget shared with the planes; nil gives
@@ -168,6 +177,17 @@ func New(opts Options) *Server {
 	}
 	if opts.Pairings != nil {
 		s.registerPairings(opts.Pairings)
+	}
+	if pl := opts.Placement; pl != nil {
+		// Read-only: a placement is written once by the store and no
+		// route moves it.
+		e.GET("/placement", func(c echo.Context) error {
+			rep, err := pl.Placement(c.Request().Context(), c.QueryParam("sites") == "1")
+			if err != nil {
+				return s.storeFailed(c, err)
+			}
+			return writeJSON(c, http.StatusOK, rep)
+		})
 	}
 	if s.pol != nil {
 		e.GET("/policy", s.getPolicy)

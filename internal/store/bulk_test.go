@@ -19,6 +19,9 @@ func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs [
 	if s.opts.OnChurn != nil {
 		churn = "1"
 	}
+	if err := s.placeSites(ctx, siteID); err != nil {
+		t.Fatal(err)
+	}
 	for len(stubs) > 0 {
 		n := min(chunk, len(stubs))
 		execs := make([]valkey.LuaExec, 0, n)

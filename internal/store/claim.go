@@ -83,6 +83,13 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	}
 
 	// Routes by shard, each shard's in input order.
+	sites := make([]string, len(routes))
+	for i, r := range routes {
+		sites[i] = r.SiteID
+	}
+	if err := s.placeSites(ctx, sites...); err != nil {
+		return nil, stats, fmt.Errorf("claim: %w", err)
+	}
 	byShard := map[int][]Route{}
 	for _, r := range routes {
 		sh := s.k.siteShard(r.SiteID)

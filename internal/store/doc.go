@@ -31,7 +31,8 @@
 // n chosen so the tag's cluster slot lies in the i-th of Shards equal slot
 // ranges; fleet-wide keys start with "<ns>:{<ns>}:". Which shard holds what:
 //
-//   - a site's jobs, queues and per-site indexes: shard(site);
+//   - a site's jobs, queues and per-site indexes: the shard the placement
+//     record gives the site (see Placement below);
 //   - a runner's held, hid and cxl sets: one per shard where it holds a
 //     grant, on that shard (they change in the same script as the job);
 //   - the lease index, the due index, seq, all, epoch and stc: one per
@@ -50,9 +51,54 @@
 //     like every other read: a site's page reads its site's shard only, a
 //     device's page the shards of its runner's record.
 //
-// shard(x) is HMAC-SHA256(salt, domain, x) mod Shards, the salt coming from
-// the layout record: hash tags are derived, never taken from ids, so no
-// site or runner id can choose its slot (TestCraftedIDsDoNotPickTheirSlot).
+// shard(runner) is HMAC-SHA256(salt, "runner", id) mod Shards, the salt
+// coming from the layout record; a site's shard is its placement. Either
+// way hash tags are derived, never taken from ids, so no site or runner id
+// can choose its slot (TestCraftedIDsDoNotPickTheirSlot).
+//
+// # Placement
+//
+// A site's shard is decided once, when the site is first enqueued for or
+// claimed from, by lua/place.lua on the fleet-wide slot: it reads the
+// fleet-wide "place" hash, and for a site not in it chooses a shard and
+// writes it there in the same script, so two replicas placing one site at
+// once get the one answer the first script wrote. Nothing deletes or
+// rewrites an entry while the namespace lives, so each Store keeps what it
+// has read in memory for good (a cache that cannot go stale): a request
+// never pays a round trip for placement except a replica's first meeting
+// with a site, one script for all the sites of that call. Operations that
+// only read, or write to jobs that must exist (seal, cancel), never place:
+// on a cache miss they read the record (one HMGET, no script), and a site
+// it does not name has no keys yet, so they read its hash shard and find
+// nothing (or, in a v2 namespace, what v2 relays wrote there).
+//
+// How a new site is placed depends on the layout version, read inside the
+// same script:
+//
+//   - v3 (new namespaces): balanced. Go passes which primary serves each
+//     shard's slot (CLUSTER SLOTS, cached 30 s; every shard on one node
+//     when the server is not a cluster), and "placen" keeps the number of
+//     sites per shard; the script takes the primary with the fewest sites,
+//     then its shard with the fewest, ties to the lowest number. So 12
+//     sites on 3 primaries land 4-4-4 (TestNewSitesBalance), and on a
+//     single node sites go round robin over the shards. Sites count alike:
+//     placement balances sites, not their traffic. A reshard that moves
+//     slots changes where later sites go, never where placed ones are.
+//   - v2 (a namespace written by relays of layout v2, opened only by
+//     Migrate, see Layout versions): the site's hash shard,
+//     HMAC-SHA256(salt, "site", id) mod Shards, exactly what those relays
+//     computed without any record.
+//
+// Why a record of its own and not the projection: every site the relay
+// serves is in the projection, but the store is used without one (the
+// store contract, tests, tools), a projection document is replaced whole
+// by admins (a site removed and added back must come back to its shard,
+// with its jobs), and data written before placement existed needs a home
+// that no projection names. A write-once record on the fleet-wide slot is
+// atomic with the choice, survives restarts, and is cached without a
+// staleness rule. It is bounded by MaxPlacedSites entries; an operator reads
+// it through the admin API (GET /placement: sites per shard and per
+// primary, ?sites=1 for every site's shard) and no route changes it.
 //
 // Every script's KEYS lie on one slot, and every key a script builds
 // inside (a job record popped from a queue, a due job) is built from
@@ -141,8 +187,12 @@
 //
 // Fleet-wide ("<ns>:{<ns>}:"):
 //
-//	layout                 HASH  version (3), shards, salt (hex); v2 "1" when
-//	                             relay migrate moved it from layout v2
+//	layout                 HASH  version (3; 2 in a namespace v2 relays wrote),
+//	                             shards, salt (hex); v2 "1" when relay migrate
+//	                             moved it from layout v2
+//	place                  HASH  site id (raw) -> shard: the placement record,
+//	                             written once per site (lua/place.lua)
+//	placen                 HASH  shard -> sites placed there (balancing)
 //	pc:d pc:x pc:mi pc:mu pc:i pc:u    pending pairings: code -> JSON, code ->
 //	                             expiresAt, code -> identity, code -> user code,
 //	                             identity -> code, user code -> code
@@ -295,11 +345,21 @@
 // # Layout versions
 //
 // The layout record (fleet-wide "layout") names the version this store
-// writes (LayoutVersion, 3). v3 has v2's keys; it reads v2 job records
-// and state sets as they are, but a v2 relay cannot read v3 records, so a
-// namespace whose record says 2 is refused by New (ErrOlderLayout) until
-// `relay migrate`, run once the v2 relays are stopped, writes 3 (nothing
-// else changes). A namespace with keys of the single-slot layout
+// writes (LayoutVersion, 3). Version 2 had the same keys with job records
+// holding their blobs whole, state sets st:<state>, and no placement record
+// (sites on their hash shard). A v3 store reads v2 job records and state
+// sets as they are, but a v2 relay can neither read v3 records nor knows
+// the placement record, so a namespace whose record says 2 is refused by
+// New (ErrOlderLayout) until Migrate (`relay migrate`), run once the v2
+// relays are stopped, moves it: it reads each shard's job index ("all"),
+// pins every site with stored jobs to the shard holding them (refusing,
+// with nothing moved, a site whose jobs disagree with its record), and
+// turns the record to v3, marked v2=1, in the last placement script;
+// nothing else moves. A v2 relay started on a v3 namespace refuses to
+// start (its message names both versions), and this one refuses a newer
+// layout than its own.
+//
+// A namespace with keys of the single-slot layout
 // v1 (seq, all, due, lease, pidx, pseq or epoch under "<ns>:{<ns>}:") and no
 // record is refused by New with ErrLegacyLayout, whose message says how to
 // move it: Migrate (`relay migrate`) once the old relays have drained its

@@ -353,22 +353,38 @@ func (c *churnLog) all(s *Store) []ChurnReport {
 	return slices.Clone(c.reports)
 }
 
-// sameShardSite is a site id other than site on site's shard.
-func sameShardSite(s *Store, site string) string {
+// placedShard is site's shard, placing it if it has none yet.
+func placedShard(s *Store, site string) int {
+	if err := s.placeSites(context.Background(), site); err != nil {
+		panic(err)
+	}
+	return s.k.siteShard(site)
+}
+
+// pinnedSite places a new site id (prefix plus a number) on shard sh.
+func pinnedSite(s *Store, prefix string, sh int) string {
 	for i := 0; ; i++ {
-		if id := fmt.Sprint("site_b", i); s.k.siteShard(id) == s.k.siteShard(site) {
+		id := fmt.Sprint(prefix, i)
+		if _, ok := s.k.place.get(id); ok {
+			continue
+		}
+		if _, err := s.place(context.Background(), []string{id}, map[string]int{id: sh}, false); err != nil {
+			panic(err)
+		}
+		if s.k.siteShard(id) == sh {
 			return id
 		}
 	}
 }
 
+// sameShardSite is a site id other than site on site's shard.
+func sameShardSite(s *Store, site string) string {
+	return pinnedSite(s, "site_b", placedShard(s, site))
+}
+
 // otherShardSite is a site id on another shard than site's.
 func otherShardSite(s *Store, site string) string {
-	for i := 0; ; i++ {
-		if id := fmt.Sprint("site_c", i); s.k.siteShard(id) != s.k.siteShard(site) {
-			return id
-		}
-	}
+	return pinnedSite(s, "site_c", (placedShard(s, site)+1)%s.Shards())
 }
 
 // writeRawStub overwrites a job's stored stub bytes as an older version

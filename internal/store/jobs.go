@@ -51,6 +51,9 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 	if err := s.checkBlob("stub", stub); err != nil {
 		return Job{}, fmt.Errorf("enqueue: %w", err)
 	}
+	if err := s.placeSites(ctx, in.SiteID); err != nil {
+		return Job{}, fmt.Errorf("enqueue: %w", err)
+	}
 	keys, args := s.enqueueCall(in.SiteID, in.Stub, stub)
 	msg, err := s.run(ctx, scEnqueue, keys, args...)
 	if err != nil {
@@ -95,7 +98,11 @@ func (s *Store) Job(ctx context.Context, siteID, jobID string) (*Job, error) {
 	if err := s.checkID("job id", jobID); err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
-	msg, err := s.run(ctx, scJob, []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	msg, err := s.run(ctx, scJob, []string{k.job(siteID, jobID)}, member(siteID, jobID))
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
@@ -224,20 +231,24 @@ func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
 // Awaiting lists the site's awaiting-payload jobs in insertion order,
 // cancelled ones included. A pure read, in pages.
 func (s *Store) Awaiting(ctx context.Context, siteID string) ([]Job, error) {
-	return s.siteList(ctx, scAwaiting, s.k.awaiting(siteID), siteID)
+	return s.siteList(ctx, scAwaiting, keys.awaiting, siteID)
 }
 
 // Finished lists the site's done jobs that carry a result, in insertion
 // order, until their deadline removes them. A pure read, in pages.
 func (s *Store) Finished(ctx context.Context, siteID string) ([]Job, error) {
-	return s.siteList(ctx, scFinished, s.k.finished(siteID), siteID)
+	return s.siteList(ctx, scFinished, keys.finished, siteID)
 }
 
-func (s *Store) siteList(ctx context.Context, op Script, key, siteID string) ([]Job, error) {
+func (s *Store) siteList(ctx context.Context, op Script, key func(keys, string) string, siteID string) ([]Job, error) {
 	if err := s.checkID("site id", siteID); err != nil {
 		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
-	out, err := s.snapshotPages(ctx, op, key, enc(siteID))
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op.Name, err)
+	}
+	out, err := s.snapshotPages(ctx, op, key(k, siteID), enc(siteID))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op.Name, err)
 	}
@@ -254,10 +265,14 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	if err := s.checkID("job id", jobID); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return SealResult{}, fmt.Errorf("seal: %w", err)
+	}
 	if err := s.checkBlob("envelope", envelope); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
-	msg, err := s.run(ctx, scSeal, []string{s.k.job(siteID, jobID), s.k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
+	msg, err := s.run(ctx, scSeal, []string{k.job(siteID, jobID), k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
 		strconv.FormatInt(max(s.opts.SiteLimits.For(siteID).Bytes, 0), 10))
 	if err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
@@ -305,7 +320,11 @@ func (s *Store) Cancel(ctx context.Context, siteID, jobID string) (bool, error) 
 	if err := s.checkID("job id", jobID); err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}
-	n, err := s.runInt(ctx, scCancel, []string{s.k.job(siteID, jobID)}, member(siteID, jobID))
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return false, fmt.Errorf("cancel: %w", err)
+	}
+	n, err := s.runInt(ctx, scCancel, []string{k.job(siteID, jobID)}, member(siteID, jobID))
 	if err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}
@@ -332,11 +351,15 @@ func (s *Store) RunJobScript(ctx context.Context, op, siteID, jobID string, args
 			return 0, fmt.Errorf("%s: %w: %d bytes", name, ErrInvalidInput, len(a))
 		}
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
 	sc, err := s.jobScripts.get(op)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	msg, err := s.exec(ctx, Script{Name: name, Work: true}, sc, []string{s.k.job(siteID, jobID)}, append([]string{member(siteID, jobID)}, args...)...)
+	msg, err := s.exec(ctx, Script{Name: name, Work: true}, sc, []string{k.job(siteID, jobID)}, append([]string{member(siteID, jobID)}, args...)...)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}

@@ -18,15 +18,22 @@ func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 // LayoutVersion is the key layout this store reads and writes (mode S,
 // sharded by site). Version 1 was the single-slot layout (mode G), which
 // had no layout record; see Migrate. Version 2 had the same keys with job
-// records holding their blobs whole and state sets st:<state>; version 3
-// slices blobs so records stay listpacks, and counts states in stc. A v3
-// store reads v2 records as they are, but a v2 relay cannot read v3
-// records, so the record says 3 only once `relay migrate` wrote it.
+// records holding their blobs whole, state sets st:<state>, and each site
+// on its hash shard. Version 3 slices blobs so records stay listpacks,
+// counts states in stc, and places sites by the placement record
+// (placement.go). A v3 store reads v2 records as they are, but a v2 relay
+// can neither read v3 records nor knows the placement record, so the
+// record says 3 only once `relay migrate` wrote it.
 const LayoutVersion = 3
 
 // compatLayout is the older layout whose data this store reads as it is:
-// Migrate only rewrites the version once no relay of it is left.
+// Migrate pins its sites and rewrites the version once no relay of it is
+// left. Its sites sit on their hash shard (layoutHashPlaced).
 const compatLayout = 2
+
+// layoutHashPlaced is the layout whose sites sit on their hash shard
+// (relays of that version compute it; they know no placement record).
+const layoutHashPlaced = compatLayout
 
 // DefaultShards is the number of shards a new namespace is laid out over.
 // It is fixed for the life of the namespace (it is in the layout record):
@@ -44,15 +51,21 @@ const maxShards = 256
 // keys start with "<ns>:{<ns>/<i>-<n>}:" where n is the first suffix that
 // puts the tag's cluster slot in the i-th of Shards equal slot ranges, so the
 // shards spread over a cluster's primaries as evenly as its slot ranges do.
-// A site's shard (and a runner's) is an HMAC of its id under the
-// namespace's random salt: derived, never taken from the id, so no id can be
-// crafted to pick its slot.
+// A runner's shard is an HMAC of its id under the namespace's salt, a
+// site's is chosen by the placement record (placement.go): derived, never
+// taken from the id, so no id can be crafted to pick its slot.
 type keys struct {
 	p      string   // fleet-wide prefix "<ns>:{<ns>}:"
 	ns     string   // the namespace
 	shards []string // shard prefixes, by index
 	salt   []byte
 	macs   *sync.Pool // of *shardMAC keyed with salt (withLayout)
+	// place caches the placement record (site -> shard), which is written
+	// once per site and never changed, so an entry never goes stale.
+	place *placeCache
+	// unplaced: for one call that must not place (Store.siteKeys), the
+	// sites the record does not name yet, read on their hash shard.
+	unplaced map[string]int
 }
 
 // shardMAC is a keyed HMAC and its input buffer, pooled: building the HMAC
@@ -77,6 +90,7 @@ func (k keys) withLayout(shards int, salt []byte) keys {
 	}
 	k.salt = salt
 	k.macs = &sync.Pool{New: func() any { return &shardMAC{h: hmac.New(sha256.New, salt)} }}
+	k.place = newPlaceCache()
 	return k
 }
 
@@ -119,7 +133,22 @@ func (k keys) shardOf(domain, id string) int {
 	return int(binary.BigEndian.Uint32(m.h.Sum(sum[:0])[:4]) % uint32(len(k.shards)))
 }
 
-func (k keys) siteShard(siteID string) int     { return k.shardOf("site", siteID) }
+// siteShard is a site's shard from the placement record. Every Store entry
+// point that names a site places it first (Store.placeSites), so a miss is
+// a bug in this package, never a reason to guess: a guess could split the
+// site's keys over two shards.
+func (k keys) siteShard(siteID string) int {
+	if sh, ok := k.place.get(siteID); ok {
+		return sh
+	}
+	if sh, ok := k.unplaced[siteID]; ok {
+		return sh
+	}
+	panic("store: site " + strconv.Quote(siteID) + " used before it was placed")
+}
+
+// siteHashShard is where layout v2 put a site: an HMAC of its id.
+func (k keys) siteHashShard(siteID string) int { return k.shardOf("site", siteID) }
 func (k keys) runnerShard(runnerID string) int { return k.shardOf("runner", runnerID) }
 
 // leaseShard is the shard whose script minted a lease: its first two hex

@@ -1,12 +1,17 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -68,16 +73,32 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("layout record: %w", err)
 	}
-	if v == compatLayout {
+	switch {
+	case v == compatLayout && !s.opts.migrating:
 		return fmt.Errorf("%w: namespace %q has layout v%d; this relay (v%d) reads its data as it is, but relays of "+
-			"v%d cannot read the job records it writes. Stop the v%d relays, then run `relay migrate`, which moves "+
-			"nothing and writes v%d into the layout record", ErrOlderLayout, s.opts.Namespace, v, LayoutVersion, v, v, LayoutVersion)
+			"v%d cannot read the job records it writes, and it places new sites balanced where they put them on a hash "+
+			"of the id. Stop the v%d relays, then run `relay migrate`, which moves no data: it pins every site with "+
+			"stored jobs to the shard holding them and writes v%d into the layout record", ErrOlderLayout, s.opts.Namespace, v, LayoutVersion, v, v, LayoutVersion)
+	case v == compatLayout:
+		// Migrate's own Store: it pins sites, then moves the record to v3.
+	case v > LayoutVersion:
+		return fmt.Errorf("layout: namespace %q has layout v%d, newer than this relay's v%d: run a relay of that version or later", s.opts.Namespace, v, LayoutVersion)
+	case v != LayoutVersion:
+		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d only (and moves v%d with `relay migrate`)", s.opts.Namespace, v, LayoutVersion, compatLayout)
 	}
-	if v != LayoutVersion {
-		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d only", s.opts.Namespace, v, LayoutVersion)
+	if s.k.shards == nil {
+		s.layoutV = v
 	}
 	if n < 1 || n > maxShards {
 		return fmt.Errorf("layout: namespace %q records %d shards (want 1-%d)", s.opts.Namespace, n, maxShards)
+	}
+	if s.k.shards != nil {
+		// Written again after a data loss (placement.go): the keys this
+		// Store built must still be the namespace's.
+		if n != len(s.k.shards) || !bytes.Equal(raw, s.k.salt) {
+			return fmt.Errorf("layout: namespace %q's record changed under a running relay (%d shards); restart the relays", s.opts.Namespace, n)
+		}
+		return nil
 	}
 	s.k = s.k.withLayout(n, raw)
 	return nil
@@ -92,15 +113,22 @@ type MigrateReport struct {
 	ByState  map[string]int64 // of them, by state
 	Presence int64            // v1 presence records (rebuilt by heartbeats)
 	Deleted  int              // v1 routing keys deleted
-	Written  bool             // the layout record was written
-	Upgraded bool             // a v2 record's version was rewritten (no data moved)
+	Written  bool             // the layout record was written (or moved to this version)
+	Upgraded bool             // a v2 record moved to v3 (no data moved)
+	From     int              // the layout version found (0: none, a new namespace)
+	// Pinned is how many sites with stored jobs a v2 namespace had that
+	// were pinned to the shard holding them (v2 to v3).
+	Pinned int
 }
 
-// Migrate moves a namespace to this layout. From v2 it only rewrites the
-// record's version (run it once every v2 relay is stopped). From the
-// single-slot layout (v1): pairing codes, the projection, approvals and the
-// policy keep their keys (they were fleet-wide in v1 and still are).
-// Routing state is not copied:
+// Migrate moves a namespace to this layout. From layout v2 it moves no
+// data (run it once every v2 relay is stopped): v3 reads v2's job records
+// and state sets as they are, and every site with a stored job is pinned
+// to the shard that holds it, after which new sites are placed balanced
+// (migratePlacement); the record then says v3, marked v2=1 (jobs may still
+// be counted in v2's state sets). From the single-slot layout (v1):
+// pairing codes, the projection, approvals and the policy keep their keys
+// (they were fleet-wide in v1 and still are). Routing state is not copied:
 // jobs are short-lived (a deadline of minutes), so the namespace is drained
 // instead. While any v1 job is stored Migrate only reports them and writes
 // nothing, unless dropJobs; presence needs no draining, since the daemon
@@ -113,22 +141,18 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 	if err != nil {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
-	if v, err := c.Do(ctx, c.B().Hget().Key(k.layout()).Field("version").Build()).ToString(); err == nil {
-		if v != strconv.Itoa(compatLayout) {
-			return rep, nil // already in this layout
+	if v, err := c.Do(ctx, c.B().Hget().Key(k.layout()).Field("version").Build()).AsInt64(); err == nil {
+		rep.From = int(v)
+		if v == compatLayout {
+			rep, err = migratePlacement(ctx, c, namespace, rep)
+			rep.Upgraded = err == nil && rep.Written
+			return rep, err
 		}
-		// v2 → v3: the same keys; v3 reads v2 records and state sets as
-		// they are (lib/blob.lua, move_state), so only the version changes.
-		// v2 marks that jobs may still be counted in v2's state sets.
-		if err := c.Do(ctx, c.B().Hset().Key(k.layout()).FieldValue().FieldValue("v2", "1").
-			FieldValue("version", strconv.Itoa(LayoutVersion)).Build()).Error(); err != nil {
-			return rep, fmt.Errorf("migrate: write version: %w", err)
-		}
-		rep.Upgraded, rep.Written = true, true
-		return rep, nil
+		return rep, nil // already in this layout
 	} else if !valkey.IsValkeyNil(err) {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
+	rep.From = 1
 	if rep.Jobs, err = c.Do(ctx, c.B().Zcard().Key(k.p+"all").Build()).AsInt64(); err != nil {
 		return rep, fmt.Errorf("migrate: count jobs: %w", err)
 	}
@@ -176,5 +200,68 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
 	rep.Written = s.Shards() > 0
+	return rep, nil
+}
+
+// migratePlacement moves a v2 namespace to v3. Relays of layout v2 compute
+// a site's shard from its id and know no placement record, so it must run
+// once none is left (their replacements record every site they meet, on
+// the same hash shard). Each shard's job index names the sites with stored
+// jobs there; each is pinned to that shard if it has no record yet, and the
+// record moves to v3 in the last placement script, so a site placed by a
+// running relay meanwhile keeps its shard too. A site whose jobs lie on two
+// shards, or away from its record, is refused: nothing is written.
+func migratePlacement(ctx context.Context, c valkey.Client, namespace string, rep MigrateReport) (MigrateReport, error) {
+	s, err := New(ctx, c, Options{Namespace: namespace, Logger: slog.New(slog.DiscardHandler), migrating: true})
+	if err != nil {
+		return rep, fmt.Errorf("migrate: %w", err)
+	}
+	pins := map[string]int{}
+	for sh := range s.k.shards {
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Zscan().Key(s.k.all(sh)).Cursor(cursor).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return rep, fmt.Errorf("migrate: jobs of shard %d: %w", sh, err)
+			}
+			for i := 0; i < len(e.Elements); i += 2 {
+				rep.Jobs++
+				eS, _, ok := strings.Cut(e.Elements[i], ":")
+				raw, err := base64.RawURLEncoding.DecodeString(eS)
+				if !ok || err != nil {
+					return rep, fmt.Errorf("migrate: shard %d holds a job member %q this relay cannot read", sh, e.Elements[i])
+				}
+				site := string(raw)
+				if was, seen := pins[site]; seen && was != sh {
+					return rep, fmt.Errorf("migrate: site %q has jobs on shards %d and %d; nothing written", site, was, sh)
+				}
+				pins[site] = sh
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	sites := make([]string, 0, len(pins))
+	for site := range pins {
+		sites = append(sites, site)
+	}
+	sort.Strings(sites)
+	// Sites already recorded keep their record; check it agrees first.
+	if len(sites) > 0 {
+		if _, err := s.place(ctx, sites, pins, false); err != nil {
+			return rep, fmt.Errorf("migrate: %w", err)
+		}
+		for _, site := range sites {
+			if got := s.k.siteShard(site); got != pins[site] {
+				return rep, fmt.Errorf("migrate: site %q is recorded on shard %d but has jobs on shard %d; nothing moved to v%d", site, got, pins[site], LayoutVersion)
+			}
+		}
+	}
+	v, err := s.place(ctx, nil, nil, true)
+	if err != nil {
+		return rep, fmt.Errorf("migrate: %w", err)
+	}
+	rep.Pinned, rep.Written = len(sites), v == LayoutVersion
 	return rep, nil
 }

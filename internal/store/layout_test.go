@@ -64,6 +64,7 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 	slots := map[uint16]int{}
 	for i := range 64 {
 		id := fmt.Sprintf("{same}%d", i)
+		placedShard(h.s, id)
 		slots[keyHashSlot(h.s.k.job(id, "j"))]++
 		slots[keyHashSlot(h.s.k.presence(id))]++
 	}

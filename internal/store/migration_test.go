@@ -292,7 +292,7 @@ func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
 	// A runner on the site's shard: every script below runs on one slot.
 	rid := ""
 	for i := 0; rid == ""; i++ {
-		if id := fmt.Sprint("runner_m", i); s.k.runnerShard(id) == s.k.siteShard(site) {
+		if id := fmt.Sprint("runner_m", i); s.k.runnerShard(id) == placedShard(s, site) {
 			rid = id
 		}
 	}

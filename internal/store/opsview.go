@@ -53,8 +53,12 @@ func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxP
 	if err := s.checkID("site id", siteID); err != nil {
 		return SiteStates{}, fmt.Errorf("ops site: %w", err)
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return SiteStates{}, fmt.Errorf("ops site: %w", err)
+	}
 	eS := enc(siteID)
-	keys := []string{s.k.siteLive(siteID), s.k.awaiting(siteID), s.k.finished(siteID)}
+	keys := []string{k.siteLive(siteID), k.awaiting(siteID), k.finished(siteID)}
 	var out SiteStates
 	cursor := "0"
 	for {
@@ -108,10 +112,14 @@ func (s *Store) OpsChurn(ctx context.Context, siteID string, owners []string) (m
 	if err := s.checkID("site id", siteID); err != nil {
 		return nil, fmt.Errorf("ops churn: %w", err)
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("ops churn: %w", err)
+	}
 	// Churn notes live on the site's shard, beside its jobs.
 	keys := make([]string, len(owners))
 	for i, o := range owners {
-		keys[i] = s.k.sp(siteID) + "churn:" + enc(siteID) + ":" + enc(o)
+		keys[i] = k.sp(siteID) + "churn:" + enc(siteID) + ":" + enc(o)
 	}
 	msg, err := s.run(ctx, scOpsChurn, keys)
 	if err != nil {

@@ -47,6 +47,7 @@ var (
 	scPairingPut      = Script{Name: "pairing_put", ReadOnly: false}
 	scPairingShow     = Script{Name: "pairing_show", ReadOnly: false}
 	scPendingPage     = Script{Name: "pending_page", ReadOnly: true}
+	scPlace           = Script{Name: "place", ReadOnly: false}
 	scPresenceAll     = Script{Name: "presence_all", ReadOnly: false}
 	scPresenceByOwner = Script{Name: "presence_by_owner", ReadOnly: false}
 	scPresenceDrop    = Script{Name: "presence_drop", ReadOnly: false}
@@ -92,6 +93,7 @@ var Scripts = []Script{
 	scPairingPut,
 	scPairingShow,
 	scPendingPage,
+	scPlace,
 	scPresenceAll,
 	scPresenceByOwner,
 	scPresenceDrop,

@@ -88,7 +88,13 @@ func (s *Store) SiteUse(ctx context.Context, siteIDs []string) (map[string]SiteU
 		if err := s.checkID("site id", id); err != nil {
 			return nil, fmt.Errorf("site use: %w", err)
 		}
-		cmds = append(cmds, s.c.B().Scard().Key(s.k.siteLive(id)).Build(), s.c.B().Get().Key(s.k.siteBytes(id)).Build())
+	}
+	k, err := s.siteKeys(ctx, siteIDs...)
+	if err != nil {
+		return nil, fmt.Errorf("site use: %w", err)
+	}
+	for _, id := range siteIDs {
+		cmds = append(cmds, s.c.B().Scard().Key(k.siteLive(id)).Build(), s.c.B().Get().Key(k.siteBytes(id)).Build())
 	}
 	if len(cmds) == 0 {
 		return out, nil

@@ -166,6 +166,10 @@ func TestSiteEnqueueRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 2, Burst: 3}}}})
 		h.s.SetClockOffset(0)
+		// Placed first: the bucket refills in real time too, and a site's
+		// first enqueue also places it (one script more).
+		placedShard(h.s, site)
+		placedShard(h.s, siteB)
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("a", i), "alice")
 		}

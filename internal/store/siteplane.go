@@ -52,8 +52,12 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 	if err := s.checkID("site id", siteID); err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("pending jobs: %w", err)
+	}
 	out := []PendingJob{}
-	err := s.pages(ctx, scPendingPage, s.k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
+	err = s.pages(ctx, scPendingPage, k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
 		func(items []valkey.ValkeyMessage) error {
 			if len(items)%6 != 0 {
 				return fmt.Errorf("pending page of %d items", len(items))
@@ -174,8 +178,12 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	if err := s.checkID("site id", siteID); err != nil {
 		return nil, fmt.Errorf("result jobs: %w", err)
 	}
+	k, err := s.siteKeys(ctx, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("result jobs: %w", err)
+	}
 	eS := enc(siteID)
-	list, epoch, err := s.finishedIndex(ctx, siteID)
+	list, epoch, err := s.finishedIndex(ctx, k, siteID)
 	if err != nil {
 		return nil, fmt.Errorf("result jobs: %w", err)
 	}
@@ -197,7 +205,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 		for _, i := range missing[:n] {
 			args = append(args, list[i].eJ, list[i].seq)
 		}
-		msg, err := s.run(ctx, scResultsGet, []string{s.k.finished(siteID)}, args...)
+		msg, err := s.run(ctx, scResultsGet, []string{k.finished(siteID)}, args...)
 		if err != nil {
 			return nil, fmt.Errorf("result jobs: %w", err)
 		}
@@ -246,13 +254,13 @@ type listed struct{ eJ, seq string }
 // finishedIndex reads the site's finished index in pages, with the epoch
 // every page named. A page naming another epoch than the first means Valkey
 // lost its data mid-read; the read starts again, a bounded number of times.
-func (s *Store) finishedIndex(ctx context.Context, siteID string) ([]listed, string, error) {
+func (s *Store) finishedIndex(ctx context.Context, k keys, siteID string) ([]listed, string, error) {
 	limit := s.limits.resultsEntries
 	for attempt := 0; ; attempt++ {
 		var list []listed
 		epoch, after, changed := "", "-inf", false
 		for page := 0; ; page++ {
-			msg, err := s.run(ctx, scResultsPage, []string{s.k.finished(siteID), s.k.epoch(s.k.siteShard(siteID))}, after, strconv.Itoa(limit))
+			msg, err := s.run(ctx, scResultsPage, []string{k.finished(siteID), k.epoch(k.siteShard(siteID))}, after, strconv.Itoa(limit))
 			if err != nil {
 				return nil, "", err
 			}

@@ -113,6 +113,10 @@ type Options struct {
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
 	ResultCacheBytes int
+
+	// migrating lets Migrate's own Store open a namespace of the older
+	// layout it is about to move (loadLayout refuses it otherwise).
+	migrating bool
 }
 
 func (o Options) withDefaults() Options {
@@ -181,6 +185,10 @@ type Store struct {
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
 	epochN    atomic.Uint64
+	// topo: the cluster slot map, as placement reads it (placement.go).
+	topo topology
+	// layoutV is the layout version read at start (2 or LayoutVersion).
+	layoutV int
 }
 
 // epochCandidate is the epoch the next enqueue writes if the namespace has

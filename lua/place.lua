@@ -1,0 +1,133 @@
+-- place: the shard of each named site, placing the ones that have none.
+-- A placement is written once and never changed (the record is the only
+-- truth; replicas cache it for good), so a site's keys never split over
+-- two shards.
+--
+-- Fleet-wide: every key lives on "<ns>:{<ns>}:", beside the layout record
+-- that says how new sites are placed (internal/store/placement.go).
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+--
+-- KEYS[1]  layout  HASH  version, shards, salt
+-- KEYS[2]  place   HASH  site id (raw) -> shard index
+-- KEYS[3]  placen  HASH  shard index -> sites placed there
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  shards (the layout record's count)
+-- ARGV[5]  the primary each shard's slot is on, one small number per shard,
+--          comma-separated ("0,0,1,..."; all "0" on a single node)
+-- ARGV[6]  most sites the record holds
+-- ARGV[7]  "1": after placing, move a layout v2 record to v3, marked v2=1 (relay migrate)
+-- ARGV[8..] triples: site id, its hash shard (HMAC, from Go), pin ("" or a
+--          shard index the site must take when it has none yet)
+-- Reply: {version, shard1, shard2, ...}: the layout version in force (after
+--        ARGV[7]) and each site's shard, in ARGV order; -1 for a site that
+--        has none and did not fit under ARGV[6]
+--
+-- How a site with no placement is placed:
+--   a pin                 -> the pinned shard (relay migrate; tests)
+--   layout v2             -> its hash shard: what relays of layout v2, which
+--                            know no record, compute for it, so old and new
+--                            relays agree during a rolling upgrade
+--   layout v3             -> balanced: the primary with the fewest sites,
+--                            then its shard with the fewest sites, ties to
+--                            the lowest number (a round robin over shards
+--                            on a single node)
+
+local n = tonumber(ARGV[4])
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then
+  return redis.error_reply('ERR relay: no layout record')
+end
+if tonumber(redis.call('HGET', KEYS[1], 'shards')) ~= n then
+  return redis.error_reply('ERR relay: shard count differs from the layout record')
+end
+
+local group = {}
+local i = 0
+for g in string.gmatch(ARGV[5], '[^,]+') do
+  group[i] = tonumber(g)
+  i = i + 1
+end
+if i ~= n then
+  return redis.error_reply('ERR relay: ARGV[5] names ' .. i .. ' shards, want ' .. n)
+end
+
+-- Per-shard counts, read once and kept current below.
+local count = nil
+local function counts()
+  if count then
+    return count
+  end
+  count = {}
+  local f = {}
+  for s = 0, n - 1 do
+    f[#f + 1] = tostring(s)
+  end
+  local v = redis.call('HMGET', KEYS[3], unpack(f))
+  for s = 0, n - 1 do
+    count[s] = tonumber(v[s + 1]) or 0
+  end
+  return count
+end
+
+local function balanced()
+  local c = counts()
+  local per = {}
+  for s = 0, n - 1 do
+    per[group[s]] = (per[group[s]] or 0) + c[s]
+  end
+  local best = nil
+  for g, total in pairs(per) do
+    if best == nil or total < per[best] or (total == per[best] and g < best) then
+      best = g
+    end
+  end
+  local pick = nil
+  for s = 0, n - 1 do
+    if group[s] == best and (pick == nil or c[s] < c[pick]) then
+      pick = s
+    end
+  end
+  return pick
+end
+
+local size = nil
+local out = {}
+for a = 8, #ARGV, 3 do
+  local site, hashed, pin = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local got = redis.call('HGET', KEYS[2], site)
+  if got then
+    out[#out + 1] = tonumber(got)
+  else
+    size = size or redis.call('HLEN', KEYS[2])
+    if size >= tonumber(ARGV[6]) then
+      out[#out + 1] = -1
+    else
+      local s
+      if pin ~= '' then
+        s = tonumber(pin)
+      elseif version == '2' then
+        s = hashed
+      else
+        s = balanced()
+      end
+      if s == nil or s < 0 or s >= n then
+        return redis.error_reply('ERR relay: placement out of range')
+      end
+      redis.call('HSET', KEYS[2], site, s)
+      redis.call('HINCRBY', KEYS[3], s, 1)
+      local c = counts()
+      c[s] = c[s] + 1
+      size = size + 1
+      out[#out + 1] = s
+    end
+  end
+end
+
+if ARGV[7] == '1' and version == '2' then
+  redis.call('HSET', KEYS[1], 'version', '3', 'v2', '1')
+  version = '3'
+end
+table.insert(out, 1, tonumber(version))
+return out
