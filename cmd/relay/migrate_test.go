@@ -57,7 +57,6 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	}
 }
 
-
 // A namespace whose layout record says v2 (the same keys, job records with
 // whole blobs) is refused with the way to move it; `relay migrate` rewrites
 // the version and the relay starts.
