@@ -164,10 +164,12 @@ func TestSiteBytesLimit(t *testing.T) {
 // The enqueue rate is a token bucket on the store's clock.
 func TestSiteEnqueueRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 2, Burst: 3}}}})
+		// One token per 100 s: the bucket also refills in real time, and
+		// at this rate the seconds a slow machine takes between steps are a
+		// hundredth of a token, never a whole one.
+		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 0.01, Burst: 3}}}})
 		h.s.SetClockOffset(0)
-		// Placed first: the bucket refills in real time too, and a site's
-		// first enqueue also places it (one script more).
+		// Placed first: a site's first enqueue also places it (one script more).
 		placedShard(h.s, site)
 		placedShard(h.s, siteB)
 		for i := range 3 {
@@ -177,10 +179,10 @@ func TestSiteEnqueueRate(t *testing.T) {
 		for i := range 20 {
 			h.enqueueStub(siteB, stub(fmt.Sprint("b", i), "bob")) // no limit there
 		}
-		h.s.AdvanceClock(500) // one token back at 2/s
+		h.s.AdvanceClock(100_000) // one token back at 0.01/s
 		h.enqueue("a3", "alice")
 		h.refusedEnqueue(site, stub("a4", "alice"), LimitRate)
-		h.s.AdvanceClock(60_000) // full again, never more than the burst
+		h.s.AdvanceClock(6_000_000) // full again, never more than the burst
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("c", i), "alice")
 		}

@@ -137,7 +137,7 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 	withView(t, a)
 	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
 	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
-	sh := a.k.siteShard(site)
+	sh := placedShard(a, site)
 	busy := sameShardSite(a, site)
 	d1 := []func(*ClaimInput){runner("d1"), routes([]string{site}, []string{"alice"})}
 	d2 := []func(*ClaimInput){runner("d2"), deviceOwner("bob"), routes([]string{site}, []string{"bob"})}
