@@ -33,7 +33,10 @@ type runner struct {
 	byKeyID map[string]*site
 	devices map[string]*daemon // by identity public key
 	jobs    sync.Map           // job id -> *job
-	prompt  string             // random text prompts are cut from
+	// verified holds the device key sets (protocol.PublicIdentity) whose
+	// encryption key signature has been checked.
+	verified sync.Map
+	prompt   string // random text prompts are cut from
 
 	attempted, enqueued, enqueueFailed       atomic.Int64
 	collected, integrity, foreign            atomic.Int64
@@ -970,12 +973,27 @@ func (r *runner) pendingOnce(ctx context.Context, s *site, seal func(func())) {
 			continue
 		}
 		d := r.devices[p.Device.Identity]
-		if d == nil || d.runnerID != p.RunnerID || !envelope.VerifyPublicIdentity(p.Device) {
+		if d == nil || d.runnerID != p.RunnerID || !r.deviceVerified(p.Device) {
 			r.integrityFailure(j, "pending: %s names device %s (runner %s) that is not the paired one", p.JobID, envelope.KeyID(p.Device.Identity), p.RunnerID)
 			continue
 		}
 		seal(func() { r.seal(ctx, s, j, p.Device, p.RunnerID, p.LeaseID) })
 	}
+}
+
+// deviceVerified checks the key set a pending entry names, once per
+// distinct key set: a site that has checked a device's encryption key
+// signature need not check the same bytes again for every job (it was one
+// Ed25519 verification per job of the load generator's own CPU).
+func (r *runner) deviceVerified(p protocol.PublicIdentity) bool {
+	if _, ok := r.verified.Load(p); ok {
+		return true
+	}
+	if !envelope.VerifyPublicIdentity(p) {
+		return false
+	}
+	r.verified.Store(p, true)
+	return true
 }
 
 func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.PublicIdentity, runnerID, leaseID string) {
