@@ -98,10 +98,16 @@ func TestSustained(t *testing.T) {
 		{"refused", "2 enqueues refused", func(r *Report) { r.Jobs.EnqueueFailed = 2 }},
 		{"errors", "4 unexpected answers", func(r *Report) { r.Errors = 4 }},
 		{"offered short", "offered 90.0 jobs/s of 100.0", func(r *Report) { r.OfferedPerSecond = 90 }},
+		{"poisson offered short, on time", "", func(r *Report) { r.OfferedPerSecond, r.Settings.Arrivals = 90, ArrivalsPoisson }},
+		{"behind schedule", "fell behind", func(r *Report) { r.ArrivalLag = Latency{P99Ms: 150} }},
 	} {
 		r := clean()
 		tc.spoil(r)
-		if ok, why := r.Sustained(time.Second); ok || !strings.Contains(why, tc.want) {
+		if ok, why := r.Sustained(time.Second); tc.want == "" {
+			if !ok {
+				t.Fatalf("%s: not sustained: %s", tc.name, why)
+			}
+		} else if ok || !strings.Contains(why, tc.want) {
 			t.Fatalf("%s: %v %q, want a reason containing %q", tc.name, ok, why, tc.want)
 		}
 	}

@@ -45,6 +45,11 @@ type runner struct {
 	cancelled, settled, grantsSeen           atomic.Int64
 	abandoned, grantsVerified                atomic.Int64
 
+	// arrivalLag is how late the open loop sent each job after its
+	// scheduled arrival: a load generator that cannot keep its schedule is
+	// measuring itself.
+	arrivalLag samples
+
 	problemsMu sync.Mutex
 	problems   []string
 
@@ -436,6 +441,7 @@ func (r *runner) openLoop(ctx, reqCtx context.Context) {
 		if !ok {
 			break
 		}
+		r.arrivalLag.add(max(0, time.Since(start.Add(time.Duration(at)))))
 		wg.Add(1)
 		go func() { defer wg.Done(); r.enqueue(reqCtx, n) }()
 		if r.cfg.Arrivals == ArrivalsPoisson {

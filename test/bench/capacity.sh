@@ -153,7 +153,7 @@ start_target() {
   for i in $(seq 1 "$n"); do
     outf=$OUT/cap-$target-$ns-r$i.stdout
     RELAY_VALKEY_URL=$url RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
-      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=5000 \
+      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
       "$BIN/relay-$kind" >"$outf" 2>"$OUT/cap-$target-$ns-r$i.log" &
     PIDS+=($!); STARTED+=($!)
     for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
