@@ -4,6 +4,9 @@
 #   test/bench/capacity.sh                    # full run (about 15 minutes)
 #   BENCH_QUICK=1 test/bench/capacity.sh      # short run (about 4 minutes)
 #   OLD_REV=<rev> CLUSTER_BASE_PORT=7390 test/bench/capacity.sh
+#   BENCH_SMOKE=1 BENCH_OUT=/tmp/x test/bench/capacity.sh   # seconds-long runs that only prove the method works
+#                                                        # (OLD_REV defaults to HEAD, no reference, no cluster;
+#                                                        # test/bench/capacity_test.go runs it)
 #
 # The relay built from OLD_REV (default 397c753, "before") and the relay of
 # this tree ("after") are measured side by side, runs interleaved (old, new,
@@ -40,26 +43,34 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-OUT=$ROOT/test/bench/out
+OUT=${BENCH_OUT:-$ROOT/test/bench/out}
 BIN=$OUT/bin
 mkdir -p "$OUT" "$BIN"
+OUT=$(cd "$OUT" && pwd)
 rm -rf "$OUT"/cap-* "$OUT"/capacity.md "$OUT"/capacity.json
 
 export PATH="/usr/local/go/bin:$PATH"
-OLD_REV=${OLD_REV:-397c753}
 QUICK=${BENCH_QUICK:-0}
+SMOKE=${BENCH_SMOKE:-0}
+if [ "$SMOKE" = 1 ]; then OLD_REV=${OLD_REV:-HEAD}; else OLD_REV=${OLD_REV:-397c753}; fi
 TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 CLK_TCK=$(getconf CLK_TCK)
 export CLUSTER_BASE_PORT=${CLUSTER_BASE_PORT:-7390} CLUSTER_REPLICAS=0 CLUSTER_DIR=$OUT/cap-cluster-nodes
 
-if [ "$QUICK" = 1 ]; then
-  RATES=50,100,200,400,800; STEP=4s; COST_FOR=8s; IDLE_FOR=20s; IDLE_DAEMONS=${IDLE_DAEMONS:-400}
+VERIFY_ARGS=(-n 3000 -reps 5)
+if [ "$SMOKE" = 1 ]; then
+  RATES=5,10; STEP=2s; COST_FOR=2s; IDLE_FOR=3s; IDLE_DAEMONS=${IDLE_DAEMONS:-20}; COST_RATE=${COST_RATE:-5}
+  TARGETS=(new-1); MEM_ARGS=(-sizes 200 -claims 5 -sweep-jobs 100 -mem-jobs 100); VERIFY_ARGS=(-n 300 -reps 3)
+elif [ "$QUICK" = 1 ]; then
+  RATES=20,40,80,160,320,640; STEP=4s; COST_FOR=8s; COST_RATE=${COST_RATE:-60}; IDLE_FOR=20s; IDLE_DAEMONS=${IDLE_DAEMONS:-400}
   TARGETS=(reference old-1 new-1 new-3 new-cluster); MEM_ARGS=(-sizes 5000 -claims 10 -sweep-jobs 1000 -mem-jobs 1000)
 else
-  RATES=25,50,100,200,400,800,1600; STEP=8s; COST_FOR=20s; IDLE_FOR=45s; IDLE_DAEMONS=${IDLE_DAEMONS:-400}
+  RATES=10,20,40,80,160,320,640,1280; STEP=8s; COST_FOR=20s; IDLE_FOR=45s; IDLE_DAEMONS=${IDLE_DAEMONS:-400}
   TARGETS=(reference old-1 new-1 old-3 new-3 old-cluster new-cluster); MEM_ARGS=(-sizes 20000 -claims 20 -sweep-jobs 2000 -mem-jobs 2000)
 fi
-export COST_RATE=${COST_RATE:-40}
+# The cost runs' rate: near what run.sh's closed loop carried, so the
+# aggressive profile's idle polling is spread over as many jobs as there.
+export COST_RATE=${COST_RATE:-100}
 MAX_P99=${MAX_P99:-1s}
 # The standard load of test/bench/run.sh, in the open loop.
 STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -profile aggressive -arrivals poisson
@@ -129,7 +140,7 @@ valkey_stats() {
   done
   echo "{\"cpu\": $cpu, \"scripts\": $scripts}"
 }
-verify_floor() { "$BIN/verifybench" -n 3000 -reps 5 >>"$OUT/cap-verify.jsonl"; }
+verify_floor() { "$BIN/verifybench" "${VERIFY_ARGS[@]}" >>"$OUT/cap-verify.jsonl"; }
 
 # start_target TARGET NS: starts the relays of a target; sets URLS, ADMIN, PIDS, VPORTS.
 start_target() {
