@@ -61,6 +61,7 @@ func run() int {
 	flag.StringVar(&c.Profile, "profile", loadgen.ProfileAggressive, `"aggressive": poll as fast as -claim-poll, -heartbeat, -pending-poll and -results-poll say; "real": daemons poll like the byollm 0.1.1 Runner (heartbeat+claim per tick, poll ladder up to -heartbeat, default 10s) and sites pump like the @byollm/server 0.1.1 cloud lane every -site-pump`)
 	flag.StringVar(&c.Arrivals, "arrivals", loadgen.ArrivalsEven, `open loop: "even" (one job every 1/rate) or "poisson" (exponential gaps)`)
 	flag.DurationVar(&c.SitePump, "site-pump", 0, "real profile: pause between a site's pump cycles (pending, seals, results; default 100ms)")
+	flag.BoolVar(&c.IdleStart, "idle-start", false, "real profile: daemons start as a long-idle fleet (top rung of the poll ladder, first tick at a random moment of the first heartbeat) instead of all at once")
 	flag.StringVar(&c.Pair, "pair", loadgen.PairFixture, `"fixture": fixture-shape POST /byollm/pair per daemon; "none": authenticate from the projection alone`)
 	flag.StringVar(&c.Projection, "projection", loadgen.ProjectionMerge, `"merge": POST /projection/merge (leaves other records alone); "put": PUT /projection (replaces everything)`)
 	flag.StringVar(&c.RunID, "run-id", "", "prefix of every site, owner and runner id (default: random)")

@@ -92,6 +92,11 @@ type Config struct {
 	Arrivals string
 	// SitePump is the pause between a real site's pump cycles.
 	SitePump time.Duration
+	// IdleStart starts the real profile's daemons as a fleet that has been
+	// idle a while: each on the ladder's top rung, its first tick at a
+	// random moment of the first heartbeat period, rather than all at once
+	// on the first rung as daemons that have just started.
+	IdleStart bool
 
 	Pair        string // PairFixture or PairNone
 	Projection  string // ProjectionMerge or ProjectionPut

@@ -64,6 +64,7 @@ type Settings struct {
 	DaemonSlots  int      `json:"daemonSlots"`
 	Pair         string   `json:"pair"`
 	Profile      string   `json:"profile"`
+	IdleStart    bool     `json:"idleStart"`
 	Arrivals     string   `json:"arrivals"`
 	Team         bool     `json:"team"`
 	Grants       bool     `json:"grants"`
@@ -168,7 +169,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 			Jobs: r.cfg.Jobs, Duration: r.cfg.Duration.String(), Rate: r.cfg.Rate, Concurrency: r.cfg.Concurrency,
 			PayloadChars: r.cfg.PayloadChars, TTL: r.cfg.TTL.String(), LeaseMs: r.cfg.LeaseMs, Heartbeat: r.cfg.Heartbeat.String(),
 			DaemonSlots: r.cfg.DaemonSlots, Pair: r.cfg.Pair, Team: r.cfg.Team, Grants: r.cfg.Grants,
-			Profile: r.cfg.Profile, Arrivals: r.cfg.Arrivals,
+			Profile: r.cfg.Profile, Arrivals: r.cfg.Arrivals, IdleStart: r.cfg.IdleStart,
 		},
 		EnqueueSeconds: round3(enqueueEnded.Sub(started).Seconds()),
 		Jobs:           jc,

@@ -636,6 +636,10 @@ func (r *runner) runnerLoop(ctx context.Context, d *daemon) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	step := 0
+	if r.cfg.IdleStart {
+		step = len(pollLadder) - 1
+		sleepCtx(ctx, rand.N(r.cfg.Heartbeat)) //nolint:gosec // phase
+	}
 	for ctx.Err() == nil {
 		r.heartbeat(ctx, d)
 		claimed := 0

@@ -29,8 +29,9 @@
 #    per signed request (utime+stime of the relay process), Valkey CPU per
 #    job (INFO cpu of the private server) and Lua scripts per job; the load
 #    generator's own CPU per job.
-# 3. 400 mostly idle daemons (real profile, one job a second): relay and
-#    Valkey CPU per request.
+# 3. 400 mostly idle daemons (real profile started as a long-idle fleet,
+#    loadgen -idle-start: each ticking about every 10 s; one job a second):
+#    relay and Valkey CPU per request.
 # 4. Valkey memory per queued and per finished job (storebench of each tree
 #    on the private server), less the finished job's envelope bytes.
 # 5. One Ed25519 request-signature check, CPU time, timed on this machine
@@ -213,7 +214,7 @@ cost() { # TARGET PROFILE
   if [ "$profile" = idle ]; then
     # Mostly idle: many real-profile daemons, one job a second.
     # One site pumping every second, so the daemons' requests dominate.
-    args=(-sites 1 -daemons "$IDLE_DAEMONS" -slots 2 -pair none -profile real -site-pump 1s -rate 1
+    args=(-sites 1 -daemons "$IDLE_DAEMONS" -slots 2 -pair none -profile real -idle-start -site-pump 1s -rate 1
           -duration "$IDLE_FOR" -drain 20s -ttl 60s -quiet)
   fi
   r0=$(cpu_ticks "${PIDS[@]}"); v0=$(valkey_stats "${VPORTS[@]}")
