@@ -8,8 +8,11 @@ import (
 )
 
 // registerPprof serves Go's runtime profiles under /debug/pprof/ behind the
-// admin token, so an operator can profile a live replica
-// (go tool pprof -http : -H "Authorization: Bearer $TOKEN" http://relay-admin:8081/debug/pprof/profile?seconds=30).
+// admin token, so an operator can profile a live replica:
+//
+//	curl -H "Authorization: Bearer $RELAY_ADMIN_TOKEN" -o cpu.pprof 'http://relay-admin:8081/debug/pprof/profile?seconds=30'
+//	go tool pprof -http : cpu.pprof
+//
 // The handlers come from net/http/pprof; mounting them on echo (not on
 // http.DefaultServeMux, which nothing serves) keeps them behind requireToken.
 // A CPU profile holds its request for the seconds asked; the admin listener
