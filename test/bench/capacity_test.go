@@ -62,8 +62,8 @@ func TestCapacitySmoke(t *testing.T) {
 			} `json:"steps"`
 		} `json:"ramps"`
 		Costs map[string]struct {
-			Jobs              int64    `json:"jobs"`
-			Requests          int64    `json:"requests"`
+			Jobs              float64  `json:"jobs"`
+			Requests          float64  `json:"requests"`
 			RelayUsPerRequest *float64 `json:"relayUsPerRequest"`
 			RelayMsPerJob     *float64 `json:"relayMsPerJob"`
 			ValkeyMsPerJob    *float64 `json:"valkeyMsPerJob"`
@@ -106,7 +106,7 @@ func TestCapacitySmoke(t *testing.T) {
 			t.Fatalf("cost run %s: relay %v ms/job, %v scripts/job", name, *c.RelayMsPerJob, *c.ScriptsPerJob)
 		}
 		// Per request and per job are the same CPU over different counts.
-		if got, want := *c.RelayUsPerRequest*float64(c.Requests), *c.RelayMsPerJob*1000*float64(c.Jobs); got < want*0.999 || got > want*1.001 {
+		if got, want := *c.RelayUsPerRequest*c.Requests, *c.RelayMsPerJob*1000*c.Jobs; got < want*0.999 || got > want*1.001 {
 			t.Fatalf("cost run %s: per-request and per-job figures disagree (%v vs %v µs)", name, got, want)
 		}
 	}
