@@ -99,7 +99,8 @@ func TestSustained(t *testing.T) {
 		{"errors", "4 unexpected answers", func(r *Report) { r.Errors = 4 }},
 		{"offered short", "offered 90.0 jobs/s of 100.0", func(r *Report) { r.OfferedPerSecond = 90 }},
 		{"poisson offered short, on time", "", func(r *Report) { r.OfferedPerSecond, r.Settings.Arrivals = 90, ArrivalsPoisson }},
-		{"behind schedule", "fell behind", func(r *Report) { r.ArrivalLag = Latency{P99Ms: 150} }},
+		{"behind schedule", "fell behind", func(r *Report) { r.ArrivalLag = Latency{P90Ms: 150, P99Ms: 300} }},
+		{"one pause", "", func(r *Report) { r.ArrivalLag = Latency{P90Ms: 20, P99Ms: 150} }},
 	} {
 		r := clean()
 		tc.spoil(r)

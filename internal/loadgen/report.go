@@ -223,15 +223,18 @@ func (rep *Report) OK() bool {
 	return j.Lost == 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0 && j.Collected+j.Cancelled == j.Enqueued && j.Enqueued > 0
 }
 
-// maxArrivalLagMs is how late (p99) the open loop may send jobs after their
-// scheduled arrival before a step counts as not offered.
+// maxArrivalLagMs is how late (p90) the open loop may send jobs after their
+// scheduled arrival before a step counts as not offered. p90, not p99: one
+// pause of the whole process (the machine busy elsewhere) delays only the
+// few arrivals due during it, while a load generator short of CPU falls
+// behind on most of them.
 const maxArrivalLagMs = 100
 
 // Sustained reports whether an open-loop run kept up with what it was
 // offered, and if not, why: every enqueued job collected with nothing lost,
 // run twice or refused, no unexpected answer, end-to-end p99 within maxP99,
 // and the offered rate achieved: within 5% for even arrivals, and for both
-// processes jobs sent no more than maxArrivalLagMs late (p99).
+// processes jobs sent no more than maxArrivalLagMs late (p90).
 func (rep *Report) Sustained(maxP99 time.Duration) (bool, string) {
 	j := rep.Jobs
 	var why []string
@@ -252,8 +255,8 @@ func (rep *Report) Sustained(maxP99 time.Duration) (bool, string) {
 	if rate := rep.Settings.Rate; rate > 0 && rep.Settings.Arrivals != ArrivalsPoisson && rep.OfferedPerSecond < 0.95*rate {
 		why = append(why, fmt.Sprintf("offered %.1f jobs/s of %.1f asked", rep.OfferedPerSecond, rate))
 	}
-	if rep.ArrivalLag.P99Ms > maxArrivalLagMs {
-		why = append(why, fmt.Sprintf("jobs sent up to %.0f ms late (p99) after their scheduled arrival: the load generator fell behind", rep.ArrivalLag.P99Ms))
+	if rep.ArrivalLag.P90Ms > maxArrivalLagMs {
+		why = append(why, fmt.Sprintf("jobs sent %.0f ms late (p90) after their scheduled arrival: the load generator fell behind", rep.ArrivalLag.P90Ms))
 	}
 	if len(why) > 0 {
 		return false, strings.Join(why, "; ")

@@ -363,7 +363,7 @@ L = [f"# Capacity and cost per unit: {old_rev} (old) and {new_rev} (new)\n",
      f"**{v_us:.1f} µs** (protocol.VerifyRequest, the relay's whole check: {vr_us:.1f} µs).\n",
      "## Highest sustained rate (open loop, Poisson arrivals, aggressive profile)\n",
      f"A step is sustained when every job is collected, nothing is lost, run twice or refused, end-to-end p99 ≤ {max_p99}, "
-     "and the load generator kept its arrival schedule (p99 of how late a job went out ≤ 100 ms).\n",
+     "and the load generator kept its arrival schedule (p90 of how late a job went out ≤ 100 ms).\n",
      "| target | highest sustained jobs/s | vs reference | e2e p50 / p99 ms there | loadgen CPU ms / job there | first not sustained | why | load avg |",
      "|---|---|---|---|---|---|---|---|"]
 ref = ramps.get("reference", {}).get("highest") or None
