@@ -16,7 +16,8 @@
 # 1. Capacity: an open-loop ramp (loadgen -ramp: Poisson arrivals at each
 #    rate for a fixed time, rates doubling) per target until a step is not
 #    sustained: end-to-end p99 over 1 s, anything lost, refused or answered
-#    unexpectedly, or the offered rate not achieved; then one step halfway
+#    unexpectedly, or the load generator behind its own schedule (p90 of how
+#    late jobs went out over 100 ms); then one step halfway
 #    between the last rate sustained and the first not. Targets: the
 #    reference (@byollm/relay@0.1.1 under Node), old and new with 1 replica,
 #    with 3 replicas on one Valkey, and with 3 replicas on a 3-primary Valkey
