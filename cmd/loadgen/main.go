@@ -15,8 +15,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/byollm/relay-go/internal/loadgen"
 )
@@ -32,6 +35,9 @@ func run() int {
 		admin    = flag.String("admin", "http://127.0.0.1:8081", "comma-separated projection admin base URLs; the projection is sent to each")
 		jsonOut  = flag.String("json", "", "also write the report as JSON to this file")
 		quiet    = flag.Bool("quiet", false, "no live progress line")
+		ramp     = flag.String("ramp", "", "comma-separated ascending rates (jobs/s): one open-loop run of -duration (or -jobs) per rate, stopping after the first the relay does not sustain; the report is the ramp's")
+		maxP99   = flag.Duration("max-p99", time.Second, "ramp: a step whose end-to-end p99 is over this is not sustained")
+		cpuProf  = flag.String("cpuprofile", "", "write this process's CPU profile (pprof) to this file")
 	)
 	flag.StringVar(&c.AdminToken, "admin-token", os.Getenv("RELAY_ADMIN_TOKEN"), "admin bearer token (default $RELAY_ADMIN_TOKEN)")
 	flag.StringVar(&c.BasePath, "base-path", "/byollm", "daemon plane mount path")
@@ -52,6 +58,10 @@ func run() int {
 	flag.DurationVar(&c.FetchPoll, "fetch-poll", 0, "daemon's pause between not-ready fetches (default 10ms)")
 	flag.DurationVar(&c.PendingPoll, "pending-poll", 0, "site's period for GET pending (default 20ms)")
 	flag.DurationVar(&c.ResultsPoll, "results-poll", 0, "site's period for GET results (default 100ms)")
+	flag.StringVar(&c.Profile, "profile", loadgen.ProfileAggressive, `"aggressive": poll as fast as -claim-poll, -heartbeat, -pending-poll and -results-poll say; "real": daemons poll like the byollm 0.1.1 Runner (heartbeat+claim per tick, poll ladder up to -heartbeat, default 10s) and sites pump like the @byollm/server 0.1.1 cloud lane every -site-pump`)
+	flag.StringVar(&c.Arrivals, "arrivals", loadgen.ArrivalsEven, `open loop: "even" (one job every 1/rate) or "poisson" (exponential gaps)`)
+	flag.DurationVar(&c.SitePump, "site-pump", 0, "real profile: pause between a site's pump cycles (pending, seals, results; default 100ms)")
+	flag.BoolVar(&c.IdleStart, "idle-start", false, "real profile: daemons start as a long-idle fleet (top rung of the poll ladder, first tick at a random moment of the first heartbeat) instead of all at once")
 	flag.StringVar(&c.Pair, "pair", loadgen.PairFixture, `"fixture": fixture-shape POST /byollm/pair per daemon; "none": authenticate from the projection alone`)
 	flag.StringVar(&c.Projection, "projection", loadgen.ProjectionMerge, `"merge": POST /projection/merge (leaves other records alone); "put": PUT /projection (replaces everything)`)
 	flag.StringVar(&c.RunID, "run-id", "", "prefix of every site, owner and runner id (default: random)")
@@ -72,6 +82,20 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "loadgen: cpu profile: %v\n", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *ramp != "" {
+		return runRamp(ctx, c, *ramp, *maxP99, *jsonOut)
+	}
 	var progress *os.File
 	if !*quiet && loadgen.IsTerminal(os.Stderr) {
 		progress = os.Stderr
@@ -100,6 +124,39 @@ func run() int {
 	}
 	if !rep.OK() {
 		return 1
+	}
+	return 0
+}
+
+// runRamp runs the ramp and prints one line per step and the verdict.
+// Exit status 0 when it ran (whatever the highest rate), 2 on a setup error.
+func runRamp(ctx context.Context, c loadgen.Config, list string, maxP99 time.Duration, jsonOut string) int {
+	var rates []float64
+	for _, p := range splitList(list) {
+		r, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "loadgen: -ramp: %q is not a rate\n", p)
+			return 2
+		}
+		rates = append(rates, r)
+	}
+	rep, err := loadgen.Ramp(ctx, c, rates, maxP99, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
+		if rep == nil || len(rep.Steps) == 0 {
+			return 2
+		}
+	}
+	fmt.Printf("highest sustained: %g jobs/s (first not sustained: %g; p99 limit %s)\n", rep.Highest, rep.Limit, maxP99)
+	if jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(jsonOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "loadgen: write %s: %v\n", jsonOut, err)
+			return 2
+		}
 	}
 	return 0
 }

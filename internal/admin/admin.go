@@ -37,6 +37,10 @@
 //	PUT  /policy             replace it with the body (a whole policy document)
 //	POST /policy/merge       upsert the body's entries, withdraw its "revoke" list
 //	GET  /policy/status      version, and where the policy and the projection disagree
+//
+// Go's runtime profiles (pprof.go), behind the token like everything else:
+//
+//	GET  /debug/pprof/...    net/http/pprof (profile, heap, allocs, goroutine, trace, ...)
 package admin
 
 import (
@@ -168,6 +172,7 @@ func New(opts Options) *Server {
 	// is 401, like every other request, and reveals no route.
 	e.Use(s.requireToken)
 	s.echo = e
+	s.registerPprof()
 	if s.proj != nil {
 		e.GET("/projection", s.getProjection)
 		e.PUT("/projection", s.putProjection, s.bodyLimit(s.maxBody, tooLarge(s.maxBody)))

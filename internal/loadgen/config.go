@@ -26,6 +26,32 @@ const (
 	PairNone    = "none"    // no pair call; the relay rebuilds presence from the projection
 )
 
+// Client profiles: how often the simulated parties ask.
+const (
+	// ProfileAggressive polls as fast as the settings say: daemons claim
+	// every ClaimPoll while idle and heartbeat every Heartbeat on their
+	// own timer; sites read pending every PendingPoll and results every
+	// ResultsPoll, concurrently, sealing in parallel.
+	ProfileAggressive = "aggressive"
+	// ProfileReal polls like the published clients. A daemon is the byollm
+	// 0.1.1 Runner: every tick is a heartbeat and then, if a slot is free,
+	// a claim; after a tick it sleeps a rung of the poll ladder (0, 0.1,
+	// 0.2, 0.4, 0.6, 0.8, 1 × Heartbeat, plus 200-500 ms on every rung
+	// below the top, ×0.85-1.15 at the top), back to the first rung when
+	// it claimed something, one rung up when it did not, and a job that
+	// ends wakes a sleeping daemon; a not-ready fetch is retried after 50
+	// ms, doubling to 1 s. A site is the @byollm/server 0.1.1 cloud lane's
+	// pump: one cycle reads pending, seals each claimed job in turn, then
+	// reads results, and the next cycle starts SitePump after it ended.
+	ProfileReal = "real"
+)
+
+// Arrival processes of the open loop.
+const (
+	ArrivalsEven    = "even"    // one job every 1/Rate seconds
+	ArrivalsPoisson = "poisson" // exponential gaps with mean 1/Rate
+)
+
 // Projection modes.
 const (
 	ProjectionMerge = "merge" // POST /projection/merge: leaves other tenants' records alone
@@ -59,6 +85,18 @@ type Config struct {
 	FetchPoll   time.Duration // pause between fetches answered not-ready
 	PendingPoll time.Duration // site's period for GET pending
 	ResultsPoll time.Duration // site's period for GET results
+
+	// Profile is ProfileAggressive (default) or ProfileReal.
+	Profile string
+	// Arrivals is the open loop's arrival process (default ArrivalsEven).
+	Arrivals string
+	// SitePump is the pause between a real site's pump cycles.
+	SitePump time.Duration
+	// IdleStart starts the real profile's daemons as a fleet that has been
+	// idle a while: each on the ladder's top rung, its first tick at a
+	// random moment of the first heartbeat period, rather than all at once
+	// on the first rung as daemons that have just started.
+	IdleStart bool
 
 	Pair        string // PairFixture or PairNone
 	Projection  string // ProjectionMerge or ProjectionPut
@@ -130,6 +168,9 @@ func (c Config) WithDefaults() Config {
 	defD(&c.Drain, 30*time.Second)
 	def(&c.PayloadChars, 256)
 	defD(&c.TTL, 60*time.Second)
+	if c.Profile == ProfileReal {
+		defD(&c.Heartbeat, 10*time.Second) // the byollm Runner's DEFAULT_HEARTBEAT_MS
+	}
 	defD(&c.Heartbeat, 5*time.Second)
 	def(&c.DaemonSlots, 8)
 	defD(&c.ClaimPoll, 50*time.Millisecond)
@@ -139,6 +180,13 @@ func (c Config) WithDefaults() Config {
 	if c.Pair == "" {
 		c.Pair = PairFixture
 	}
+	if c.Profile == "" {
+		c.Profile = ProfileAggressive
+	}
+	if c.Arrivals == "" {
+		c.Arrivals = ArrivalsEven
+	}
+	defD(&c.SitePump, 100*time.Millisecond)
 	if c.Projection == "" {
 		c.Projection = ProjectionMerge
 	}
@@ -176,6 +224,12 @@ func (c Config) Validate(ctx context.Context) error {
 	}
 	if c.Pair != PairFixture && c.Pair != PairNone {
 		add("pair mode %q: want %q or %q", c.Pair, PairFixture, PairNone)
+	}
+	if c.Profile != ProfileAggressive && c.Profile != ProfileReal {
+		add("profile %q: want %q or %q", c.Profile, ProfileAggressive, ProfileReal)
+	}
+	if c.Arrivals != ArrivalsEven && c.Arrivals != ArrivalsPoisson {
+		add("arrivals %q: want %q or %q", c.Arrivals, ArrivalsEven, ArrivalsPoisson)
 	}
 	if c.Projection != ProjectionMerge && c.Projection != ProjectionPut {
 		add("projection mode %q: want %q or %q", c.Projection, ProjectionMerge, ProjectionPut)

@@ -248,15 +248,22 @@ type (
 			LeaseID  string                  `json:"leaseId"`
 		} `json:"jobs"`
 	}
+	// resultsResponse is read in two steps: a results read repeats every
+	// result until its deadline, so most entries are ones the site has
+	// already collected, and only the job id of those is decoded.
 	resultsResponse struct {
-		Jobs []struct {
-			JobID       string                  `json:"jobId"`
-			Envelope    protocol.SealedEnvelope `json:"envelope"`
-			Disposition string                  `json:"disposition"`
-			RunnerID    string                  `json:"runnerId"`
-			Device      protocol.PublicIdentity `json:"device"`
-			RunnerOwner string                  `json:"runnerOwner"`
-		} `json:"jobs"`
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	resultID struct {
+		JobID string `json:"jobId"`
+	}
+	resultEntry struct {
+		JobID       string                  `json:"jobId"`
+		Envelope    protocol.SealedEnvelope `json:"envelope"`
+		Disposition string                  `json:"disposition"`
+		RunnerID    string                  `json:"runnerId"`
+		Device      protocol.PublicIdentity `json:"device"`
+		RunnerOwner string                  `json:"runnerOwner"`
 	}
 	pairRequest struct {
 		ProtocolVersion string                  `json:"protocolVersion"`

@@ -33,7 +33,10 @@ type runner struct {
 	byKeyID map[string]*site
 	devices map[string]*daemon // by identity public key
 	jobs    sync.Map           // job id -> *job
-	prompt  string             // random text prompts are cut from
+	// verified holds the device key sets (protocol.PublicIdentity) whose
+	// encryption key signature has been checked.
+	verified sync.Map
+	prompt   string // random text prompts are cut from
 
 	attempted, enqueued, enqueueFailed       atomic.Int64
 	collected, integrity, foreign            atomic.Int64
@@ -41,6 +44,11 @@ type runner struct {
 	lateSeals, aborted, heartbeats, released atomic.Int64
 	cancelled, settled, grantsSeen           atomic.Int64
 	abandoned, grantsVerified                atomic.Int64
+
+	// arrivalLag is how late the open loop sent each job after its
+	// scheduled arrival: a load generator that cannot keep its schedule is
+	// measuring itself.
+	arrivalLag samples
 
 	problemsMu sync.Mutex
 	problems   []string
@@ -322,11 +330,21 @@ func (r *runner) drive(ctx context.Context, progress io.Writer) (*Report, error)
 	defer stopParties()
 	var parties sync.WaitGroup
 	for _, d := range r.daemons {
+		if r.cfg.Profile == ProfileReal {
+			parties.Add(1)
+			go func() { defer parties.Done(); r.runnerLoop(partyCtx, d) }()
+			continue
+		}
 		parties.Add(2)
 		go func() { defer parties.Done(); r.daemonLoop(partyCtx, d) }()
 		go func() { defer parties.Done(); r.heartbeatLoop(partyCtx, d) }()
 	}
 	for _, s := range r.sites {
+		if r.cfg.Profile == ProfileReal {
+			parties.Add(1)
+			go func() { defer parties.Done(); r.pumpLoop(partyCtx, s) }()
+			continue
+		}
 		parties.Add(2)
 		go func() { defer parties.Done(); r.pendingLoop(partyCtx, s) }()
 		go func() { defer parties.Done(); r.resultsLoop(partyCtx, s) }()
@@ -403,13 +421,14 @@ func (r *runner) closedLoop(ctx, reqCtx context.Context) {
 }
 
 func (r *runner) openLoop(ctx, reqCtx context.Context) {
-	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
+	mean := float64(time.Second) / r.cfg.Rate
 	start := time.Now()
+	var at float64 // nanoseconds after start of the next arrival
 	var wg sync.WaitGroup
-	for i := 0; ; i++ {
+	for {
 		// Schedule from the start time, not from the last send, so a slow
 		// enqueue does not lower the offered rate (no coordinated omission).
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+		if d := time.Until(start.Add(time.Duration(at))); d > 0 {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
@@ -422,8 +441,14 @@ func (r *runner) openLoop(ctx, reqCtx context.Context) {
 		if !ok {
 			break
 		}
+		r.arrivalLag.add(max(0, time.Since(start.Add(time.Duration(at)))))
 		wg.Add(1)
 		go func() { defer wg.Done(); r.enqueue(reqCtx, n) }()
+		if r.cfg.Arrivals == ArrivalsPoisson {
+			at += rand.ExpFloat64() * mean //nolint:gosec // arrival process, not a secret
+		} else {
+			at += mean
+		}
 	}
 	wg.Wait()
 }
@@ -566,31 +591,8 @@ func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
 			}
 			break
 		}
-		claimStart := time.Now()
-		res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: r.offer(), Max: n})
-		claimEnd := time.Now()
-		var cr claimResponse
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				r.problem("claim: %v", err)
-			}
-		case res.status != http.StatusOK || json.Unmarshal(res.body, &cr) != nil:
-			r.problem("claim: HTTP %d: %.200s", res.status, res.body)
-		case r.cfg.LeaseMs > 0 && cr.LeaseMs != r.cfg.LeaseMs:
-			r.problem("claim: relay grants leaseMs %d, run expects %d", cr.LeaseMs, r.cfg.LeaseMs)
-		}
-		if len(cr.Jobs) > n {
-			r.problem("claim: asked for %d jobs, got %d", n, len(cr.Jobs))
-		}
-		for _, cs := range cr.Jobs {
-			r.record(Op{Kind: OpGrant, Start: claimStart, End: claimEnd, JobID: cs.ID, Runner: cs.Lease.RunnerID,
-				LeaseID: cs.Lease.ID, LeaseExpiresAt: cs.Lease.ExpiresAt, LeaseMs: cr.LeaseMs, Status: res.status, Outcome: OutcomeOK})
-		}
-		for i, cs := range cr.Jobs {
-			if i >= n {
-				break
-			}
+		jobs := r.claim(ctx, d, n)
+		for _, cs := range jobs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -598,13 +600,116 @@ func (r *runner) daemonLoop(ctx context.Context, d *daemon) {
 				r.runJob(ctx, d, cs)
 			}()
 		}
-		for range n - min(len(cr.Jobs), n) {
+		for range n - len(jobs) {
 			<-slots
 		}
-		if len(cr.Jobs) == 0 {
+		if len(jobs) == 0 {
 			sleepCtx(ctx, r.cfg.ClaimPoll)
 		}
 	}
+}
+
+// pollLadder is the byollm Runner's POLL_LADDER: after a tick, the pause is
+// this fraction of the heartbeat period (the rung), first rung after a tick
+// that claimed work, one rung up after one that did not.
+var pollLadder = [...]float64{0, 0.1, 0.2, 0.4, 0.6, 0.8, 1}
+
+// pollDelay is the Runner's pollDelay: the rung's share of the heartbeat,
+// plus 200-500 ms below the top rung (so racing daemons tie by luck), or
+// ×0.85-1.15 on the top rung (so idle daemons do not synchronise).
+func pollDelay(step int, heartbeat time.Duration) time.Duration {
+	rung := pollLadder[min(step, len(pollLadder)-1)]
+	base := float64(heartbeat) * rung
+	if rung == 1 {
+		return time.Duration(base * (0.85 + rand.Float64()*0.3)) //nolint:gosec // jitter
+	}
+	return time.Duration(base + float64(200*time.Millisecond) + rand.Float64()*float64(300*time.Millisecond)) //nolint:gosec // jitter
+}
+
+// runnerLoop is a daemon polling like the byollm 0.1.1 Runner (real
+// profile): each tick a heartbeat carrying the leases held, then a claim
+// for the free slots, then a pause from the poll ladder that a job ending
+// cuts short.
+func (r *runner) runnerLoop(ctx context.Context, d *daemon) {
+	var running atomic.Int64
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	step := 0
+	if r.cfg.IdleStart {
+		step = len(pollLadder) - 1
+		sleepCtx(ctx, rand.N(r.cfg.Heartbeat)) //nolint:gosec // phase
+	}
+	for ctx.Err() == nil {
+		r.heartbeat(ctx, d)
+		claimed := 0
+		if free := r.cfg.DaemonSlots - int(running.Load()); free > 0 {
+			jobs := r.claim(ctx, d, free)
+			claimed = len(jobs)
+			for _, cs := range jobs {
+				running.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r.runJob(ctx, d, cs)
+					running.Add(-1)
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				}()
+			}
+		}
+		if claimed > 0 {
+			step = 0
+		} else {
+			step = min(step+1, len(pollLadder)-1)
+		}
+		// The Runner listens for a freed slot only while it sleeps: a job
+		// that ended during the tick does not cut the next pause short.
+		select {
+		case <-wake:
+		default:
+		}
+		t := time.NewTimer(pollDelay(step, r.cfg.Heartbeat))
+		select {
+		case <-t.C:
+		case <-wake:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// claim asks for up to n jobs for d and returns what it was granted (never
+// more than n), each grant recorded in the history.
+func (r *runner) claim(ctx context.Context, d *daemon, n int) []claimedStub {
+	claimStart := time.Now()
+	res, err := r.cl.daemon(ctx, d.sig, "claim", claimRequest{ProtocolVersion: protocol.ProtocolVersion, RunnerID: d.runnerID, Capabilities: r.offer(), Max: n})
+	claimEnd := time.Now()
+	var cr claimResponse
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("claim: %v", err)
+		}
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &cr) != nil:
+		r.problem("claim: HTTP %d: %.200s", res.status, res.body)
+	case r.cfg.LeaseMs > 0 && cr.LeaseMs != r.cfg.LeaseMs:
+		r.problem("claim: relay grants leaseMs %d, run expects %d", cr.LeaseMs, r.cfg.LeaseMs)
+	}
+	if len(cr.Jobs) > n {
+		r.problem("claim: asked for %d jobs, got %d", n, len(cr.Jobs))
+	}
+	for _, cs := range cr.Jobs {
+		r.record(Op{Kind: OpGrant, Start: claimStart, End: claimEnd, JobID: cs.ID, Runner: cs.Lease.RunnerID,
+			LeaseID: cs.Lease.ID, LeaseExpiresAt: cs.Lease.ExpiresAt, LeaseMs: cr.LeaseMs, Status: res.status, Outcome: OutcomeOK})
+	}
+	if len(cr.Jobs) > n {
+		cr.Jobs = cr.Jobs[:n]
+	}
+	return cr.Jobs
 }
 
 // runJob is what a daemon does with one claimed stub: fetch the sealed
@@ -660,12 +765,16 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 		}
 		r.record(Op{Kind: OpFetch, Start: fetchStart, End: time.Now(), JobID: cs.ID, Runner: d.runnerID, LeaseID: cs.Lease.ID, Status: res.status, Outcome: outcome})
 	}
+	fetchPause := r.cfg.FetchPoll
+	if r.cfg.Profile == ProfileReal {
+		fetchPause = 50 * time.Millisecond // the Runner's first not-ready pause, doubling to 1 s
+	}
 	for {
 		res, err := r.cl.daemon(jctx, d.sig, "fetch", grant)
 		if err != nil {
 			if jctx.Err() == nil {
 				r.problem("fetch: %v", err)
-				sleepCtx(jctx, r.cfg.FetchPoll)
+				sleepCtx(jctx, fetchPause)
 				continue
 			}
 			fetchOp(res, err, "")
@@ -673,7 +782,10 @@ func (r *runner) runJob(ctx context.Context, d *daemon, cs claimedStub) {
 			return
 		}
 		if res.status == http.StatusConflict && res.errorCode() == "not-ready" {
-			sleepCtx(jctx, r.cfg.FetchPoll)
+			sleepCtx(jctx, fetchPause)
+			if r.cfg.Profile == ProfileReal {
+				fetchPause = min(2*fetchPause, time.Second)
+			}
 			if jctx.Err() != nil {
 				fetchOp(res, err, "")
 				r.aborted.Add(1)
@@ -805,57 +917,93 @@ func (r *runner) heartbeat(ctx context.Context, d *daemon) {
 	}
 }
 
-// pendingLoop is the site's pump: seal every job a device has claimed.
+// pendingLoop is the site's pump (aggressive profile): seal every job a
+// device has claimed, up to 16 seals at once.
 func (r *runner) pendingLoop(ctx context.Context, s *site) {
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	parallel := func(f func()) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f()
+		}()
+	}
 	t := time.NewTicker(r.cfg.PendingPoll)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		res, err := r.cl.siteGet(ctx, s.sig, "pending")
-		var pr pendingResponse
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				r.problem("pending: %v", err)
-			}
-		case res.status != http.StatusOK || json.Unmarshal(res.body, &pr) != nil:
-			r.problem("pending: HTTP %d: %.200s", res.status, res.body)
-		}
-		for _, p := range pr.Jobs {
-			key := p.JobID + "\x00" + p.LeaseID
-			s.mu.Lock()
-			begun := s.begun[key]
-			s.begun[key] = true
-			s.mu.Unlock()
-			if begun {
-				continue
-			}
-			j := r.lookup(p.JobID)
-			if j == nil {
-				r.foreign.Add(1)
-				r.problem("pending: site %s asked to seal %s it never enqueued", s.id, p.JobID)
-				continue
-			}
-			d := r.devices[p.Device.Identity]
-			if d == nil || d.runnerID != p.RunnerID || !envelope.VerifyPublicIdentity(p.Device) {
-				r.integrityFailure(j, "pending: %s names device %s (runner %s) that is not the paired one", p.JobID, envelope.KeyID(p.Device.Identity), p.RunnerID)
-				continue
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				r.seal(ctx, s, j, p.Device, p.RunnerID, p.LeaseID)
-			}()
-		}
+		r.pendingOnce(ctx, s, parallel)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 		}
 	}
+}
+
+// pumpLoop is the real cloud lane's pump: pending, each seal in turn,
+// results; then a pause of SitePump.
+func (r *runner) pumpLoop(ctx context.Context, s *site) {
+	inTurn := func(f func()) { f() }
+	for ctx.Err() == nil {
+		r.pendingOnce(ctx, s, inTurn)
+		r.resultsOnce(ctx, s)
+		sleepCtx(ctx, r.cfg.SitePump)
+	}
+}
+
+// pendingOnce reads the site's pending list once and hands every seal it
+// has not begun yet to seal.
+func (r *runner) pendingOnce(ctx context.Context, s *site, seal func(func())) {
+	res, err := r.cl.siteGet(ctx, s.sig, "pending")
+	var pr pendingResponse
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("pending: %v", err)
+		}
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &pr) != nil:
+		r.problem("pending: HTTP %d: %.200s", res.status, res.body)
+	}
+	for _, p := range pr.Jobs {
+		key := p.JobID + "\x00" + p.LeaseID
+		s.mu.Lock()
+		begun := s.begun[key]
+		s.begun[key] = true
+		s.mu.Unlock()
+		if begun {
+			continue
+		}
+		j := r.lookup(p.JobID)
+		if j == nil {
+			r.foreign.Add(1)
+			r.problem("pending: site %s asked to seal %s it never enqueued", s.id, p.JobID)
+			continue
+		}
+		d := r.devices[p.Device.Identity]
+		if d == nil || d.runnerID != p.RunnerID || !r.deviceVerified(p.Device) {
+			r.integrityFailure(j, "pending: %s names device %s (runner %s) that is not the paired one", p.JobID, envelope.KeyID(p.Device.Identity), p.RunnerID)
+			continue
+		}
+		seal(func() { r.seal(ctx, s, j, p.Device, p.RunnerID, p.LeaseID) })
+	}
+}
+
+// deviceVerified checks the key set a pending entry names, once per
+// distinct key set: a site that has checked a device's encryption key
+// signature need not check the same bytes again for every job (it was one
+// Ed25519 verification per job of the load generator's own CPU).
+func (r *runner) deviceVerified(p protocol.PublicIdentity) bool {
+	if _, ok := r.verified.Load(p); ok {
+		return true
+	}
+	if !envelope.VerifyPublicIdentity(p) {
+		return false
+	}
+	r.verified.Store(p, true)
+	return true
 }
 
 func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.PublicIdentity, runnerID, leaseID string) {
@@ -890,79 +1038,103 @@ func (r *runner) seal(ctx context.Context, s *site, j *job, device protocol.Publ
 	}
 }
 
-// resultsLoop collects, opens and checks every result for the site.
+// resultsLoop collects, opens and checks every result for the site
+// (aggressive profile).
 func (r *runner) resultsLoop(ctx context.Context, s *site) {
 	t := time.NewTicker(r.cfg.ResultsPoll)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		res, err := r.cl.siteGet(ctx, s.sig, "results")
-		var rr resultsResponse
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				r.problem("results: %v", err)
-			}
-		case res.status != http.StatusOK || json.Unmarshal(res.body, &rr) != nil:
-			r.problem("results: HTTP %d: %.200s", res.status, res.body)
+		r.resultsOnce(ctx, s)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
 		}
-		for _, x := range rr.Jobs {
-			j := r.lookup(x.JobID)
-			at := time.Now()
-			wrong := func(format string, a ...any) {
-				r.record(Op{Kind: OpCollect, Start: at, End: at, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeMismatch, Detail: fmt.Sprintf(format, a...)})
-			}
-			if j == nil {
-				wrong("never enqueued by this run")
-				r.foreign.Add(1)
-				r.problem("results: site %s got a result for %s it never enqueued", s.id, x.JobID)
-				continue
-			}
+	}
+}
+
+// resultsOnce reads the site's results once and opens and checks each new one.
+func (r *runner) resultsOnce(ctx context.Context, s *site) {
+	res, err := r.cl.siteGet(ctx, s.sig, "results")
+	var rr resultsResponse
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.problem("results: %v", err)
+		}
+	case res.status != http.StatusOK || json.Unmarshal(res.body, &rr) != nil:
+		r.problem("results: HTTP %d: %.200s", res.status, res.body)
+	}
+	for _, raw := range rr.Jobs {
+		var id resultID
+		if json.Unmarshal(raw, &id) != nil {
+			r.problem("results: entry %.200s", raw)
+			continue
+		}
+		j := r.lookup(id.JobID)
+		if j != nil {
 			j.mu.Lock()
 			seen := !j.collected.IsZero() || j.bad
 			j.mu.Unlock()
 			if seen {
 				continue // results are re-sent on every poll until the deadline
 			}
-			if j.site != s {
-				wrong("enqueued by site %s", j.site.id)
-				r.integrityFailure(j, "results: %s delivered to site %s, enqueued by %s", x.JobID, s.id, j.site.id)
-				continue
-			}
-			if d := r.devices[x.Device.Identity]; d == nil || d.runnerID != x.RunnerID || x.RunnerOwner != d.owner {
-				wrong("names runner %s owner %s", x.RunnerID, x.RunnerOwner)
-				r.integrityFailure(j, "results: %s names runner %s owner %s that did not claim it", x.JobID, x.RunnerID, x.RunnerOwner)
-				continue
-			}
-			plaintext, err := envelope.Open(x.Envelope, s.keys, x.Device.Identity, envelope.Expected{
-				JobID: x.JobID, SenderKeyID: envelope.KeyID(x.Device.Identity), RecipientKeyID: s.keys.KeyID(), Direction: envelope.DirectionResult,
-			})
-			if err != nil {
-				wrong("open: %v", err)
-				r.integrityFailure(j, "open result of %s: %v", x.JobID, err)
-				continue
-			}
-			if err := checkOutcome(plaintext, x.Disposition, j.want); err != nil {
-				wrong("%v", err)
-				r.integrityFailure(j, "result of %s: %v", x.JobID, err)
-				continue
-			}
-			now := time.Now()
-			j.mu.Lock()
-			first := j.collected.IsZero()
-			if first {
-				j.collected = now
-			}
-			j.mu.Unlock()
-			if first {
-				r.record(Op{Kind: OpCollect, Start: at, End: now, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeOK})
-				r.collected.Add(1)
-				r.lastCollect.Store(now.UnixNano())
-				r.settle(j)
-			}
 		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
+		var x resultEntry
+		if err := json.Unmarshal(raw, &x); err != nil {
+			r.problem("results: entry %.200s: %v", raw, err)
+			continue
+		}
+		at := time.Now()
+		wrong := func(format string, a ...any) {
+			r.record(Op{Kind: OpCollect, Start: at, End: at, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeMismatch, Detail: fmt.Sprintf(format, a...)})
+		}
+		if j == nil {
+			wrong("never enqueued by this run")
+			r.foreign.Add(1)
+			r.problem("results: site %s got a result for %s it never enqueued", s.id, x.JobID)
+			continue
+		}
+		j.mu.Lock()
+		seen := !j.collected.IsZero() || j.bad
+		j.mu.Unlock()
+		if seen {
+			continue // results are re-sent on every poll until the deadline
+		}
+		if j.site != s {
+			wrong("enqueued by site %s", j.site.id)
+			r.integrityFailure(j, "results: %s delivered to site %s, enqueued by %s", x.JobID, s.id, j.site.id)
+			continue
+		}
+		if d := r.devices[x.Device.Identity]; d == nil || d.runnerID != x.RunnerID || x.RunnerOwner != d.owner {
+			wrong("names runner %s owner %s", x.RunnerID, x.RunnerOwner)
+			r.integrityFailure(j, "results: %s names runner %s owner %s that did not claim it", x.JobID, x.RunnerID, x.RunnerOwner)
+			continue
+		}
+		plaintext, err := envelope.Open(x.Envelope, s.keys, x.Device.Identity, envelope.Expected{
+			JobID: x.JobID, SenderKeyID: envelope.KeyID(x.Device.Identity), RecipientKeyID: s.keys.KeyID(), Direction: envelope.DirectionResult,
+		})
+		if err != nil {
+			wrong("open: %v", err)
+			r.integrityFailure(j, "open result of %s: %v", x.JobID, err)
+			continue
+		}
+		if err := checkOutcome(plaintext, x.Disposition, j.want); err != nil {
+			wrong("%v", err)
+			r.integrityFailure(j, "result of %s: %v", x.JobID, err)
+			continue
+		}
+		now := time.Now()
+		j.mu.Lock()
+		first := j.collected.IsZero()
+		if first {
+			j.collected = now
+		}
+		j.mu.Unlock()
+		if first {
+			r.record(Op{Kind: OpCollect, Start: at, End: now, JobID: x.JobID, Site: s.id, Runner: x.RunnerID, Status: res.status, Outcome: OutcomeOK})
+			r.collected.Add(1)
+			r.lastCollect.Store(now.UnixNano())
+			r.settle(j)
 		}
 	}
 }
