@@ -59,14 +59,14 @@ const leaseMs = 5000
 // faults refuse (transport errors, 502, 503), as real ones do. Afterwards
 // the history of the run must break no rule.
 func TestChaos(t *testing.T) {
-	vk := newStore(t)
-	if err := vk.start(); err != nil {
+	vk := relaytest.NewValkeyServer(t)
+	if err := vk.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ns := "chaos-" + randomHex(6)
 	token := "chaos-" + randomHex(12)
 	env := []string{
-		"RELAY_VALKEY_URL=" + vk.url(),
+		"RELAY_VALKEY_URL=" + vk.URL(),
 		"RELAY_NAMESPACE=" + ns,
 		"RELAY_ADMIN_TOKEN=" + token,
 		fmt.Sprintf("RELAY_LEASE_MS=%d", leaseMs),
@@ -180,7 +180,7 @@ const (
 // SIGTERM, each started again within a second, and the store once, 40% of the way
 // through, until the load stops enqueuing. One fault at a time: two
 // replicas always serve.
-func injectFaults(t *testing.T, relays []*relaytest.Relay, vk *storeProc, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
+func injectFaults(t *testing.T, relays []*relaytest.Relay, vk *relaytest.ValkeyServer, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
 	t.Helper()
 	faults := map[string]int{}
 	var timeline []string
@@ -207,7 +207,7 @@ func injectFaults(t *testing.T, relays []*relaytest.Relay, vk *storeProc, loadSt
 				t.Fatalf("store: %v", err)
 			}
 			time.Sleep(1500 * time.Millisecond)
-			if err := vk.start(); err != nil {
+			if err := vk.Start(); err != nil {
 				t.Fatalf("store restart: %v", err)
 			}
 			faults[faultStore]++
@@ -269,9 +269,9 @@ func waitFirstEnqueues(t *testing.T, log *history.Log, n int, within time.Durati
 
 // finalStates reads every enqueued job's state out of the store after the
 // run, as one final op each ("absent" when the store no longer has it).
-func finalStates(t *testing.T, vk *storeProc, ns string, ops []loadgen.Op) []loadgen.Op {
+func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []loadgen.Op) []loadgen.Op {
 	t.Helper()
-	c, err := vk.client()
+	c, err := vk.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

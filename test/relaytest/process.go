@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // Process is a child process of a test that can be stopped and started
@@ -280,4 +283,73 @@ func Environ(env ...string) []string {
 		}
 	}
 	return append(out, env...)
+}
+
+// ValkeyServer is a valkey-server (or redis-server) of one test alone, on a
+// fixed loopback port, persisting every write to an append-only file with
+// an fsync before the reply (appendfsync always): a SIGKILL loses nothing a
+// client was told had happened, and a restart on the same port and
+// directory brings it all back. The shared test server is never stopped.
+type ValkeyServer struct {
+	*Process
+	Addr string
+}
+
+// NewValkeyServer prepares one (RELAY_TEST_REDIS_SERVER, or valkey-server
+// or redis-server on PATH); Start runs it.
+func NewValkeyServer(t testing.TB) *ValkeyServer {
+	t.Helper()
+	bin := os.Getenv("RELAY_TEST_REDIS_SERVER")
+	for _, name := range []string{"valkey-server", "redis-server"} {
+		if bin != "" {
+			break
+		}
+		bin, _ = exec.LookPath(name)
+	}
+	if bin == "" {
+		t.Fatal("no valkey-server or redis-server on PATH (set RELAY_TEST_REDIS_SERVER): this test stops and restarts a server of its own")
+	}
+	addr := FixedPort(t)
+	_, port, _ := strings.Cut(addr, ":")
+	p := NewProcess(t, "valkey", bin,
+		"--bind", "127.0.0.1", "--port", port, "--dir", t.TempDir(),
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--daemonize", "no", "--logfile", "", "--maxmemory-policy", "noeviction")
+	p.Env = Environ()
+	return &ValkeyServer{Process: p, Addr: addr}
+}
+
+// URL is the server's address for RELAY_VALKEY_URL.
+func (v *ValkeyServer) URL() string { return "redis://" + v.Addr + "/0" }
+
+// Start runs a new incarnation and waits up to 20 s until it answers PING
+// (its append-only file loaded).
+func (v *ValkeyServer) Start() error {
+	if err := v.Process.Start(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := v.Client()
+		if err == nil {
+			err = c.Do(context.Background(), c.B().Ping().Build()).Error()
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if !v.Running() {
+			return fmt.Errorf("%s exited at start:\n%s", v.Path, v.Tail(30))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not answering after 20s (%v):\n%s", v.Path, err, v.Tail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Client is a new direct client of the server, without retries (the
+// caller closes it).
+func (v *ValkeyServer) Client() (valkey.Client, error) {
+	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{v.Addr}, DisableCache: true, DisableRetry: true})
 }
