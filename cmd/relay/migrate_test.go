@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -14,7 +15,7 @@ import (
 // relays drained it), after which the relay starts.
 func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	ns := namespace(t)
-	opt, err := valkey.ParseURL(valkeyURL())
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns,
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(t), "RELAY_NAMESPACE": ns,
 		"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}
 
 	code, out, errs := runBinary(t, env)
@@ -47,5 +48,5 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "layout v2") {
 		t.Fatalf("migrate -drop-jobs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
+	start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(t), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
 }
