@@ -51,6 +51,7 @@ func grantRun(t *testing.T, replicas ...*relaytest.Relay) *loadgen.Report {
 		cfg.Replicas = append(cfg.Replicas, "http://"+p.Listen)
 	}
 	cfg.AdminURLs = []string{"http://" + replicas[0].Admin}
+	cfg.StatusURLs = relaytest.AdminURLs(replicas...)
 	rep, err := loadgen.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatalf("grant run: %v", err)

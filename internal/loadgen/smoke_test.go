@@ -46,6 +46,9 @@ func TestSmokeAgainstRelay(t *testing.T) {
 				cfg.Replicas = append(cfg.Replicas, s.URL())
 				cfg.AdminURLs = append(cfg.AdminURLs, s.AdminURL())
 			}
+			if tc.replicas > 0 { // the reference relay has no /projection/status
+				cfg.StatusURLs = cfg.AdminURLs
+			}
 			cfg.AdminURLs = cfg.AdminURLs[:1] // one write; the replicas share the projection
 			rep, err := Run(ctx, cfg, nil)
 			if err != nil {

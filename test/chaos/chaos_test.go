@@ -89,6 +89,7 @@ func TestChaos(t *testing.T) {
 	cfg := loadgen.Config{
 		Replicas:    urls,
 		AdminURLs:   []string{relays[0].AdminURL()}, // the replicas share the projection through the store
+		StatusURLs:  relaytest.AdminURLs(relays...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,

@@ -123,6 +123,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 	cfg := loadgen.Config{
 		Replicas:    urls,
 		AdminURLs:   []string{relays[0].AdminURL()},
+		StatusURLs:  relaytest.AdminURLs(relays...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,

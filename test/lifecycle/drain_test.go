@@ -55,6 +55,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	cfg := loadgen.Config{
 		Replicas:    []string{lb.URL()},
 		AdminURLs:   []string{replicas[0].AdminURL()}, // the replicas share the projection through Valkey
+		StatusURLs:  relaytest.AdminURLs(replicas...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,

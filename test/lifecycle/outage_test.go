@@ -52,6 +52,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	cfg := loadgen.Config{
 		Replicas:    []string{lb.URL()},
 		AdminURLs:   []string{replicas[0].AdminURL()},
+		StatusURLs:  relaytest.AdminURLs(replicas...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,

@@ -116,6 +116,7 @@ func TestBrowser(t *testing.T) {
 		admins[i] = s.AdminURL()
 	}
 	cfg.AdminURLs = admins[:1]
+	cfg.StatusURLs = admins
 	rep, err := loadgen.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)

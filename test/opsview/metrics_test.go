@@ -108,7 +108,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	defer cancel()
 	r := startReplicas(t, 1, "RELAY_LEASE_MS=2000", "RELAY_QUEUE_AGE_INTERVAL=200ms")
 	s := r.servers[0]
-	rep, err := loadgen.Run(ctx, loadgen.Config{Replicas: []string{s.URL()}, AdminURLs: []string{s.AdminURL()}, AdminToken: adminToken,
+	rep, err := loadgen.Run(ctx, loadgen.Config{Replicas: []string{s.URL()}, AdminURLs: []string{s.AdminURL()}, StatusURLs: []string{s.AdminURL()}, AdminToken: adminToken,
 		Sites: 2, Daemons: 3, Jobs: 40, Concurrency: 6, AbandonEvery: 10, LeaseMs: 2000, Drain: 60 * time.Second, TTL: 10 * time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -175,3 +175,12 @@ func hasVar(env []string, name string) bool {
 	}
 	return false
 }
+
+// AdminURLs are the relays' admin base URLs (loadgen.Config.StatusURLs).
+func AdminURLs(relays ...*Relay) []string {
+	var out []string
+	for _, r := range relays {
+		out = append(out, r.AdminURL())
+	}
+	return out
+}
