@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/health"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -42,15 +43,18 @@ func getJSON(t *testing.T, url string) (int, health.Report) {
 
 // slowServer serves /slow (waits for its release channel) and /fast on a
 // real listener, like the relay's protocol listener, wrapped as the relay
-// wraps its listeners (Connection: close once c is draining).
-func slowServer(t *testing.T, c *health.Checker, release <-chan struct{}) (*http.Server, string) {
+// wraps its listeners (Connection: close once c is draining). arrived gets
+// a value when a /slow request has reached the handler.
+func slowServer(t *testing.T, c *health.Checker, release <-chan struct{}) (srv *http.Server, base string, arrived <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
+	in := make(chan struct{}, 16)
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		in <- struct{}{}
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -59,9 +63,9 @@ func slowServer(t *testing.T, c *health.Checker, release <-chan struct{}) (*http
 		_, _ = io.WriteString(w, "slow done")
 	})
 	mux.HandleFunc("/fast", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "fast") })
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: c.CloseWhileDraining(mux)}
+	srv = &http.Server{Addr: ln.Addr().String(), Handler: c.CloseWhileDraining(mux)}
 	go func() { _ = srv.Serve(ln) }()
-	return srv, "http://" + ln.Addr().String()
+	return srv, "http://" + ln.Addr().String(), in
 }
 
 func TestDrainServesThenShutsDown(t *testing.T) {
@@ -69,7 +73,7 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 	admin := serveHealth(c)
 	defer admin.Close()
 	release := make(chan struct{})
-	srv, base := slowServer(t, c, release)
+	srv, base, arrived := slowServer(t, c, release)
 
 	// A request in flight when SIGTERM arrives.
 	slowDone := make(chan error, 1)
@@ -84,13 +88,13 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 		}
 		slowDone <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-arrived
 
 	const drainPeriod = 400 * time.Millisecond
 	start := time.Now()
 	drained := make(chan error, 1)
 	go func() { drained <- drain(context.Background(), c, quiet(), drainPeriod, 3*time.Second, srv) }()
-	time.Sleep(50 * time.Millisecond)
+	relaytest.WaitFor(t, 2*time.Second, "the checker never reported draining", c.Draining)
 
 	// Readiness fails at once; liveness does not.
 	if code, rep := getJSON(t, admin.URL+"/readyz"); code != 503 || rep.Status != "draining" {
@@ -111,8 +115,15 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 	}
 
 	// The in-flight request finishes after the drain period, within the
-	// deadline; Drain waits for it.
-	time.Sleep(drainPeriod)
+	// deadline; Drain waits for it: once the listener is closed (the drain
+	// period over), Drain has still not returned.
+	relaytest.WaitFor(t, 5*time.Second, "the listener still accepts after the drain period", func() bool {
+		res, err := http.Get(base + "/fast")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err != nil
+	})
 	select {
 	case err := <-drained:
 		t.Fatalf("Drain returned %v while a request was in flight", err)
@@ -136,7 +147,7 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 	c := health.New(health.Options{Logger: quiet()})
 	release := make(chan struct{}) // never closed: the request is stuck
-	srv, base := slowServer(t, c, release)
+	srv, base, arrived := slowServer(t, c, release)
 	stuck := make(chan error, 1)
 	go func() {
 		resp, err := http.Get(base + "/slow")
@@ -146,7 +157,7 @@ func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 		}
 		stuck <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-arrived
 
 	start := time.Now()
 	err := drain(context.Background(), c, quiet(), 100*time.Millisecond, 300*time.Millisecond, srv)
@@ -169,7 +180,7 @@ func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 
 func TestDrainCutShortByContext(t *testing.T) {
 	c := health.New(health.Options{Logger: quiet()})
-	srv, _ := slowServer(t, c, nil)
+	srv, _, _ := slowServer(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	start := time.Now()

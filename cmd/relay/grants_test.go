@@ -18,6 +18,7 @@ import (
 	"github.com/byollm/relay-go/internal/envelope"
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/loadgen"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // grantKey writes a fresh grant key file and returns its path and key.
@@ -41,15 +42,16 @@ func publicOf(priv ed25519.PrivateKey) string {
 // grantRun drives a small load where every job is a teammate's, so every
 // claim needs a grant, through the given replicas: the simulated daemons pin
 // the key their pairing hands over and verify every grant with it.
-func grantRun(t *testing.T, replicas ...*proc) *loadgen.Report {
+func grantRun(t *testing.T, replicas ...*relaytest.Relay) *loadgen.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cfg := loadgen.Config{Grants: true, Sites: 2, Daemons: 3, Jobs: 30, Concurrency: 6, AdminToken: token, Drain: 30 * time.Second}
 	for _, p := range replicas {
-		cfg.Replicas = append(cfg.Replicas, "http://"+p.listen)
+		cfg.Replicas = append(cfg.Replicas, "http://"+p.Listen)
 	}
-	cfg.AdminURLs = []string{"http://" + replicas[0].admin}
+	cfg.AdminURLs = []string{"http://" + replicas[0].Admin}
+	cfg.StatusURLs = relaytest.AdminURLs(replicas...)
 	rep, err := loadgen.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatalf("grant run: %v", err)
@@ -68,11 +70,11 @@ func grantRun(t *testing.T, replicas ...*proc) *loadgen.Report {
 func TestBuiltinGrants(t *testing.T) {
 	file, priv := grantKey(t)
 	ns := namespace(t)
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
 		"RELAY_VERIFICATION_URL": "https://example.test/device", "RELAY_GRANT_KEY_FILE": file}
 	a, b := start(t, env), start(t, env)
-	if !strings.Contains(a.log(), `"grants":"builtin"`) {
-		t.Fatalf("start line does not say grants=builtin:\n%s", a.log())
+	if !strings.Contains(a.Log(), `"grants":"builtin"`) {
+		t.Fatalf("start line does not say grants=builtin:\n%s", a.Log())
 	}
 
 	// Device code: started on a, approved with the CLI through b, polled
@@ -80,7 +82,7 @@ func TestBuiltinGrants(t *testing.T) {
 	pfile := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(pfile, []byte(fixture("alice")), 0o600) //nolint:errcheck
 	cli := map[string]string{"RELAY_ADMIN_TOKEN": token}
-	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.admin, pfile); code != 0 {
+	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, pfile); code != 0 {
 		t.Fatalf("push: %d %q %q", code, out, errs)
 	}
 	id, err := envelope.Generate(1, rand.Reader)
@@ -92,10 +94,10 @@ func TestBuiltinGrants(t *testing.T) {
 		"device": id.Public(), "capabilities": []any{}})
 	var started struct{ DeviceCode, UserCode string }
 	pair(t, a, string(body), &started)
-	if code, out, errs := runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+b.admin); code != 0 {
+	if code, out, errs := runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+b.Admin); code != 0 {
 		t.Fatalf("approve: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	waitVersion(t, a, 2, time.Second)
+	a.WaitProjection(t, 2, time.Second)
 	var polled struct{ Status, ControlPlanePublic string }
 	pair(t, a, `{"protocolVersion":"2","action":"poll","deviceCode":"`+started.DeviceCode+`"}`, &polled)
 	if polled.Status != "approved" || polled.ControlPlanePublic != publicOf(priv) {
@@ -126,7 +128,7 @@ func TestSignerGrants(t *testing.T) {
 	}))
 	t.Cleanup(signer.Close)
 	ns := namespace(t)
-	p := start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
+	p := start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
 		"RELAY_GRANT_SIGNER_URL": signer.URL + "/sign", "RELAY_CONTROL_PLANE_PUBLIC": publicOf(priv), "RELAY_GRANT_AUTHORITY_TOKEN": "kms-token"})
 	rep := grantRun(t, p)
 	// One probe at start, then one signature per grant.
@@ -150,7 +152,7 @@ func TestBuiltinGrantRefusals(t *testing.T) {
 		"and an authority": {map[string]string{"RELAY_GRANT_AUTHORITY_URL": "http://127.0.0.1:1/cp", "RELAY_CONTROL_PLANE_PUBLIC": publicOf(priv)},
 			"RELAY_GRANT_KEY_FILE and RELAY_GRANT_AUTHORITY_URL are both set"},
 	} {
-		env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": "unused", "RELAY_LISTEN": "127.0.0.1:0",
+		env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": "unused", "RELAY_LISTEN": "127.0.0.1:0",
 			"RELAY_ADMIN_LISTEN": "off", "RELAY_GRANT_KEY_FILE": file}
 		for k, v := range tc.env {
 			env[k] = v

@@ -13,10 +13,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
-	"fmt"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -25,148 +23,38 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/test/relaytest"
-	"github.com/valkey-io/valkey-go"
 )
 
 const token = "e2e-admin-token-0123456789"
 
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "relay-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }
 
 // namespace returns a fresh namespace whose keys are deleted after the test.
 func namespace(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	ns := "e2e-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		opt, err := valkey.ParseURL(valkeyURL())
-		if err != nil {
-			return
-		}
-		c, err := valkey.NewClient(opt)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	return ns
+	return relaytest.Namespace(t, relaytest.Open(t, relaytest.ValkeyURL()))
 }
 
-type proc struct {
-	cmd    *exec.Cmd
-	listen string
-	admin  string
-	mu     sync.Mutex
-	logs   bytes.Buffer
-	exited chan struct{}
-	code   int
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-func (p *proc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-// start runs the binary with env (on top of a minimal base) and, unless
-// expectExit, waits for its ready line.
-func start(t *testing.T, env map[string]string, args ...string) *proc {
+// start runs the relay binary with env on fixed loopback ports and waits
+// for its ready line; it is killed when the test ends.
+func start(t *testing.T, env map[string]string) *relaytest.Relay {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan struct{})}
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "RELAY_LISTEN=127.0.0.1:0", "RELAY_ADMIN_LISTEN=127.0.0.1:0", "RELAY_LOG_FORMAT=json"}
+	var list []string
 	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+		list = append(list, k+"="+v)
 	}
-	p.cmd.Stderr = p
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-		if t.Failed() {
-			t.Logf("relay log:\n%s", p.log())
-		}
-	})
-	select {
-	case line := <-lines:
-		var ready struct {
-			Ready  bool   `json:"ready"`
-			Listen string `json:"listen"`
-			Admin  string `json:"admin"`
-			Pid    int    `json:"pid"`
-		}
-		if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready || ready.Pid != p.cmd.Process.Pid {
-			t.Fatalf("ready line %q (%v)", line, err)
-		}
-		p.listen, p.admin = ready.Listen, ready.Admin
-	case <-p.exited:
-		t.Fatalf("relay exited (%d) before it was ready:\n%s", p.code, p.log())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("relay not ready after 20s:\n%s", p.log())
-	}
-	return p
+	return relaytest.StartRelay(t, relaytest.RelayConfig{Env: list, Token: env["RELAY_ADMIN_TOKEN"]})
 }
 
 // runBinary runs the binary to completion and returns its exit code and output.
 func runBinary(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(relaytest.RelayBinary(t), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -180,42 +68,13 @@ func runBinary(t *testing.T, env map[string]string, args ...string) (int, string
 	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
-type projectionStatus struct {
-	Version int64 `json:"version"`
-	Replica struct {
-		Loaded  bool  `json:"loaded"`
-		Version int64 `json:"version"`
-	} `json:"replica"`
-}
-
-func status(t *testing.T, p *proc) projectionStatus {
+func status(t *testing.T, p *relaytest.Relay) relaytest.ProjectionStatus {
 	t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+p.admin+"/projection/status", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	s, err := p.ProjectionStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var s projectionStatus
-	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&s) != nil {
-		t.Fatalf("status answered %d", resp.StatusCode)
-	}
 	return s
-}
-
-func waitVersion(t *testing.T, p *proc, v int64, within time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		if s := status(t, p); s.Replica.Version == v {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("replica at %s not at version %d within %v", p.admin, v, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 const site = `{"siteId":"site-1","site":{"identity":"aWRlbnRpdHktMQ","encryption":"ZW5jLTE","encryptionSig":"c2lnLTE"}}`
@@ -232,7 +91,7 @@ func fixture(owners ...string) string {
 // with the CLI through one is in force on the other within a second.
 func TestTwoReplicas(t *testing.T) {
 	ns := namespace(t)
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
 	a, b := start(t, env), start(t, env)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.json")
@@ -243,19 +102,19 @@ func TestTwoReplicas(t *testing.T) {
 	os.WriteFile(bad, []byte(`{"consents":[],"sites":[{"siteId":"s"}]}`), 0o600)
 	cli := map[string]string{"RELAY_ADMIN_TOKEN": token}
 
-	code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.admin, file)
+	code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, file)
 	if code != 0 || !strings.Contains(out, `"version":1`) {
 		t.Fatalf("push: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	t.Logf("replace followed by the other replica in %v", waitVersion(t, b, 1, time.Second))
+	t.Logf("replace followed by the other replica in %v", b.WaitProjection(t, 1, time.Second))
 
-	code, out, errs = runBinary(t, cli, "projection", "push", "--merge", "--admin", "http://"+b.admin, patch)
+	code, out, errs = runBinary(t, cli, "projection", "push", "--merge", "--admin", "http://"+b.Admin, patch)
 	if code != 0 || !strings.Contains(out, `"consents":2`) {
 		t.Fatalf("push --merge: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	t.Logf("merge followed by the other replica in %v", waitVersion(t, a, 2, time.Second))
+	t.Logf("merge followed by the other replica in %v", a.WaitProjection(t, 2, time.Second))
 
-	code, out, errs = runBinary(t, cli, "projection", "push", "--admin", "http://"+a.admin, bad)
+	code, out, errs = runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, bad)
 	if code != 1 || !strings.Contains(errs, "sites[0].site: required") {
 		t.Fatalf("bad push: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -265,7 +124,7 @@ func TestTwoReplicas(t *testing.T) {
 
 	// The planes answer on the other listener (an unsigned claim is refused
 	// by the relay, not by a missing route).
-	resp, err := http.Post("http://"+b.listen+"/byollm/claim", "application/json", strings.NewReader(`{}`))
+	resp, err := http.Post("http://"+b.Listen+"/byollm/claim", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,14 +135,11 @@ func TestTwoReplicas(t *testing.T) {
 	}
 
 	// SIGTERM: graceful, exit 0.
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-	case <-time.After(10 * time.Second):
+	if _, err := a.Stop(syscall.SIGTERM, 10*time.Second); errors.Is(err, relaytest.ErrStillRunning) {
 		t.Fatal("no exit 10s after SIGTERM")
 	}
-	if a.code != 0 || !strings.Contains(a.log(), "relay stopped") {
-		t.Fatalf("SIGTERM exit %d", a.code)
+	if a.ExitCode() != 0 || !strings.Contains(a.Log(), "relay stopped") {
+		t.Fatalf("SIGTERM exit %d", a.ExitCode())
 	}
 }
 
@@ -293,7 +149,7 @@ func TestProjectionFile(t *testing.T) {
 	ns := namespace(t)
 	file := filepath.Join(t.TempDir(), "projection.json")
 	os.WriteFile(file, []byte(fixture("alice")), 0o600)
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
 	withFile := map[string]string{"RELAY_PROJECTION_FILE": file}
 	for k, v := range env {
 		withFile[k] = v
@@ -304,14 +160,15 @@ func TestProjectionFile(t *testing.T) {
 		t.Fatalf("after start with a file: %+v", s)
 	}
 	os.WriteFile(file, []byte(fixture("alice", "bob")), 0o600)
-	t.Logf("file edit in force on the other replica after %v", waitVersion(t, b, 2, 3*time.Second))
+	t.Logf("file edit in force on the other replica after %v", b.WaitProjection(t, 2, 3*time.Second))
 	os.WriteFile(file, []byte(`{"consents":[{"owner":"x"}]}`), 0o600)
-	time.Sleep(1500 * time.Millisecond)
+	// Once the replica has refused the bad file (it logs the field), the
+	// stored projection must still be the last good one.
+	relaytest.WaitFor(t, 3*time.Second, "the bad file's field is not in the log", func() bool {
+		return strings.Contains(a.Log(), "consents[0].siteId: required")
+	})
 	if s := status(t, b); s.Version != 2 || s.Replica.Version != 2 {
 		t.Fatalf("a bad file changed the projection: %+v", s)
-	}
-	if !strings.Contains(a.log(), "consents[0].siteId: required") { // logged a second ago
-		t.Fatalf("the bad file's field is not in the log:\n%s", a.log())
 	}
 }
 
@@ -330,7 +187,7 @@ func TestStartRefusals(t *testing.T) {
 		{"key file and remote signer", map[string]string{"RELAY_GRANT_SIGNER_URL": "http://127.0.0.1:1/sign", "RELAY_GRANT_KEY_FILE": keyFile,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 2, "RELAY_GRANT_KEY_FILE and RELAY_GRANT_SIGNER_URL are both set; choose one"},
 		{"two problems at once", map[string]string{"RELAY_LEASE_MS": "x", "RELAY_BASE_PATH": "y"}, 2, "RELAY_BASE_PATH"},
-		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": namespace(t), "RELAY_PROJECTION_FILE": bad,
+		{"bad projection file", map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": namespace(t), "RELAY_PROJECTION_FILE": bad,
 			"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "consents[0].owner: expected string"},
 		{"valkey unreachable", map[string]string{"RELAY_VALKEY_URL": "redis://127.0.0.1:1/0", "RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}, 1, "open the store"},
 		{"TLS certificate without its key", map[string]string{"RELAY_TLS_CERT_FILE": bad}, 2, "must be set together"},
@@ -351,21 +208,19 @@ func TestEmbeddedDefault(t *testing.T) {
 	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token})
 	// stderr is copied on its own goroutine: give it a moment to catch up
 	// with the ready line.
-	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(p.log(), `"embedded":true`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready log line saying embedded:\n%s", p.log())
-		}
-	}
-	if !strings.Contains(p.log(), "EMBEDDED") || !strings.Contains(p.log(), "nothing is durable") {
-		t.Fatalf("no warning about the embedded store:\n%s", p.log())
+	relaytest.WaitFor(t, 2*time.Second, "no ready log line saying embedded", func() bool {
+		return strings.Contains(p.Log(), `"embedded":true`)
+	})
+	if !strings.Contains(p.Log(), "EMBEDDED") || !strings.Contains(p.Log(), "nothing is durable") {
+		t.Fatalf("no warning about the embedded store:\n%s", p.Log())
 	}
 	file := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(file, []byte(fixture("alice")), 0o600)
-	code, out, errs := runBinary(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_ADMIN_URL": "http://" + p.admin}, "projection", "push", file)
+	code, out, errs := runBinary(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_ADMIN_URL": "http://" + p.Admin}, "projection", "push", file)
 	if code != 0 || !strings.Contains(out, `"version":1`) {
 		t.Fatalf("push to the embedded relay: exit %d, %q %q", code, out, errs)
 	}
-	waitVersion(t, p, 1, time.Second)
+	p.WaitProjection(t, 1, time.Second)
 }
 
 // rawAnswer sends req on a new connection to addr and reads one answer.
@@ -391,7 +246,7 @@ func rawAnswer(t *testing.T, addr, req string) (int, string) {
 // holds.
 func TestBoundedListeners(t *testing.T) {
 	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_MAX_CONNS": "2"})
-	for _, addr := range []string{p.listen, p.admin} {
+	for _, addr := range []string{p.Listen, p.Admin} {
 		if code, body := rawAnswer(t, addr, "GET / HTTP/3.0\r\nHost: x\r\n\r\n"); code != 505 ||
 			body != `{"error":"bad-request","message":"this HTTP version is not supported — send HTTP/1.1"}` {
 			t.Fatalf("%s: HTTP/3.0 answered %d %s", addr, code, body)
@@ -399,14 +254,14 @@ func TestBoundedListeners(t *testing.T) {
 	}
 	var held []net.Conn
 	for range 2 {
-		c, err := net.Dial("tcp", p.listen)
+		c, err := net.Dial("tcp", p.Listen)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		held = append(held, c)
 	}
-	if code, body := rawAnswer(t, p.listen, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); code != 503 || !strings.Contains(body, `"error":"server-error"`) {
+	if code, body := rawAnswer(t, p.Listen, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); code != 503 || !strings.Contains(body, `"error":"server-error"`) {
 		t.Fatalf("a third connection with RELAY_MAX_CONNS=2: %d %s", code, body)
 	}
 }
@@ -422,7 +277,7 @@ func TestTLSListener(t *testing.T) {
 	pool.AddCert(cert)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get("https://" + p.listen + "/nowhere")
+	resp, err := client.Get("https://" + p.Listen + "/nowhere")
 	if err != nil {
 		t.Fatalf("https: %v", err)
 	}
@@ -431,7 +286,7 @@ func TestTLSListener(t *testing.T) {
 	if resp.StatusCode != 404 || string(b) != `{"error":"not-found"}` {
 		t.Fatalf("https answer %d %s", resp.StatusCode, b)
 	}
-	if code, body := rawAnswer(t, p.listen, "GET /healthz HTTP/1.1\r\nHost: relay.test\r\n\r\n"); code != 308 || strings.Contains(body, "not-found") {
+	if code, body := rawAnswer(t, p.Listen, "GET /healthz HTTP/1.1\r\nHost: relay.test\r\n\r\n"); code != 308 || strings.Contains(body, "not-found") {
 		t.Fatalf("plaintext to the TLS listener: %d %s", code, body)
 	}
 }

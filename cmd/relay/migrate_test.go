@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/store"
@@ -17,7 +18,7 @@ import (
 // relays drained it), after which the relay starts.
 func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	ns := namespace(t)
-	opt, err := valkey.ParseURL(valkeyURL())
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns,
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns,
 		"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}
 
 	code, out, errs := runBinary(t, env)
@@ -50,7 +51,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v%d", store.LayoutVersion)) {
 		t.Fatalf("migrate -drop-jobs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
+	start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
 	code, out, errs = runBinary(t, env, "migrate")
 	if code != exitOK || !strings.Contains(out, "already in layout v3") {
 		t.Fatalf("migrate again: exit %d, stdout %q, stderr %q", code, out, errs)
@@ -62,7 +63,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 // the version and the relay starts.
 func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 	ns := namespace(t)
-	opt, err := valkey.ParseURL(valkeyURL())
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 		FieldValue("version", "2").FieldValue("shards", "16").FieldValue("salt", "00112233445566778899aabbccddeeff").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns,
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns,
 		"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"}
 	code, out, errs := runBinary(t, env)
 	if code != exitRuntime || !strings.Contains(errs, "layout v2") || !strings.Contains(errs, "relay migrate") || strings.Contains(out, "ready") {
@@ -89,5 +90,5 @@ func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 	if v, err := c.Do(context.Background(), c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); err != nil || v != "3" {
 		t.Fatalf("layout version after migrate: %q %v", v, err)
 	}
-	start(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns})
+	start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/envelope"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestPairingCommand: the real binary wires the pairing routes and `relay
@@ -19,13 +20,13 @@ import (
 // first.
 func TestPairingCommand(t *testing.T) {
 	ns := namespace(t)
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
 		"RELAY_VERIFICATION_URL": "https://example.test/device"}
 	a, b := start(t, env), start(t, env)
 	file := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(file, []byte(fixture("alice")), 0o600)
 	cli := map[string]string{"RELAY_ADMIN_TOKEN": token}
-	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.admin, file); code != 0 {
+	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, file); code != 0 {
 		t.Fatalf("push: %d %q %q", code, out, errs)
 	}
 
@@ -39,29 +40,29 @@ func TestPairingCommand(t *testing.T) {
 	var started struct{ DeviceCode, UserCode string }
 	pair(t, a, string(body), &started)
 
-	code, out, errs := runBinary(t, cli, "pairing", "show", "--admin", "http://"+b.admin, strings.ToLower(started.UserCode))
+	code, out, errs := runBinary(t, cli, "pairing", "show", "--admin", "http://"+b.Admin, strings.ToLower(started.UserCode))
 	if code != 0 || !strings.Contains(out, id.KeyID()) || !strings.Contains(out, `"status": "pending"`) {
 		t.Fatalf("show: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	code, out, errs = runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+b.admin)
+	code, out, errs = runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+b.Admin)
 	if code != 0 || !strings.Contains(out, `"owner": "alice"`) {
 		t.Fatalf("approve: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	waitVersion(t, a, 2, time.Second)
+	a.WaitProjection(t, 2, time.Second)
 	var polled struct{ Status, RunnerID, Owner string }
 	pair(t, a, `{"protocolVersion":"2","action":"poll","deviceCode":"`+started.DeviceCode+`"}`, &polled)
 	if polled.Status != "approved" || polled.Owner != "alice" || polled.RunnerID == "" {
 		t.Fatalf("poll: %+v", polled)
 	}
-	code, _, errs = runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+a.admin)
+	code, _, errs = runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+a.Admin)
 	if code != 1 || !strings.Contains(errs, "refused (404)") {
 		t.Fatalf("approve a spent code: exit %d, stderr %q", code, errs)
 	}
 }
 
-func pair(t *testing.T, p *proc, body string, into any) {
+func pair(t *testing.T, p *relaytest.Relay, body string, into any) {
 	t.Helper()
-	resp, err := http.Post("http://"+p.listen+"/byollm/pair", "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+p.Listen+"/byollm/pair", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

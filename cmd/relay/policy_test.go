@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestPolicyFileAndCLI: a replica started with RELAY_POLICY_FILE pushes it,
@@ -17,7 +19,7 @@ func TestPolicyFileAndCLI(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "policy.json")
 	os.WriteFile(file, []byte(`{"consents":[{"siteId":"site-1","user":"alice","mappings":[]}]}`), 0o600) //nolint:errcheck
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
 	withFile := map[string]string{"RELAY_POLICY_FILE": file}
 	for k, v := range env {
 		withFile[k] = v
@@ -26,7 +28,7 @@ func TestPolicyFileAndCLI(t *testing.T) {
 	b := start(t, env)
 	get := func() string {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+b.admin+"/policy", nil)
+		req, _ := http.NewRequest("GET", "http://"+b.Admin+"/policy", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -41,7 +43,7 @@ func TestPolicyFileAndCLI(t *testing.T) {
 	}
 	patch := filepath.Join(dir, "patch.json")
 	os.WriteFile(patch, []byte(`{"teams":[{"owner":"bob","members":["alice"]}]}`), 0o600) //nolint:errcheck
-	code, out, errs := runBinary(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_ADMIN_URL": "http://" + b.admin}, "policy", "push", "--merge", patch)
+	code, out, errs := runBinary(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_ADMIN_URL": "http://" + b.Admin}, "policy", "push", "--merge", patch)
 	if code != 0 || !strings.Contains(out, `"version":2`) {
 		t.Fatalf("policy push: %d %q %q", code, out, errs)
 	}
@@ -51,7 +53,7 @@ func TestPolicyFileAndCLI(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"teams":[{"owner":"bob","members":[7]}]}`), 0o600) //nolint:errcheck
-	code, out, errs = runBinary(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_POLICY_FILE": bad,
+	code, out, errs = runBinary(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_POLICY_FILE": bad,
 		"RELAY_LISTEN": "127.0.0.1:0", "RELAY_ADMIN_LISTEN": "off"})
 	if code != 1 || !strings.Contains(errs, "teams[0].members[0]: expected string") || strings.Contains(out, "ready") {
 		t.Fatalf("bad policy file: exit %d, stdout %q, stderr %q", code, out, errs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestQueueAgeReadsOldestQueuedAndDropsLeftSites runs queueAge passes over a
@@ -21,7 +22,7 @@ import (
 func TestQueueAgeReadsOldestQueuedAndDropsLeftSites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opt, err := valkey.ParseURL(valkeyURL())
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,8 +186,10 @@ func (c *client) once(ctx context.Context, name, method, target, signedEndpoint 
 	return response{status: res.StatusCode, body: out}, nil
 }
 
-// admin sends the projection to every admin URL.
-func adminSend(ctx context.Context, hc *http.Client, adminURLs []string, token, mode string, fixture []byte) error {
+// adminSend sends the projection to every admin URL and returns the
+// highest projection version they answered (0 when none said).
+func adminSend(ctx context.Context, hc *http.Client, adminURLs []string, token, mode string, fixture []byte) (int64, error) {
+	var version int64
 	for _, base := range adminURLs {
 		method, path := http.MethodPost, "/projection/merge"
 		if mode == ProjectionPut {
@@ -195,21 +197,58 @@ func adminSend(ctx context.Context, hc *http.Client, adminURLs []string, token, 
 		}
 		req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, bytes.NewReader(fixture))
 		if err != nil {
-			return fmt.Errorf("projection %s: %w", base, err)
+			return 0, fmt.Errorf("projection %s: %w", base, err)
 		}
 		req.Header.Set("authorization", "Bearer "+token)
 		req.Header.Set("content-type", "application/json")
 		res, err := hc.Do(req)
 		if err != nil {
-			return fmt.Errorf("projection %s: %w", base, err)
+			return 0, fmt.Errorf("projection %s: %w", base, err)
 		}
 		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
 		res.Body.Close()
 		if res.StatusCode/100 != 2 {
-			return fmt.Errorf("projection %s %s%s: HTTP %d: %s", method, base, path, res.StatusCode, msg)
+			return 0, fmt.Errorf("projection %s %s%s: HTTP %d: %s", method, base, path, res.StatusCode, msg)
+		}
+		var answer struct {
+			Version int64 `json:"version"`
+		}
+		if json.Unmarshal(msg, &answer) == nil {
+			version = max(version, answer.Version)
 		}
 	}
-	return nil
+	return version, nil
+}
+
+// projectionVersion is a replica's GET /projection/status: the version its
+// in-memory copy holds, 0 while it has none.
+func projectionVersion(ctx context.Context, hc *http.Client, adminURL, token string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(adminURL, "/")+"/projection/status", nil)
+	if err != nil {
+		return 0, fmt.Errorf("projection status %s: %w", adminURL, err)
+	}
+	req.Header.Set("authorization", "Bearer "+token)
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("projection status %s: %w", adminURL, err)
+	}
+	defer res.Body.Close()
+	var st struct {
+		Replica struct {
+			Loaded  bool  `json:"loaded"`
+			Version int64 `json:"version"`
+		} `json:"replica"`
+	}
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("projection status %s: HTTP %d", adminURL, res.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&st); err != nil {
+		return 0, fmt.Errorf("projection status %s: %w", adminURL, err)
+	}
+	if !st.Replica.Loaded {
+		return 0, nil
+	}
+	return st.Replica.Version, nil
 }
 
 // adminPost POSTs body to path on every admin listener (the policy routes).

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -60,8 +61,13 @@ const (
 
 // Config is one run. Zero values take the defaults of WithDefaults.
 type Config struct {
-	Replicas   []string // relay base URLs; requests rotate over them
-	AdminURLs  []string // projection admin base URLs; the projection goes to each
+	Replicas  []string // relay base URLs; requests rotate over them
+	AdminURLs []string // projection admin base URLs; the projection goes to each
+	// StatusURLs are the admin base URLs of every replica behind Replicas
+	// (Go relays). When set, the run waits until each one's
+	// /projection/status shows the version it pushed, instead of probing
+	// the planes with signed reads until enough succeed in a row.
+	StatusURLs []string
 	AdminToken string
 	BasePath   string // daemon plane mount, default /byollm
 
@@ -240,7 +246,7 @@ func (c Config) Validate(ctx context.Context) error {
 	if c.AdminToken == "" {
 		add("no admin token: the projection admin interface refuses every request without one (set -admin-token or RELAY_ADMIN_TOKEN)")
 	}
-	for _, raw := range append(append([]string{}, c.Replicas...), c.AdminURLs...) {
+	for _, raw := range slices.Concat(c.Replicas, c.AdminURLs, c.StatusURLs) {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("%q is not an http(s) base URL", raw)

@@ -14,10 +14,9 @@ import (
 func TestRampAgainstRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	servers := startGoRelays(ctx, t, 1)
-	t.Cleanup(func() { _ = servers[0].Stop() })
+	servers := startGoRelays(t, 1)
 	cfg := Config{
-		Replicas: []string{servers[0].URL}, AdminURLs: []string{servers[0].AdminURL}, AdminToken: smokeToken,
+		Replicas: []string{servers[0].URL()}, AdminURLs: []string{servers[0].AdminURL()}, StatusURLs: []string{servers[0].AdminURL()}, AdminToken: smokeToken,
 		Sites: 2, Daemons: 4, Duration: 2 * time.Second, Drain: 30 * time.Second, TTL: 60 * time.Second,
 		Arrivals: ArrivalsPoisson, Profile: ProfileReal, Heartbeat: 2 * time.Second, SitePump: 50 * time.Millisecond,
 	}

@@ -117,7 +117,8 @@ func (r *runner) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("projection: %w", err)
 	}
-	if err := adminSend(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, r.cfg.Projection, body); err != nil {
+	version, err := adminSend(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, r.cfg.Projection, body)
+	if err != nil {
 		return err
 	}
 	if r.cfg.Grants {
@@ -131,7 +132,11 @@ func (r *runner) setUp(ctx context.Context) error {
 		p[i] = letters[rand.IntN(len(letters))] //nolint:gosec // filler text
 	}
 	r.prompt = string(p)
-	if err := r.awaitProjection(ctx); err != nil {
+	if len(r.cfg.StatusURLs) > 0 {
+		if err := r.awaitVersion(ctx, version); err != nil {
+			return err
+		}
+	} else if err := r.awaitProjection(ctx); err != nil {
 		return err
 	}
 	if r.cfg.Pair == PairFixture {
@@ -197,6 +202,26 @@ func (r *runner) pushPolicy(ctx context.Context) error {
 		return fmt.Errorf("policy: %w", err)
 	}
 	return adminPost(ctx, &http.Client{Timeout: r.cfg.Timeout}, r.cfg.AdminURLs, r.cfg.AdminToken, "/policy/merge", body)
+}
+
+// awaitVersion waits until every replica at StatusURLs serves the pushed
+// projection version (or a later one), as its /projection/status says.
+func (r *runner) awaitVersion(ctx context.Context, version int64) error {
+	hc := &http.Client{Timeout: r.cfg.Timeout}
+	for _, base := range r.cfg.StatusURLs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got, err := projectionVersion(ctx, hc, base, r.cfg.AdminToken)
+			if err == nil && version > 0 && got >= version {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("replica %s never loaded projection version %d (at %d, %v)", base, version, got, err)
+			}
+			sleepCtx(ctx, 10*time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // awaitProjection waits until every replica knows this run's sites. A

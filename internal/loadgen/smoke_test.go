@@ -3,19 +3,10 @@ package loadgen
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/test/reference"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -40,29 +31,23 @@ func TestSmokeAgainstRelay(t *testing.T) {
 		{"go 2 replicas open loop", 2, Config{Jobs: 300, Rate: 150, Pair: PairNone}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var servers []*reference.Server
+			var servers []*relaytest.Relay
 			if tc.replicas == 0 {
-				s, err := reference.Start(ctx, reference.Config{AdminToken: smokeToken})
-				if err != nil {
-					t.Fatal(err)
-				}
-				servers = append(servers, s)
+				servers = append(servers, reference.Start(t, reference.Config{AdminToken: smokeToken}))
 			} else {
-				servers = startGoRelays(ctx, t, tc.replicas)
+				servers = startGoRelays(t, tc.replicas)
 			}
-			t.Cleanup(func() {
-				for _, s := range servers {
-					_ = s.Stop()
-				}
-			})
 			cfg := tc.cfg
 			cfg.Sites, cfg.Daemons = 3, 6
 			cfg.AdminToken = smokeToken
 			cfg.Drain = 30 * time.Second
 			cfg.TTL = 60 * time.Second
 			for _, s := range servers {
-				cfg.Replicas = append(cfg.Replicas, s.URL)
-				cfg.AdminURLs = append(cfg.AdminURLs, s.AdminURL)
+				cfg.Replicas = append(cfg.Replicas, s.URL())
+				cfg.AdminURLs = append(cfg.AdminURLs, s.AdminURL())
+			}
+			if tc.replicas > 0 { // the reference relay has no /projection/status
+				cfg.StatusURLs = cfg.AdminURLs
 			}
 			cfg.AdminURLs = cfg.AdminURLs[:1] // one write; the replicas share the projection
 			rep, err := Run(ctx, cfg, nil)
@@ -83,103 +68,24 @@ func TestSmokeAgainstRelay(t *testing.T) {
 	}
 }
 
-// startGoRelays builds cmd/relay and starts n replicas on one fresh
-// namespace of the test Valkey, deleting the namespace afterwards.
-func startGoRelays(ctx context.Context, t *testing.T, n int) []*reference.Server {
+// startGoRelays starts n replicas of cmd/relay on one fresh namespace of
+// the test Valkey.
+func startGoRelays(t *testing.T, n int) []*relaytest.Relay {
 	t.Helper()
-	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if valkeyURL == "" {
-		valkeyURL = "redis://127.0.0.1:6379/0"
-	}
-	bin := buildRelay(ctx, t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	namespace := "loadgen-smoke-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
-	var out []*reference.Server
+	url := relaytest.ValkeyURL()
+	ns := relaytest.Namespace(t, relaytest.Open(t, url))
+	var out []*relaytest.Relay
 	for i := range n {
-		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(),
-			"RELAY_VALKEY_URL="+valkeyURL,
-			"RELAY_NAMESPACE="+namespace,
-			"RELAY_LISTEN=127.0.0.1:0",
-			"RELAY_ADMIN_LISTEN=127.0.0.1:0",
-			"RELAY_ADMIN_TOKEN="+smokeToken,
-			"RELAY_LOG_LEVEL=warn",
-		)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		s, err := reference.Launch(ctx, cmd)
-		if err != nil {
-			t.Fatalf("replica %d: %v\n%s", i, err, stderr.String())
-		}
-		out = append(out, s)
+		out = append(out, relaytest.StartRelay(t, relaytest.RelayConfig{
+			Name:  fmt.Sprintf("relay-%d", i+1),
+			Env:   []string{"RELAY_VALKEY_URL=" + url, "RELAY_NAMESPACE=" + ns, "RELAY_LOG_LEVEL=warn"},
+			Token: smokeToken,
+		}))
 	}
 	return out
 }
 
-var relayBuild struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
-// buildRelay builds cmd/relay once per test binary.
-func buildRelay(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	relayBuild.once.Do(func() {
-		relayBuild.dir, relayBuild.err = os.MkdirTemp("", "loadgen-relay-")
-		if relayBuild.err != nil {
-			return
-		}
-		relayBuild.bin = filepath.Join(relayBuild.dir, "relay")
-		build := exec.CommandContext(ctx, "go", "build", "-o", relayBuild.bin, "./cmd/relay")
-		build.Dir = moduleRoot(t)
-		if out, err := build.CombinedOutput(); err != nil {
-			relayBuild.err = fmt.Errorf("go build ./cmd/relay: %w\n%s", err, out)
-		}
-	})
-	if relayBuild.err != nil {
-		t.Fatal(relayBuild.err)
-	}
-	return relayBuild.bin
-}
-
-// TestMain removes the relay binary built for the smoke test.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if relayBuild.dir != "" {
-		_ = os.RemoveAll(relayBuild.dir)
-	}
-	os.Exit(code)
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
-	t.Helper()
-	opt, err := valkey.ParseURL(valkeyURL)
-	if err != nil {
-		t.Errorf("parse %s: %v", valkeyURL, err)
-		return
-	}
-	client, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Errorf("connect %s: %v", valkeyURL, err)
-		return
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*"); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }
 
 func TestValidateRefusesRemoteTargets(t *testing.T) {
 	ctx := context.Background()

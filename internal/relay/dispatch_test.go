@@ -280,7 +280,7 @@ func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	srv := relaytest.StartServer(t)
 	// The server and its keys die with the test: no namespace cleanup.
-	st, err := store.New(t.Context(), relaytest.Open(t, srv.URL), store.Options{Namespace: relaytest.NewName(), Logger: relaytest.Logger(t)})
+	st, err := store.New(t.Context(), relaytest.Open(t, srv.URL()), store.Options{Namespace: relaytest.NewName(), Logger: relaytest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

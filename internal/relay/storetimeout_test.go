@@ -19,7 +19,7 @@ func TestFrozenStoreAnswersFast503(t *testing.T) {
 	// swapping, paused or stuck in a long fork does) and resumes with
 	// SIGCONT. The shared test server is never frozen.
 	srv := relaytest.StartServer(t)
-	c := relaytest.Open(t, srv.URL)
+	c := relaytest.Open(t, srv.URL())
 	st := newStore(t, c, store.Options{})
 	// Runs before the namespace cleanup, should the test stop while frozen.
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })

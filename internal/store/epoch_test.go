@@ -121,7 +121,7 @@ func describe(res []*ResultJob) string {
 // REPLICAOF NO ONE, which promotes the server under a new replication id
 // with its data kept.
 func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
-	c := relaytest.Open(t, relaytest.StartServer(t).URL)
+	c := relaytest.Open(t, relaytest.StartServer(t).URL())
 	ctx := context.Background()
 	h := newH(t, backend{"private", c}, Options{})
 

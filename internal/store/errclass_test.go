@@ -21,7 +21,7 @@ func TestClassify(t *testing.T) {
 	// killed), with a 10 ms script time limit so that a looping script makes
 	// it answer BUSY at once.
 	srv := relaytest.StartServer(t, "--lua-time-limit", "10")
-	c, url := relaytest.Open(t, srv.URL), srv.URL
+	c, url := relaytest.Open(t, srv.URL()), srv.URL()
 	// The server and its keys die with the test: no namespace cleanup.
 	s, err := New(ctx, c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
 	if err != nil {

@@ -15,13 +15,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -33,7 +31,7 @@ import (
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/test/chaos/history"
 
-	"github.com/byollm/relay-go/test/testproc"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 var (
@@ -41,27 +39,7 @@ var (
 	faultEvery = flag.Duration("chaos.every", 3*time.Second, "mean time between two replica faults (each a SIGKILL or SIGTERM and a restart)")
 )
 
-var relayBin string // built once by TestMain
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	dir, err := os.MkdirTemp("", "relay-chaos-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		os.Exit(1)
-	}
-	relayBin = filepath.Join(dir, "relay")
-	cmd := exec.Command("go", "build", "-o", relayBin, "./cmd/relay")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/relay: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -81,21 +59,24 @@ const leaseMs = 5000
 // faults refuse (transport errors, 502, 503), as real ones do. Afterwards
 // the history of the run must break no rule.
 func TestChaos(t *testing.T) {
-	vk := newStore(t)
-	if err := vk.start(); err != nil {
+	vk := relaytest.NewValkeyServer(t)
+	if err := vk.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ns := "chaos-" + randomHex(6)
 	token := "chaos-" + randomHex(12)
 	env := []string{
-		"RELAY_VALKEY_URL=" + vk.url(),
+		"RELAY_VALKEY_URL=" + vk.URL(),
 		"RELAY_NAMESPACE=" + ns,
 		"RELAY_ADMIN_TOKEN=" + token,
 		fmt.Sprintf("RELAY_LEASE_MS=%d", leaseMs),
 		"RELAY_SHUTDOWN_TIMEOUT=5s",
 		"RELAY_LOG_LEVEL=warn",
 	}
-	relays := []*testproc.Relay{testproc.NewRelay(t, relayBin, "relay-1", env), testproc.NewRelay(t, relayBin, "relay-2", env), testproc.NewRelay(t, relayBin, "relay-3", env)}
+	var relays []*relaytest.Relay
+	for _, name := range []string{"relay-1", "relay-2", "relay-3"} {
+		relays = append(relays, relaytest.NewRelay(t, relaytest.RelayConfig{Name: name, Env: env}))
+	}
 	urls := make([]string, len(relays))
 	for i, r := range relays {
 		if err := r.Start(); err != nil {
@@ -108,6 +89,7 @@ func TestChaos(t *testing.T) {
 	cfg := loadgen.Config{
 		Replicas:    urls,
 		AdminURLs:   []string{relays[0].AdminURL()}, // the replicas share the projection through the store
+		StatusURLs:  relaytest.AdminURLs(relays...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -199,7 +181,7 @@ const (
 // SIGTERM, each started again within a second, and the store once, 40% of the way
 // through, until the load stops enqueuing. One fault at a time: two
 // replicas always serve.
-func injectFaults(t *testing.T, relays []*testproc.Relay, vk *storeProc, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
+func injectFaults(t *testing.T, relays []*relaytest.Relay, vk *relaytest.ValkeyServer, loadStart time.Time, loadFor time.Duration) (map[string]int, []string) {
 	t.Helper()
 	faults := map[string]int{}
 	var timeline []string
@@ -222,11 +204,11 @@ func injectFaults(t *testing.T, relays []*testproc.Relay, vk *storeProc, loadSta
 		if !storeDone && !time.Now().Before(storeAt) {
 			storeDone = true
 			event("SIGKILL store")
-			if err := vk.cur.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
+			if _, err := vk.Stop(syscall.SIGKILL, 10*time.Second); errors.Is(err, relaytest.ErrStillRunning) {
 				t.Fatalf("store: %v", err)
 			}
 			time.Sleep(1500 * time.Millisecond)
-			if err := vk.start(); err != nil {
+			if err := vk.Start(); err != nil {
 				t.Fatalf("store restart: %v", err)
 			}
 			faults[faultStore]++
@@ -239,11 +221,12 @@ func injectFaults(t *testing.T, relays []*testproc.Relay, vk *storeProc, loadSta
 			sig, kind = syscall.SIGTERM, faultTerm
 		}
 		event("%v %s", sig, r.Name)
-		if err := r.Cur.Stop(sig, 20*time.Second); err != nil {
-			t.Fatalf("%s: %v", r.Name, err)
+		_, exitErr := r.Stop(sig, 20*time.Second)
+		if errors.Is(exitErr, relaytest.ErrStillRunning) {
+			t.Fatalf("%s: %v", r.Name, exitErr)
 		}
-		if sig == syscall.SIGTERM && r.Cur.Err != nil {
-			t.Errorf("%s exited with %v after SIGTERM, want status 0", r.Name, r.Cur.Err)
+		if sig == syscall.SIGTERM && exitErr != nil {
+			t.Errorf("%s exited with %v after SIGTERM, want status 0", r.Name, exitErr)
 		}
 		// Down for a moment, as a process supervisor takes to notice:
 		// requests meet a refused port, not only a reset connection.
@@ -287,9 +270,9 @@ func waitFirstEnqueues(t *testing.T, log *history.Log, n int, within time.Durati
 
 // finalStates reads every enqueued job's state out of the store after the
 // run, as one final op each ("absent" when the store no longer has it).
-func finalStates(t *testing.T, vk *storeProc, ns string, ops []loadgen.Op) []loadgen.Op {
+func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []loadgen.Op) []loadgen.Op {
 	t.Helper()
-	c, err := vk.client()
+	c, err := vk.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,10 +42,8 @@ import (
 	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/chaos/history"
 
-	"github.com/byollm/relay-go/test/testproc"
+	"github.com/byollm/relay-go/test/relaytest"
 )
-
-var relayBin string // built once by TestMain
 
 func TestMain(m *testing.M) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -54,22 +52,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := os.MkdirTemp("", "relay-cluster-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cluster:", err)
-		os.Exit(1)
-	}
-	relayBin = filepath.Join(dir, "relay")
-	cmd := exec.Command("go", "build", "-o", relayBin, "./cmd/relay")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: go build ./cmd/relay: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	relaytest.Main(m)
 }
 
 func randomHex(n int) string {
@@ -125,7 +108,10 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 		"RELAY_SHUTDOWN_TIMEOUT=5s",
 		"RELAY_LOG_LEVEL=warn",
 	}
-	relays := []*testproc.Relay{testproc.NewRelay(t, relayBin, "relay-1", env), testproc.NewRelay(t, relayBin, "relay-2", env)}
+	relays := []*relaytest.Relay{
+		relaytest.NewRelay(t, relaytest.RelayConfig{Name: "relay-1", Env: env}),
+		relaytest.NewRelay(t, relaytest.RelayConfig{Name: "relay-2", Env: env}),
+	}
 	urls := make([]string, len(relays))
 	for i, r := range relays {
 		if err := r.Start(); err != nil {
@@ -137,6 +123,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 	cfg := loadgen.Config{
 		Replicas:    urls,
 		AdminURLs:   []string{relays[0].AdminURL()},
+		StatusURLs:  relaytest.AdminURLs(relays...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -340,7 +327,7 @@ func TestPrimaryFailoverUnderLoad(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				_, port, _ := strings.Cut(replica.addr, ":")
-				t.Fatalf("replica %s not promoted after 30s; its log:\n%s", replica.addr, testproc.Tail(filepath.Join(cl.dir, port, "server.log"), 30))
+				t.Fatalf("replica %s not promoted after 30s; its log:\n%s", replica.addr, relaytest.TailFile(filepath.Join(cl.dir, port, "server.log"), 30))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -541,13 +528,12 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 
 // storeErrors counts the store errors the replicas logged (each answered
 // with the retryable 503), by the cluster's error kind.
-func storeErrors(t *testing.T, relays []*testproc.Relay) map[string]int {
+func storeErrors(t *testing.T, relays []*relaytest.Relay) map[string]int {
 	t.Helper()
 	kinds := []string{"CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "non local key", "connection refused", "context deadline exceeded", "EOF"}
 	out := map[string]int{}
 	for _, r := range relays {
-		files, _ := filepath.Glob(filepath.Join(r.LogDir, "*.log"))
-		for _, f := range files {
+		for _, f := range r.LogFiles() {
 			b, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)

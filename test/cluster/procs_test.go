@@ -13,7 +13,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/byollm/relay-go/test/testproc"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // privateCluster is a 3-primary cluster with one replica per primary.
@@ -26,7 +26,7 @@ type privateCluster struct {
 // newPrivateCluster starts one with .ci/cluster and stops it at cleanup.
 func newPrivateCluster(t *testing.T) *privateCluster {
 	t.Helper()
-	c := &privateCluster{base: testproc.FreeRun(t, 6), dir: t.TempDir()}
+	c := &privateCluster{base: relaytest.FreeRun(t, 6), dir: t.TempDir()}
 	cmd := exec.Command("bash", "../../.ci/cluster", "start")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("CLUSTER_BASE_PORT=%d", c.base), "CLUSTER_DIR="+c.dir)
 	out, err := cmd.Output()

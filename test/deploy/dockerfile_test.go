@@ -3,18 +3,16 @@ package deploy_test
 import (
 	"debug/elf"
 	"encoding/json"
-	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/config"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // instruction is one Dockerfile instruction with continuations joined.
@@ -219,47 +217,19 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
-// TestMain removes the binary the tests share.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }
 
 // relayBinary builds the relay once with the Dockerfile's own go build
 // command (its environment and arguments, only the -o path changed): the
 // binary the image would contain.
 func relayBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		d := readDockerfile(t)
-		buildDir, buildErr = os.MkdirTemp("", "relay-deploy-test-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "relay")
-		args := slices.Clone(d.buildArgs)
-		args[slices.Index(args, "-o")+1] = buildPath
-		cmd := exec.Command("go", append([]string{"build"}, args...)...)
-		cmd.Dir = root(t)
-		cmd.Env = append(os.Environ(), d.env...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build %v: %v\n%s", args, err, b)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	d := readDockerfile(t)
+	args := slices.Clone(d.buildArgs)
+	if i := slices.Index(args, "-o"); i >= 0 {
+		args = slices.Delete(args, i, i+2)
 	}
-	return buildPath
+	return relaytest.Build(t, "relay-image", d.env, args...)
 }
 
 // TestStaticBinary checks the Dockerfile's build is a static, stripped ELF

@@ -1,17 +1,13 @@
 package deploy_test
 
 import (
-	"bufio"
 	"bytes"
-	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -31,49 +27,19 @@ import (
 // would: healthcheck subcommand, admin probes and metrics, drain on
 // SIGTERM, and a Valkey outage.
 
-func testValkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-// relayProc is a running relay.
+// relayProc is a running relay and the environment it was given.
 type relayProc struct {
-	cmd    *exec.Cmd
-	listen string
-	admin  string
-	env    []string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	exited chan error
-}
-
-func (p *relayProc) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stderr.String()
-}
-
-type lockedWriter struct{ p *relayProc }
-
-func (w lockedWriter) Write(b []byte) (int, error) {
-	w.p.mu.Lock()
-	defer w.p.mu.Unlock()
-	return w.p.stderr.Write(b)
+	*relaytest.Relay
+	env []string
 }
 
 // startRelay runs the relay on loopback ports chosen by the kernel, in its
 // own Valkey namespace (removed afterwards), and waits for its ready line.
 func startRelay(t *testing.T, valkeyURL string, extra ...string) *relayProc {
 	t.Helper()
-	bin := relayBinary(t)
-	nsb := make([]byte, 6)
-	_, _ = rand.Read(nsb)
-	ns := "deploytest-" + hex.EncodeToString(nsb)
 	env := []string{
 		"RELAY_VALKEY_URL=" + valkeyURL,
-		"RELAY_NAMESPACE=" + ns,
+		"RELAY_NAMESPACE=" + relaytest.Namespace(t, relaytest.Open(t, relaytest.ValkeyURL())),
 		"RELAY_LISTEN=127.0.0.1:0",
 		"RELAY_ADMIN_LISTEN=127.0.0.1:0",
 		"RELAY_LOG_FORMAT=json",
@@ -81,86 +47,15 @@ func startRelay(t *testing.T, valkeyURL string, extra ...string) *relayProc {
 		"RELAY_SWEEP_INTERVAL=off",
 	}
 	env = append(env, extra...)
-	p := &relayProc{cmd: exec.Command(bin), exited: make(chan error, 1)}
-	p.cmd.Env = env
-	p.cmd.Stderr = lockedWriter{p}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exitedOnce()
-		cleanNamespace(t, ns)
-	})
-
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case line := <-lines:
-		var ready struct {
-			Ready  bool   `json:"ready"`
-			Listen string `json:"listen"`
-			Admin  string `json:"admin"`
-		}
-		if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready {
-			t.Fatalf("ready line %q: %v", line, err)
-		}
-		p.listen, p.admin = "http://"+ready.Listen, ready.Admin
-	case err := <-p.exited:
-		p.exited <- err
-		t.Fatalf("relay exited before ready: %v\n%s", err, p.logs())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("relay not ready after 20s\n%s", p.logs())
-	}
-	p.env = env
-	return p
-}
-
-// exitedOnce returns a channel that yields the exit result, repeatedly.
-func (p *relayProc) exitedOnce() <-chan error {
-	out := make(chan error, 1)
-	go func() {
-		err := <-p.exited
-		p.exited <- err
-		out <- err
-	}()
-	return out
-}
-
-func cleanNamespace(t *testing.T, ns string) {
-	opt, err := valkey.ParseURL(testValkeyURL())
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	opt.DisableCache = true
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	defer c.Close()
-	if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
+	r := relaytest.StartRelay(t, relaytest.RelayConfig{Bin: relayBinary(t), Env: env})
+	return &relayProc{Relay: r, env: env}
 }
 
 // healthcheck runs `relay healthcheck` as the image's HEALTHCHECK would.
 func (p *relayProc) healthcheck(t *testing.T) (int, string) {
 	t.Helper()
 	cmd := exec.Command(relayBinary(t), "healthcheck")
-	cmd.Env = append(append([]string{}, p.env...), "RELAY_ADMIN_LISTEN="+p.admin)
+	cmd.Env = append(append([]string{}, p.env...), "RELAY_ADMIN_LISTEN="+p.Admin)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -205,9 +100,9 @@ const pollBody = `{"protocolVersion":"2","action":"poll","deviceCode":"abcdefghi
 
 func TestRelayHealthMetricsDrain(t *testing.T) {
 	collector := newCollector(t)
-	p := startRelay(t, testValkeyURL(), "RELAY_DRAIN_PERIOD=1s", "RELAY_SHUTDOWN_TIMEOUT=3s",
+	p := startRelay(t, relaytest.ValkeyURL(), "RELAY_DRAIN_PERIOD=1s", "RELAY_SHUTDOWN_TIMEOUT=3s",
 		"RELAY_OTLP_ENDPOINT="+collector.srv.URL)
-	admin := "http://" + p.admin
+	admin := p.AdminURL()
 
 	if code, out := p.healthcheck(t); code != 0 {
 		t.Fatalf("relay healthcheck exit %d: %s", code, out)
@@ -219,17 +114,17 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 	}
 	// Health lives on the admin listener only; the protocol listener keeps
 	// the reference's 404.
-	if r := call(t, "GET", p.listen+"/healthz", "", nil); r.status != 404 || r.raw != `{"error":"not-found"}` {
+	if r := call(t, "GET", p.URL()+"/healthz", "", nil); r.status != 404 || r.raw != `{"error":"not-found"}` {
 		t.Errorf("protocol /healthz: %d %s", r.status, r.raw)
 	}
 
 	// A refused request, carrying a W3C trace context.
 	const traceID = "5b8efff798038103d269b633813fc60c"
 	tp := map[string]string{"traceparent": "00-" + traceID + "-eee19b7ec3c1b174-01", "x-byollm-runner": "runner-secret-id"}
-	if r := call(t, "POST", p.listen+"/byollm/claim", `{"protocolVersion":"2"}`, tp); r.status != 401 {
+	if r := call(t, "POST", p.URL()+"/byollm/claim", `{"protocolVersion":"2"}`, tp); r.status != 401 {
 		t.Errorf("unsigned claim: %d %s", r.status, r.raw)
 	}
-	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
+	if r := call(t, "POST", p.URL()+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
 		t.Errorf("pair poll: %d %s", r.status, r.raw)
 	}
 
@@ -255,7 +150,7 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 		t.Error("/metrics carries a caller id")
 	}
 	var refusal map[string]any
-	for _, line := range strings.Split(p.logs(), "\n") {
+	for _, line := range strings.Split(p.Log(), "\n") {
 		if strings.Contains(line, `"request refused"`) && strings.Contains(line, `"/byollm/claim"`) {
 			_ = json.Unmarshal([]byte(line), &refusal)
 		}
@@ -263,14 +158,14 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 	if refusal["trace_id"] != traceID || refusal["status"] != float64(401) || refusal["level"] != "DEBUG" {
 		t.Errorf("refusal log line %v, want DEBUG, status 401, trace_id %s", refusal, traceID)
 	}
-	if strings.Contains(p.logs(), "runner-secret-id") {
+	if strings.Contains(p.Log(), "runner-secret-id") {
 		t.Error("logs carry a caller id")
 	}
 
 	// SIGTERM: readiness fails at once, both listeners keep serving for the
 	// drain period, then the process exits 0.
 	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(500 * time.Millisecond)
@@ -287,27 +182,27 @@ func TestRelayHealthMetricsDrain(t *testing.T) {
 	if code, out := p.healthcheck(t); code != 0 {
 		t.Errorf("liveness failed while draining: %d %s", code, out)
 	}
-	r = call(t, "POST", p.listen+"/byollm/pair", pollBody, nil)
+	r = call(t, "POST", p.URL()+"/byollm/pair", pollBody, nil)
 	if r.status != 200 || !r.close {
 		t.Errorf("request during drain: %d close=%v %s; want served with Connection: close", r.status, r.close, r.raw)
 	}
 	select {
-	case err := <-p.exitedOnce():
-		elapsed := time.Since(start)
+	case <-p.Done():
+		err, elapsed := p.ExitErr(), time.Since(start)
 		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, p.logs())
+			t.Errorf("exit after SIGTERM: %v\n%s", err, p.Log())
 		}
 		if elapsed < time.Second || elapsed > 4*time.Second {
 			t.Errorf("exited %v after SIGTERM; want after the 1s drain period, within drain + 3s", elapsed)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no exit 10s after SIGTERM\n%s", p.logs())
+		t.Fatalf("no exit 10s after SIGTERM\n%s", p.Log())
 	}
 	if code, _ := p.healthcheck(t); code == 0 {
 		t.Error("relay healthcheck succeeds with the relay gone")
 	}
-	if !strings.Contains(p.logs(), `"msg":"drained"`) {
-		t.Errorf("no drained log line\n%s", p.logs())
+	if !strings.Contains(p.Log(), `"msg":"drained"`) {
+		t.Errorf("no drained log line\n%s", p.Log())
 	}
 
 	// The spans were flushed to the collector at exit: the refused claim's
@@ -397,25 +292,25 @@ func spanNames(spans []*tracepb.Span) []string {
 // requests fail fast with 503 server-error and readiness is false; both
 // recover by themselves when Valkey is back.
 func TestRelayValkeyOutage(t *testing.T) {
-	opt, err := valkey.ParseURL(testValkeyURL())
+	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := outageproxy.New(t, opt.InitAddress[0])
-	u := strings.Replace(testValkeyURL(), opt.InitAddress[0], proxy.Addr(), 1)
-	if u == testValkeyURL() {
+	u := strings.Replace(relaytest.ValkeyURL(), opt.InitAddress[0], proxy.Addr(), 1)
+	if u == relaytest.ValkeyURL() {
 		t.Fatalf("cannot point %s at the proxy", u)
 	}
 	p := startRelay(t, u)
-	admin := "http://" + p.admin
+	admin := p.AdminURL()
 
-	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 {
+	if r := call(t, "POST", p.URL()+"/byollm/pair", pollBody, nil); r.status != 200 {
 		t.Fatalf("before the outage: %d %s", r.status, r.raw)
 	}
 	proxy.Down()
 
 	start := time.Now()
-	r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil)
+	r := call(t, "POST", p.URL()+"/byollm/pair", pollBody, nil)
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
 		t.Errorf("request during the outage took %v; must fail fast", elapsed)
 	}
@@ -443,11 +338,11 @@ func TestRelayValkeyOutage(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("readiness did not come back: %d %s\n%s", r.status, r.raw, p.logs())
+			t.Fatalf("readiness did not come back: %d %s\n%s", r.status, r.raw, p.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if r := call(t, "POST", p.listen+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
+	if r := call(t, "POST", p.URL()+"/byollm/pair", pollBody, nil); r.status != 200 || r.body["status"] != "expired" {
 		t.Errorf("after the outage: %d %s", r.status, r.raw)
 	}
 	m := call(t, "GET", admin+"/metrics", "", nil)

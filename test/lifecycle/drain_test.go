@@ -3,14 +3,17 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/loadgen"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Drain timings of the replicas under test. The balancer polls readiness
@@ -27,31 +30,32 @@ const (
 // collected exactly once, no client sees a 5xx, and each stopped replica
 // exits 0 within its drain period plus its shutdown timeout.
 func TestRollingRestartUnderLoad(t *testing.T) {
-	ns := "lifecycle-drain-" + randomHex(6)
+	url := relaytest.ValkeyURL()
+	ns := relaytest.Namespace(t, relaytest.Open(t, url))
 	token := "lifecycle-" + randomHex(12)
-	t.Cleanup(func() { cleanNamespace(t, testValkeyURL(), ns) })
 	env := []string{
-		"RELAY_VALKEY_URL=" + testValkeyURL(),
+		"RELAY_VALKEY_URL=" + url,
 		"RELAY_NAMESPACE=" + ns,
 		"RELAY_ADMIN_TOKEN=" + token,
 		"RELAY_DRAIN_PERIOD=" + drainPeriod.String(),
 		"RELAY_SHUTDOWN_TIMEOUT=" + shutdownTimeout.String(),
 	}
-	replicas := []*replica{newReplica(t, "relay-1", env), newReplica(t, "relay-2", env), newReplica(t, "relay-3", env)}
+	replicas := []*relaytest.Relay{newReplica(t, "relay-1", env), newReplica(t, "relay-2", env), newReplica(t, "relay-3", env)}
 	for _, r := range replicas {
-		r.run(t)
+		run(t, r)
 	}
-	lb := newBalancer(t, true, replicas...)
+	lb := relaytest.NewBalancer(t, relaytest.BalancerOptions{Gate: true, RetryDial: true}, relaytest.Backends(replicas...)...)
 	for _, r := range replicas {
-		lb.waitReady(t, r.name, 10*time.Second)
+		lb.WaitReady(t, r.Name, 10*time.Second)
 	}
 
 	// Load for long enough to cover both restarts with room to spare on a
 	// slow machine; the test fails if the restarts outlast it.
 	const loadFor = 18 * time.Second
 	cfg := loadgen.Config{
-		Replicas:    []string{lb.url()},
-		AdminURLs:   []string{replicas[0].adminURL()}, // the replicas share the projection through Valkey
+		Replicas:    []string{lb.URL()},
+		AdminURLs:   []string{replicas[0].AdminURL()}, // the replicas share the projection through Valkey
+		StatusURLs:  relaytest.AdminURLs(replicas...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -78,7 +82,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	// (before cmd/relay/drain.go it did in each of two runs, against one
 	// run in two without this traffic).
 	chatCtx, stopChat := context.WithCancel(ctx)
-	chatDone := chatter(chatCtx, lb.url(), 8)
+	chatDone := chatter(chatCtx, lb.URL(), 8)
 
 	// Restart relay-1, then relay-2, as a rolling update does.
 	exitLimit := drainPeriod + shutdownTimeout + 3*time.Second
@@ -90,23 +94,25 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	var restarts []restart
 	for _, r := range replicas[:2] {
 		time.Sleep(time.Second)
-		be := lb.backend(r.name)
-		before := be.served.Load()
-		lb.event("SIGTERM " + r.name)
-		took, err := r.terminate(t, exitLimit)
-		lb.event(fmt.Sprintf("%s exited after %.2fs (%v)", r.name, took.Seconds(), err))
+		before := lb.Served(r.Name)
+		lb.Event("SIGTERM " + r.Name)
+		took, err := r.Stop(syscall.SIGTERM, exitLimit)
+		lb.Event(fmt.Sprintf("%s exited after %.2fs (%v)", r.Name, took.Seconds(), err))
+		if errors.Is(err, relaytest.ErrStillRunning) {
+			t.Fatalf("%s did not exit within %v of SIGTERM\n%s", r.Name, exitLimit, r.Tail(40))
+		}
 		if err != nil {
-			t.Errorf("%s exit after SIGTERM: %v, want status 0\n%s", r.name, err, r.logTail(30))
+			t.Errorf("%s exit after SIGTERM: %v, want status 0\n%s", r.Name, err, r.Tail(30))
 		}
 		if took < drainPeriod {
-			t.Errorf("%s exited %v after SIGTERM, before its %v drain period", r.name, took, drainPeriod)
+			t.Errorf("%s exited %v after SIGTERM, before its %v drain period", r.Name, took, drainPeriod)
 		}
-		served := be.served.Load() - before
+		served := lb.Served(r.Name) - before
 		backStart := time.Now()
-		r.run(t)
-		lb.waitReady(t, r.name, 15*time.Second)
-		lb.event(r.name + " back in rotation")
-		restarts = append(restarts, restart{name: r.name, exit: took, back: time.Since(backStart), servedWhileDrain: served})
+		run(t, r)
+		lb.WaitReady(t, r.Name, 15*time.Second)
+		lb.Event(r.Name + " back in rotation")
+		restarts = append(restarts, restart{name: r.Name, exit: took, back: time.Since(backStart), servedWhileDrain: served})
 	}
 	choreography := time.Since(loadOn)
 	stopChat()
@@ -128,7 +134,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	var text bytes.Buffer
 	rep.WriteText(&text)
 	t.Logf("load generator report:\n%s", text.String())
-	_, _, events := lb.snapshot()
+	_, _, events := lb.Snapshot()
 	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
 	for _, rs := range restarts {
 		t.Logf("%s: exit %.2fs after SIGTERM (drain %v, timeout %v), back in rotation %.2fs after exit, %d requests served between SIGTERM and exit",
@@ -136,7 +142,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 	j := rep.Jobs
 	t.Logf("SUMMARY drain: jobs enqueued %d collected %d lost %d run-twice %d enqueue-failed %d errors %d | %.1fs load, restarts took %.1fs, %d device-code polls beside | balancer %s",
-		j.Enqueued, j.Collected, j.Lost, j.RunTwice, j.EnqueueFailed, rep.Errors, time.Since(started).Seconds(), choreography.Seconds(), chats.sent, lb.summary())
+		j.Enqueued, j.Collected, j.Lost, j.RunTwice, j.EnqueueFailed, rep.Errors, time.Since(started).Seconds(), choreography.Seconds(), chats.sent, lb.Summary())
 	if chats.sent == 0 || chats.failed != 0 {
 		t.Errorf("device-code polls: %d sent, %d not answered 200 expired (first: %s)", chats.sent, chats.failed, chats.first)
 	}
@@ -155,7 +161,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	st, recs, _ := lb.snapshot()
+	st, recs, _ := lb.Snapshot()
 	for code, n := range st {
 		if code >= 500 {
 			t.Errorf("clients got %d responses with status %d", n, code)
@@ -163,20 +169,20 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 	shown := 0
 	for _, rec := range recs {
-		if rec.status >= 500 && shown < 5 {
+		if rec.Status >= 500 && shown < 5 {
 			shown++
-			t.Logf("5xx: %s via %q %d after %v: %s", rec.path, rec.backend, rec.status, rec.elapsed, rec.body)
+			t.Logf("5xx: %s via %q %d after %v: %s", rec.Path, rec.Backend, rec.Status, rec.Elapsed, rec.Body)
 		}
 	}
 	for _, r := range replicas {
-		if n := lb.backend(r.name).served.Load(); n == 0 {
-			t.Errorf("%s served no requests", r.name)
+		if n := lb.Served(r.Name); n == 0 {
+			t.Errorf("%s served no requests", r.Name)
 		}
 	}
 
 	// One sample scrape of a replica that ran through the whole test.
 	if testing.Verbose() {
-		_, scrape := probe(context.Background(), http.DefaultClient, replicas[2].adminURL()+"/metrics")
+		_, scrape := probe(context.Background(), http.DefaultClient, replicas[2].AdminURL()+"/metrics")
 		t.Logf("relay-3 /metrics (relay_* lines):\n%s", relayLines(scrape))
 	}
 }
@@ -199,14 +205,14 @@ func startLoad(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
 	return done
 }
 
-func waitEnqueues(t *testing.T, lb *balancer, n int, within time.Duration) {
+func waitEnqueues(t *testing.T, lb *relaytest.Balancer, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		_, recs, _ := lb.snapshot()
+		_, recs, _ := lb.Snapshot()
 		got := 0
 		for _, r := range recs {
-			if r.path == "/relay/site/enqueue" && r.status == 200 {
+			if r.Path == "/relay/site/enqueue" && r.Status == 200 {
 				got++
 			}
 		}
@@ -218,22 +224,12 @@ func waitEnqueues(t *testing.T, lb *balancer, n int, within time.Duration) {
 			// from a refusing relay.
 			seen := map[string]int{}
 			for _, r := range recs {
-				seen[fmt.Sprintf("%s %d", r.path, r.status)]++
+				seen[fmt.Sprintf("%s %d", r.Path, r.Status)]++
 			}
 			t.Fatalf("only %d enqueues after %v; balancer saw %v", got, within, seen)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func (b *balancer) backend(name string) *backend {
-	for _, be := range b.backends {
-		if be.name == name {
-			return be
-		}
-	}
-	b.t.Fatalf("balancer: no backend %s", name)
-	return nil
 }
 
 // pollBody is an unsigned device-code poll for a code nobody issued: the

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/byollm/relay-go/internal/loadgen"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // failFast bounds how long a request may take to be refused while the
@@ -26,27 +28,31 @@ const failFast = time.Second
 // replicas recover by themselves and every job enqueued is collected
 // exactly once.
 func TestValkeyOutageUnderLoad(t *testing.T) {
-	vk := newPrivateValkey(t)
+	vk := relaytest.NewValkeyServer(t)
+	if err := vk.Start(); err != nil {
+		t.Fatal(err)
+	}
 	ns := "lifecycle-outage-" + randomHex(6)
 	token := "lifecycle-" + randomHex(12)
 	const leaseMs = 5000 // a grant lost to the outage comes back within seconds
 	env := []string{
-		"RELAY_VALKEY_URL=" + vk.url(),
+		"RELAY_VALKEY_URL=" + vk.URL(),
 		"RELAY_NAMESPACE=" + ns,
 		"RELAY_ADMIN_TOKEN=" + token,
 		fmt.Sprintf("RELAY_LEASE_MS=%d", leaseMs),
 	}
-	replicas := []*replica{newReplica(t, "relay-1", env), newReplica(t, "relay-2", env)}
+	replicas := []*relaytest.Relay{newReplica(t, "relay-1", env), newReplica(t, "relay-2", env)}
 	for _, r := range replicas {
-		r.run(t)
+		run(t, r)
 	}
 	// No readiness gating: with every replica unready a real balancer has
 	// nothing to route to; here the clients must see the relay's own answer.
-	lb := newBalancer(t, false, replicas...)
+	lb := relaytest.NewBalancer(t, relaytest.BalancerOptions{RetryDial: true}, relaytest.Backends(replicas...)...)
 
 	cfg := loadgen.Config{
-		Replicas:    []string{lb.url()},
-		AdminURLs:   []string{replicas[0].adminURL()},
+		Replicas:    []string{lb.URL()},
+		AdminURLs:   []string{replicas[0].AdminURL()},
+		StatusURLs:  relaytest.AdminURLs(replicas...),
 		AdminToken:  token,
 		Sites:       3,
 		Daemons:     6,
@@ -69,7 +75,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 
 	// A marker written just before the cut must survive the restart.
-	admin, err := vk.client()
+	admin, err := vk.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +98,12 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	admin.Close()
 	time.Sleep(100 * time.Millisecond)
 	cut := time.Now()
-	lb.event(fmt.Sprintf("writes paused, %d keys; SIGTERM the store", keysAtCut))
-	vk.stop(t)
+	lb.Event(fmt.Sprintf("writes paused, %d keys; SIGTERM the store", keysAtCut))
+	if _, err := vk.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		t.Fatalf("store exit after SIGTERM: %v", err)
+	}
 	down := time.Now()
-	lb.event(fmt.Sprintf("store down (%.0f ms after the pause)", down.Sub(cut).Seconds()*1000))
+	lb.Event(fmt.Sprintf("store down (%.0f ms after the pause)", down.Sub(cut).Seconds()*1000))
 
 	// While it is down: readiness fails, liveness holds, and a store-backed
 	// request sent straight to each replica is refused fast.
@@ -112,27 +120,29 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	for time.Since(down) < outage {
 		for _, r := range replicas {
 			t0 := time.Now()
-			st, _ := probe(ctx, hc, r.adminURL()+"/readyz")
+			st, _ := probe(ctx, hc, r.AdminURL()+"/readyz")
 			readyzMax = max(readyzMax, time.Since(t0))
-			hs, _ := probe(ctx, hc, r.adminURL()+"/healthz")
+			hs, _ := probe(ctx, hc, r.AdminURL()+"/healthz")
 			t0 = time.Now()
-			ds, body := post(ctx, hc, r.url()+"/byollm/pair", pollBody)
+			ds, body := post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
 			el := time.Since(t0)
 			readyzSeen[st]++
 			healthSeen[hs]++
 			directN++
 			directMax = max(directMax, el)
 			if ds != http.StatusServiceUnavailable || errorCode(body) != "server-error" || el > failFast {
-				direct = append(direct, fmt.Sprintf("%s: %d %s after %v", r.name, ds, strings.TrimSpace(body), el))
+				direct = append(direct, fmt.Sprintf("%s: %d %s after %v", r.Name, ds, strings.TrimSpace(body), el))
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 
 	up := time.Now() // the relays may reconnect as soon as the server listens
-	vk.start(t)
-	lb.event("store back")
-	admin, err = vk.client()
+	if err := vk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lb.Event("store back")
+	admin, err = vk.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +152,12 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	}
 	var recovered []string
 	for _, r := range replicas {
-		waitStatus(t, r.adminURL()+"/readyz", http.StatusOK, 15*time.Second)
-		recovered = append(recovered, fmt.Sprintf("%s ready %.0f ms after the store", r.name, ms(time.Since(up))))
-		lb.event(r.name + " ready again")
+		relaytest.WaitFor(t, 15*time.Second, r.Name+" /readyz not 200 after the store came back", func() bool {
+			st, _ := probe(ctx, hc, r.AdminURL()+"/readyz")
+			return st == http.StatusOK
+		})
+		recovered = append(recovered, fmt.Sprintf("%s ready %.0f ms after the store", r.Name, ms(time.Since(up))))
+		lb.Event(r.Name + " ready again")
 	}
 
 	var res loadResult
@@ -160,7 +173,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	var text bytes.Buffer
 	rep.WriteText(&text)
 	t.Logf("load generator report:\n%s", text.String())
-	_, recs, events := lb.snapshot()
+	_, recs, events := lb.Snapshot()
 	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
 
 	// What the clients saw through the balancer.
@@ -170,27 +183,27 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 		examples                              []string
 	)
 	for _, rec := range recs {
-		if rec.status >= 500 {
+		if rec.Status >= 500 {
 			refused++
-			maxRefused = max(maxRefused, rec.elapsed)
-			if rec.status != http.StatusServiceUnavailable || errorCode(rec.body) != "server-error" {
+			maxRefused = max(maxRefused, rec.Elapsed)
+			if rec.Status != http.StatusServiceUnavailable || errorCode(rec.Body) != "server-error" {
 				notRetryable++
 				if len(examples) < 5 {
-					examples = append(examples, fmt.Sprintf("%s %d %s", rec.path, rec.status, rec.body))
+					examples = append(examples, fmt.Sprintf("%s %d %s", rec.Path, rec.Status, rec.Body))
 				}
 			}
 		}
-		if rec.start.After(cut) && rec.start.Before(up) {
+		if rec.Start.After(cut) && rec.Start.Before(up) {
 			inOutage++
-			if rec.elapsed > failFast {
+			if rec.Elapsed > failFast {
 				slow++
 			}
 			// Sent after the store was gone and answered before it was
 			// back: nothing but a refusal is possible.
-			if rec.start.After(down) && rec.start.Add(rec.elapsed).Before(up) && rec.status != http.StatusServiceUnavailable {
+			if rec.Start.After(down) && rec.Start.Add(rec.Elapsed).Before(up) && rec.Status != http.StatusServiceUnavailable {
 				notRetryable++
 				if len(examples) < 5 {
-					examples = append(examples, fmt.Sprintf("%s answered %d during the outage", rec.path, rec.status))
+					examples = append(examples, fmt.Sprintf("%s answered %d during the outage", rec.Path, rec.Status))
 				}
 			}
 		}
@@ -199,7 +212,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	t.Logf("outage: store down %.2fs; %d requests sent during it through the balancer, %d refused 5xx in the whole run, max refusal latency %.1f ms; direct probes: %d pair polls (max %.1f ms), readyz statuses %v (max %.1f ms), healthz statuses %v; %s",
 		up.Sub(down).Seconds(), inOutage, refused, ms(maxRefused), directN, ms(directMax), readyzSeen, ms(readyzMax), healthSeen, strings.Join(recovered, ", "))
 	t.Logf("SUMMARY outage: jobs enqueued %d collected %d lost %d run-twice %d enqueue-failed %d (refused during the outage) | %.1fs run | balancer %s",
-		j.Enqueued, j.Collected, j.Lost, j.RunTwice, j.EnqueueFailed, time.Since(started).Seconds(), lb.summary())
+		j.Enqueued, j.Collected, j.Lost, j.RunTwice, j.EnqueueFailed, time.Since(started).Seconds(), lb.Summary())
 
 	if !rep.OK() || j.Lost != 0 || j.RunTwice != 0 || j.Integrity != 0 || j.Foreign != 0 {
 		t.Errorf("jobs did not balance: %+v\nproblems: %v", j, rep.Problems)
@@ -213,8 +226,8 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	if slow > 0 || maxRefused > failFast {
 		t.Errorf("%d requests during the outage took over %v; slowest refusal %v", slow, failFast, maxRefused)
 	}
-	if lb.own5xx.Load() != 0 {
-		t.Errorf("the balancer lost %d connections to the relays", lb.own5xx.Load())
+	if lb.Own5xx() != 0 {
+		t.Errorf("the balancer lost %d connections to the relays", lb.Own5xx())
 	}
 	if len(direct) > 0 {
 		t.Errorf("direct store-backed requests during the outage were not fast 503 server-error: %v", direct)
@@ -227,9 +240,9 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	}
 	// Each replica counted its refusals.
 	for _, r := range replicas {
-		_, scrape := probe(ctx, hc, r.adminURL()+"/metrics")
+		_, scrape := probe(ctx, hc, r.AdminURL()+"/metrics")
 		if !strings.Contains(scrape, `status="503"`) || !strings.Contains(scrape, "relay_valkey_script_errors_total{") {
-			t.Errorf("%s /metrics shows no 503s or script errors:\n%s", r.name, relayLines(scrape))
+			t.Errorf("%s /metrics shows no 503s or script errors:\n%s", r.Name, relayLines(scrape))
 		}
 	}
 }

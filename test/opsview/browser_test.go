@@ -5,10 +5,7 @@
 package opsview
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,23 +25,12 @@ import (
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/test/reference"
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
 const adminToken = "ui-browser-admin-token-0123456789"
 
-func valkeyURL() string {
-	if u := os.Getenv("RELAY_TEST_VALKEY_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }
 
 // chromium finds Debian's browser; without it the test skips locally and
 // fails under CI (.ci/run installs it).
@@ -63,50 +48,23 @@ func chromium(t *testing.T) string {
 }
 
 type replicas struct {
-	servers []*reference.Server
+	servers []*relaytest.Relay
 	ns      string
 }
 
-func startReplicas(ctx context.Context, t *testing.T, n int, env ...string) replicas {
+// startReplicas starts n relay replicas on one fresh namespace of the test
+// Valkey, with env added.
+func startReplicas(t *testing.T, n int, env ...string) replicas {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "relay")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/relay")
-	build.Dir = moduleRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	ns := "uitest-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		opt, _ := valkey.ParseURL(valkeyURL())
-		c, err := valkey.NewClient(opt)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		if _, err := relaytest.DeleteKeys(context.Background(), c, ns+":*"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	r := replicas{ns: ns}
+	url := relaytest.ValkeyURL()
+	r := replicas{ns: relaytest.Namespace(t, relaytest.Open(t, url))}
 	for i := range n {
-		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(),
-			"RELAY_VALKEY_URL="+valkeyURL(), "RELAY_NAMESPACE="+ns,
-			"RELAY_LISTEN=127.0.0.1:0", "RELAY_ADMIN_LISTEN=127.0.0.1:0",
-			"RELAY_ADMIN_TOKEN="+adminToken, "RELAY_LOG_LEVEL=warn",
-			"RELAY_OPS_HEARTBEAT=200ms")
-		cmd.Env = append(cmd.Env, env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		s, err := reference.Launch(ctx, cmd)
-		if err != nil {
-			t.Fatalf("replica %d: %v\n%s", i, err, stderr.String())
-		}
-		t.Cleanup(func() { _ = s.Stop() })
-		r.servers = append(r.servers, s)
+		r.servers = append(r.servers, relaytest.StartRelay(t, relaytest.RelayConfig{
+			Name: fmt.Sprintf("relay-%d", i+1),
+			Env: append([]string{"RELAY_VALKEY_URL=" + url, "RELAY_NAMESPACE=" + r.ns,
+				"RELAY_LOG_LEVEL=warn", "RELAY_OPS_HEARTBEAT=200ms"}, env...),
+			Token: adminToken,
+		}))
 	}
 	return r
 }
@@ -149,15 +107,16 @@ func TestBrowser(t *testing.T) {
 	chrome := chromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	r := startReplicas(ctx, t, 3)
+	r := startReplicas(t, 3)
 	admins := make([]string, len(r.servers))
 	cfg := loadgen.Config{AdminToken: adminToken, Sites: 2, Daemons: 4, Jobs: 60, Concurrency: 6,
 		Drain: 30 * time.Second, TTL: 10 * time.Minute}
 	for i, s := range r.servers {
-		cfg.Replicas = append(cfg.Replicas, s.URL)
-		admins[i] = s.AdminURL
+		cfg.Replicas = append(cfg.Replicas, s.URL())
+		admins[i] = s.AdminURL()
 	}
 	cfg.AdminURLs = admins[:1]
+	cfg.StatusURLs = admins
 	rep, err := loadgen.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +154,7 @@ func TestBrowser(t *testing.T) {
 
 	// Leave something to see: three queued jobs and one granted, written
 	// through the store the replicas share (the daemons have stopped).
-	vo, _ := valkey.ParseURL(valkeyURL())
+	vo, _ := valkey.ParseURL(relaytest.ValkeyURL())
 	vc, err := valkey.NewClient(vo)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/byollm/relay-go/internal/loadgen"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Counters the exporter shows only once something has counted: a load
@@ -36,7 +37,7 @@ var metricName = regexp.MustCompile(`\b(relay_[a-z0-9_]+|up)\b`)
 func queries(t *testing.T) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	root := moduleRoot()
+	root := relaytest.ModuleRoot()
 	b, err := os.ReadFile(filepath.Join(root, "deploy", "grafana", "relay.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,16 +106,16 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r := startReplicas(ctx, t, 1, "RELAY_LEASE_MS=2000", "RELAY_QUEUE_AGE_INTERVAL=200ms")
+	r := startReplicas(t, 1, "RELAY_LEASE_MS=2000", "RELAY_QUEUE_AGE_INTERVAL=200ms")
 	s := r.servers[0]
-	rep, err := loadgen.Run(ctx, loadgen.Config{Replicas: []string{s.URL}, AdminURLs: []string{s.AdminURL}, AdminToken: adminToken,
+	rep, err := loadgen.Run(ctx, loadgen.Config{Replicas: []string{s.URL()}, AdminURLs: []string{s.AdminURL()}, StatusURLs: []string{s.AdminURL()}, AdminToken: adminToken,
 		Sites: 2, Daemons: 3, Jobs: 40, Concurrency: 6, AbandonEvery: 10, LeaseMs: 2000, Drain: 60 * time.Second, TTL: 10 * time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("load: enqueued %d collected %d", rep.Jobs.Enqueued, rep.Jobs.Collected)
 
-	res, err := http.Get(s.AdminURL + "/metrics")
+	res, err := http.Get(s.AdminURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		exported[name] = true
 	}
 	res.Body.Close()
-	src, err := os.ReadFile(filepath.Join(moduleRoot(), "internal", "telemetry", "metrics.go"))
+	src, err := os.ReadFile(filepath.Join(relaytest.ModuleRoot(), "internal", "telemetry", "metrics.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		}
 		t.Skip("promtool is not installed (apt-get install -y prometheus); the rules were not checked")
 	}
-	out, err := exec.CommandContext(ctx, promtool, "check", "rules", filepath.Join(moduleRoot(), "deploy", "prometheus", "alerts.yaml")).CombinedOutput()
+	out, err := exec.CommandContext(ctx, promtool, "check", "rules", filepath.Join(relaytest.ModuleRoot(), "deploy", "prometheus", "alerts.yaml")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}

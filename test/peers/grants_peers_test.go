@@ -1,7 +1,6 @@
 package peers
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // grantScenarios are the titles grants.test.mjs must report as passed.
@@ -59,38 +60,20 @@ func TestGrantPeers(t *testing.T) {
 // the vitest config with suiteEnv added, and requires every title passed.
 func runGrantSuite(t *testing.T, dir, config string, titles []string, relayEnv map[string]string, suiteEnv []string) {
 	t.Helper()
-	root := filepath.Clean(filepath.Join(dir, "..", ".."))
 	tmp := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if valkeyURL == "" {
-		valkeyURL = "redis://127.0.0.1:6379/0"
+	valkeyURL := relaytest.ValkeyURL()
+	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": relaytest.Namespace(t, relaytest.Open(t, valkeyURL))}
+	for k, v := range relayEnv {
+		env[k] = v
 	}
-	namespace := "peers-grants-" + randomHex(6)
-	bin := filepath.Join(tmp, "relay")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/relay")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
-	var replicas []*replica
-	for i := range replicaCount {
-		env := map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": namespace}
-		for k, v := range relayEnv {
-			env[k] = v
-		}
-		replicas = append(replicas, startReplica(t, i, tmp, bin, nil, env))
-	}
-	for _, r := range replicas {
-		r.waitReady(t)
-	}
-	px := newProxy(replicas, logger)
-	origin := serve(t, px)
+	replicas := startReplicas(t, env)
+	px := newProxy(t, replicas, logger)
+	origin := px.lb.URL()
 	control := serve(t, px.controlHandler())
 	admins := make([]string, len(replicas))
 	for i, r := range replicas {
-		admins[i] = "http://" + r.admin
+		admins[i] = r.AdminURL()
 	}
 	report := filepath.Join(tmp, "report.json")
 	figures := filepath.Join(tmp, "figures.jsonl")
@@ -149,11 +132,6 @@ func runGrantSuite(t *testing.T, dir, config string, titles []string, relayEnv m
 	if runErr != nil && !t.Failed() {
 		t.Errorf("suite exited with %v although every scenario passed", runErr)
 	}
-	if t.Failed() {
-		for _, r := range replicas {
-			r.dumpLog(t)
-		}
-	}
 }
 
 type authority struct {
@@ -166,44 +144,18 @@ type authority struct {
 // addresses and key.
 func startAuthority(t *testing.T, dir string) authority {
 	t.Helper()
-	cmd := exec.Command("node", filepath.Join("lib", "authority.mjs"))
-	cmd.Dir = dir
-	cmd.Stderr = &testWriter{t: t, prefix: "authority: "}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	p := relaytest.NewProcess(t, "authority", "node", filepath.Join("lib", "authority.mjs"))
+	p.Dir, p.Env = dir, os.Environ()
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the authority: %v", err)
+	l, err := p.FirstLine(30 * time.Second)
+	if err != nil {
+		t.Fatalf("the authority did not start: %v", err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		if s.Scan() {
-			line <- s.Text()
-		}
-		close(line)
-	}()
-	select {
-	case l, ok := <-line:
-		var a authority
-		if !ok || json.Unmarshal([]byte(l), &a) != nil || a.URL == "" || a.PublicKey == "" {
-			t.Fatalf("the authority did not announce itself: %q", l)
-		}
-		return a
-	case <-time.After(30 * time.Second):
-		t.Fatal("the authority did not start within 30s")
+	var a authority
+	if json.Unmarshal([]byte(l), &a) != nil || a.URL == "" || a.PublicKey == "" {
+		t.Fatalf("the authority did not announce itself: %q", l)
 	}
-	return authority{}
+	return a
 }

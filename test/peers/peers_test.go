@@ -2,8 +2,8 @@
 // HTTP: the published byollm daemon (device-code pairing, Runner) and the
 // published @byollm/server cloud lane, driven by the vitest suite in this
 // directory. This file is the entry point `go test ./...` reaches. It builds
-// the relay, starts three replicas on one Valkey namespace, puts a proxy in
-// front that sends every request to a replica chosen at random (the real
+// the relay, starts three replicas on one Valkey namespace, puts a balancer
+// in front that sends the requests round robin over the replicas (the real
 // clients take one origin), runs the suite and asserts every scenario passed.
 //
 // PEERS_RELAY=reference runs the same suite against one replica of the
@@ -22,18 +22,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -77,12 +73,10 @@ var scenarios = []struct {
 	{"P7 a code minted on a replica killed before approval is approved through the survivors", true},
 }
 
+func TestMain(m *testing.M) { relaytest.Main(m) }
+
 func TestPeers(t *testing.T) {
-	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if valkeyURL == "" {
-		valkeyURL = "redis://127.0.0.1:6379/0"
-	}
-	runPeers(t, valkeyURL, nil)
+	runPeers(t, relaytest.ValkeyURL(), nil)
 }
 
 // clusterScenarios are what TestPeersCluster runs: a round trip, two
@@ -94,7 +88,7 @@ var clusterScenarios = []string{"S1", "S4", "S8"}
 // TestPeersCluster runs part of the suite with the three replicas on the
 // Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL (.ci/run starts one).
 func TestPeersCluster(t *testing.T) {
-	u := os.Getenv("RELAY_TEST_VALKEY_CLUSTER_URL")
+	u := relaytest.ClusterURL()
 	if u == "" {
 		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the peers on (start one with .ci/cluster start)")
 	}
@@ -122,7 +116,7 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 	if err != nil {
 		t.Fatalf("getwd: %v", err)
 	}
-	root := filepath.Clean(filepath.Join(dir, "..", ".."))
+	root := relaytest.ModuleRoot()
 	tmp := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
@@ -132,47 +126,37 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 	if target == "" {
 		target = "go"
 	}
-	namespace := "peers-" + randomHex(6)
 
-	var replicas []*replica
+	var (
+		replicas  []*relaytest.Relay
+		namespace string
+	)
 	switch target {
 	case "go":
-		bin := filepath.Join(tmp, "relay")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/relay")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
-		}
-		t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
-		for i := range replicaCount {
-			replicas = append(replicas, startReplica(t, i, tmp, bin, nil, map[string]string{
-				"RELAY_VALKEY_URL": valkeyURL,
-				"RELAY_NAMESPACE":  namespace,
-			}))
-		}
+		namespace = relaytest.Namespace(t, relaytest.Open(t, valkeyURL))
+		replicas = startReplicas(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": namespace})
 	case "reference":
 		refDir := filepath.Join(root, "test", "reference")
 		ensureNodeModules(t, refDir)
-		replicas = append(replicas, startReplica(t, 0, tmp, "node", []string{filepath.Join(refDir, "server.mjs")}, nil))
+		replicas = append(replicas, relaytest.StartRelay(t, relaytest.RelayConfig{
+			Name: "replica-0", Bin: "node", Args: []string{filepath.Join(refDir, "server.mjs")}, Env: replicaEnv(nil), Token: adminToken,
+		}))
 	default:
 		t.Fatalf("PEERS_RELAY=%q: want go or reference", target)
 	}
-	for _, r := range replicas {
-		r.waitReady(t)
-	}
 
-	px := newProxy(replicas, logger)
+	px := newProxy(t, replicas, logger)
 	if target == "go" {
 		px.expire = codeExpirer(t, valkeyURL, namespace)
 	}
-	origin := serve(t, px)
+	origin := px.lb.URL()
 	control := serve(t, px.controlHandler())
 
 	admins := make([]string, len(replicas))
 	planes := make([]string, len(replicas))
 	for i, r := range replicas {
-		admins[i] = "http://" + r.admin
-		planes[i] = "http://" + r.listen
+		admins[i] = r.AdminURL()
+		planes[i] = r.URL()
 	}
 	report := filepath.Join(tmp, "report.json")
 	figures := filepath.Join(tmp, "figures.jsonl")
@@ -248,11 +232,6 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 	if runErr != nil && !t.Failed() {
 		t.Errorf("suite exited with %v although every scenario passed", runErr)
 	}
-	if t.Failed() {
-		for _, r := range replicas {
-			r.dumpLog(t)
-		}
-	}
 }
 
 func isScenario(title string) bool {
@@ -284,218 +263,54 @@ func ensureNodeModules(t *testing.T, dir string) {
 // ---------------------------------------------------------------------------
 // Replicas
 
-type replica struct {
-	index  int
-	listen string
-	admin  string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-	killed atomic.Bool
-}
-
-func startReplica(t *testing.T, index int, tmp, bin string, args []string, extra map[string]string) *replica {
-	t.Helper()
-	r := &replica{index: index, listen: freeAddr(t), admin: freeAddr(t), exited: make(chan struct{})}
-	r.log = filepath.Join(tmp, fmt.Sprintf("replica-%d.log", index))
-	logFile, err := os.Create(r.log)
-	if err != nil {
-		t.Fatalf("create replica log: %v", err)
-	}
-	r.cmd = exec.Command(bin, args...)
-	r.cmd.Env = append(os.Environ(),
-		"RELAY_LISTEN="+r.listen,
-		"RELAY_ADMIN_LISTEN="+r.admin,
-		"RELAY_ADMIN_TOKEN="+adminToken,
-		"RELAY_LEASE_MS="+strconv.Itoa(leaseMs),
+// replicaEnv is what every replica runs with, extra added.
+func replicaEnv(extra map[string]string) []string {
+	env := []string{
+		"RELAY_LEASE_MS=" + strconv.Itoa(leaseMs),
 		"RELAY_VERIFICATION_URL=http://127.0.0.1/verify",
-	)
+	}
 	for k, v := range extra {
-		r.cmd.Env = append(r.cmd.Env, k+"="+v)
+		env = append(env, k+"="+v)
 	}
-	r.cmd.Stdout = logFile
-	r.cmd.Stderr = logFile
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start replica %d: %v", index, err)
-	}
-	go func() {
-		_ = r.cmd.Wait()
-		_ = logFile.Close()
-		close(r.exited)
-	}()
-	t.Cleanup(func() { r.stop() })
-	return r
+	return env
 }
 
-// waitReady waits until both listeners answer HTTP.
-func (r *replica) waitReady(t *testing.T) {
+// startReplicas starts replicaCount relay replicas with extra in their
+// environment and waits for their ready lines.
+func startReplicas(t *testing.T, extra map[string]string) []*relaytest.Relay {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	client := &http.Client{Timeout: time.Second}
-	for _, addr := range []string{r.listen, r.admin} {
-		for {
-			select {
-			case <-r.exited:
-				r.dumpLog(t)
-				t.Fatalf("replica %d exited before it was ready", r.index)
-			default:
-			}
-			resp, err := client.Get("http://" + addr + "/healthz")
-			if err == nil {
-				_ = resp.Body.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				r.dumpLog(t)
-				t.Fatalf("replica %d: %s not answering after 30s: %v", r.index, addr, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	var out []*relaytest.Relay
+	for i := range replicaCount {
+		out = append(out, relaytest.StartRelay(t, relaytest.RelayConfig{
+			Name: fmt.Sprintf("replica-%d", i), Env: replicaEnv(extra), Token: adminToken,
+		}))
 	}
-}
-
-// kill is SIGKILL: no graceful shutdown, no drain.
-func (r *replica) kill() error {
-	r.killed.Store(true)
-	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill replica %d: %w", r.index, err)
-	}
-	select {
-	case <-r.exited:
-		return nil
-	case <-time.After(5 * time.Second):
-		return fmt.Errorf("replica %d still running 5s after SIGKILL", r.index)
-	}
-}
-
-func (r *replica) stop() {
-	select {
-	case <-r.exited:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(5 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-}
-
-func (r *replica) dumpLog(t *testing.T) {
-	t.Helper()
-	data, err := os.ReadFile(r.log)
-	if err != nil {
-		t.Logf("replica %d log: %v", r.index, err)
-		return
-	}
-	text := string(data)
-	if len(text) > 6000 {
-		text = "…" + text[len(text)-6000:]
-	}
-	t.Logf("replica %d (%s, killed=%v) log tail:\n%s", r.index, r.listen, r.killed.Load(), text)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return out
 }
 
 // ---------------------------------------------------------------------------
 // The proxy
 
-// proxy forwards each request to a live replica chosen at random. It does
-// not retry: a POST that fails mid-flight is the client's to retry, exactly
-// as behind a real load balancer. Its own failures answer 502 with the
-// x-peers-proxy-error header so the suite can tell them from the relay's.
+// proxy is the balancer the real clients take as their one origin
+// (relaytest.Balancer: round robin over the replicas in rotation, no retry:
+// a POST that fails mid-flight is the client's to retry, exactly as behind
+// a real load balancer; its own failures carry X-Balancer-Error, so the
+// suite can tell them from the relay's), plus the suite's levers.
 type proxy struct {
-	mu       sync.Mutex
-	replicas []*replica
-	live     []bool
-	forward  []*httputil.ReverseProxy
-	requests []atomic.Int64
-	inflight []atomic.Int64
-	failures []atomic.Int64
+	lb       *relaytest.Balancer
+	replicas []*relaytest.Relay
 	logger   *slog.Logger
+	killMu   sync.Mutex
 	// expire moves a pending code's expiry (go target only; nil otherwise).
 	expire func(ctx context.Context, userCode string, inMs int64) (int64, error)
 }
 
-func newProxy(replicas []*replica, logger *slog.Logger) *proxy {
-	p := &proxy{
+func newProxy(t *testing.T, replicas []*relaytest.Relay, logger *slog.Logger) *proxy {
+	return &proxy{
+		lb:       relaytest.NewBalancer(t, relaytest.BalancerOptions{}, relaytest.Backends(replicas...)...),
 		replicas: replicas,
-		live:     make([]bool, len(replicas)),
-		requests: make([]atomic.Int64, len(replicas)),
-		inflight: make([]atomic.Int64, len(replicas)),
-		failures: make([]atomic.Int64, len(replicas)),
 		logger:   logger,
 	}
-	transport := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-	for i, r := range replicas {
-		p.live[i] = true
-		target := &url.URL{Scheme: "http", Host: r.listen}
-		index := i
-		p.forward = append(p.forward, &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(target)
-				pr.Out.Host = pr.In.Host
-			},
-			Transport: transport,
-			ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-				p.failures[index].Add(1)
-				logger.Warn("proxy: forward failed", "replica", index, "path", req.URL.Path, "err", err)
-				w.Header().Set("content-type", "application/json")
-				w.Header().Set("x-peers-proxy-error", strconv.Itoa(index))
-				w.WriteHeader(http.StatusBadGateway)
-				_, _ = fmt.Fprintf(w, `{"error":"server-error","message":"proxy: replica %d: %s"}`, index, jsonSafe(err.Error()))
-			},
-		})
-	}
-	return p
-}
-
-func jsonSafe(s string) string {
-	b, _ := json.Marshal(s)
-	return strings.Trim(string(b), `"`)
-}
-
-// pick chooses a live replica and counts the request against it.
-func (p *proxy) pick() (int, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var alive []int
-	for i, ok := range p.live {
-		if ok {
-			alive = append(alive, i)
-		}
-	}
-	if len(alive) == 0 {
-		return 0, false
-	}
-	i := alive[mrand.IntN(len(alive))]
-	// Counted under the lock, so a kill sees every request that was sent
-	// to the replica before it left the rotation.
-	p.requests[i].Add(1)
-	p.inflight[i].Add(1)
-	return i, true
-}
-
-func (p *proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	i, ok := p.pick()
-	if !ok {
-		w.Header().Set("x-peers-proxy-error", "none")
-		http.Error(w, `{"error":"server-error","message":"proxy: no live replica"}`, http.StatusBadGateway)
-		return
-	}
-	defer p.inflight[i].Add(-1)
-	p.forward[i].ServeHTTP(w, req)
 }
 
 type replicaStats struct {
@@ -511,23 +326,22 @@ type proxyStats struct {
 	Replicas []replicaStats `json:"replicas"`
 }
 
+func statsOf(i int, r *relaytest.Relay, s relaytest.BackendStats) replicaStats {
+	return replicaStats{Index: i, Addr: r.Listen, Live: s.Live, Requests: s.Requests, Inflight: s.Inflight, Failures: s.Failures}
+}
+
 func (p *proxy) stats() proxyStats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var s proxyStats
-	for i, r := range p.replicas {
-		s.Replicas = append(s.Replicas, replicaStats{
-			Index: i, Addr: r.listen, Live: p.live[i],
-			Requests: p.requests[i].Load(), Inflight: p.inflight[i].Load(), Failures: p.failures[i].Load(),
-		})
+	for i, b := range p.lb.Stats() {
+		s.Replicas = append(s.Replicas, statsOf(i, p.replicas[i], b))
 	}
 	return s
 }
 
 func (p *proxy) totalRequests() int64 {
 	var n int64
-	for i := range p.requests {
-		n += p.requests[i].Load()
+	for _, b := range p.lb.Stats() {
+		n += b.Requests
 	}
 	return n
 }
@@ -547,30 +361,31 @@ func (p *proxy) controlHandler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "replica must be an index"})
 			return
 		}
-		p.mu.Lock()
+		p.killMu.Lock()
+		defer p.killMu.Unlock()
+		all := p.lb.Stats()
 		alive := 0
-		for _, ok := range p.live {
-			if ok {
+		for _, s := range all {
+			if s.Live {
 				alive++
 			}
 		}
-		if !p.live[index] || alive < 2 {
-			p.mu.Unlock()
+		if !all[index].Live || alive < 2 {
 			writeJSON(w, http.StatusConflict, map[string]string{"error": "replica is dead or is the last one alive"})
 			return
 		}
-		p.live[index] = false
-		inflight := p.inflight[index].Load()
-		requests := p.requests[index].Load()
-		p.mu.Unlock()
+		r := p.replicas[index]
+		at := p.lb.SetLive(r.Name, false)
+		inflight, requests := at.Inflight, at.Requests
 		started := time.Now()
-		if err := p.replicas[index].kill(); err != nil {
+		pid := r.Pid()
+		if _, err := r.Stop(syscall.SIGKILL, 5*time.Second); errors.Is(err, relaytest.ErrStillRunning) {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
 		p.logger.Info("proxy: replica killed", "replica", index, "inflight", inflight)
 		writeJSON(w, http.StatusOK, map[string]any{
-			"killed": index, "pid": p.replicas[index].cmd.Process.Pid,
+			"killed": index, "pid": pid,
 			"inflightAtKill": inflight, "requestsAtKill": requests, "killMs": time.Since(started).Milliseconds(),
 		})
 	})
@@ -739,30 +554,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// deleteNamespace removes every key the replicas wrote. The namespace is a
-// fresh random string, so matching it anywhere in a key name cannot touch
-// anything another test owns.
-func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
-	t.Helper()
-	opt, err := valkey.ParseURL(valkeyURL)
-	if err != nil {
-		t.Errorf("parse %s: %v", valkeyURL, err)
-		return
-	}
-	client, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Errorf("connect %s: %v", valkeyURL, err)
-		return
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	deleted, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*")
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	t.Logf("deleted %d keys of namespace %s", deleted, namespace)
 }

@@ -13,15 +13,12 @@
 package posture
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"math/big"
@@ -31,11 +28,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/test/relaytest"
 )
@@ -48,19 +42,14 @@ func TestAuditAgainstTLSReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	ensureNodeModules(t, dir)
-	bin := buildRelay(t, filepath.Join(dir, "..", ".."))
 	tmp := t.TempDir()
 	certFile, keyFile := writeCert(t, tmp)
 	projection := filepath.Join(tmp, "projection.json")
 	if err := os.WriteFile(projection, []byte(`{"consents":[]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	valkeyURL := os.Getenv("RELAY_TEST_VALKEY_URL")
-	if valkeyURL == "" {
-		valkeyURL = "redis://127.0.0.1:6379/0"
-	}
-	namespace := "posture-" + randomHex(t, 6)
-	t.Cleanup(func() { deleteNamespace(t, valkeyURL, namespace) })
+	valkeyURL := relaytest.ValkeyURL()
+	namespace := relaytest.Namespace(t, relaytest.Open(t, valkeyURL))
 	env := map[string]string{
 		"RELAY_VALKEY_URL":      valkeyURL,
 		"RELAY_NAMESPACE":       namespace,
@@ -74,7 +63,7 @@ func TestAuditAgainstTLSReplica(t *testing.T) {
 		for k, v := range env {
 			tlsEnv[k] = v
 		}
-		addr := startRelay(t, bin, tlsEnv)
+		addr := startRelay(t, tlsEnv)
 		_, port, _ := net.SplitHostPort(addr)
 		// The certificate names localhost; Node trusts it through
 		// NODE_EXTRA_CA_CERTS, as an operator's private CA would be.
@@ -102,7 +91,7 @@ func TestAuditAgainstTLSReplica(t *testing.T) {
 	// Behind a balancer that terminates TLS the relay serves plaintext, as
 	// the reference does: D007 fails there by design (7/11).
 	t.Run("plaintext replica", func(t *testing.T) {
-		addr := startRelay(t, bin, env)
+		addr := startRelay(t, env)
 		_, port, _ := net.SplitHostPort(addr)
 		out := audit(t, dir, "http://localhost:"+port, "")
 		results := parse(t, out)
@@ -171,72 +160,15 @@ func ensureNodeModules(t *testing.T, dir string) {
 	}
 }
 
-func buildRelay(t *testing.T, root string) string {
+// startRelay starts the relay binary with env and returns its public
+// address from the ready line; it is killed when the test ends.
+func startRelay(t *testing.T, env map[string]string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "relay")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/relay")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startRelay starts the relay binary and returns its public address from the
-// ready line; it is stopped with SIGTERM when the test ends.
-func startRelay(t *testing.T, bin string, env map[string]string) string {
-	t.Helper()
-	cmd := exec.Command(bin)
-	cmd.Env = os.Environ()
+	var list []string
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		list = append(list, k+"="+v)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start relay: %v", err)
-	}
-	exited := make(chan struct{})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck // exit status read through exited
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck // last resort
-			<-exited
-		}
-	})
-	select {
-	case line := <-lines:
-		var ready struct {
-			Ready  bool   `json:"ready"`
-			Listen string `json:"listen"`
-		}
-		if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready {
-			t.Fatalf("ready line %q: %v", line, err)
-		}
-		return ready.Listen
-	case <-exited:
-		t.Fatalf("relay exited before it was ready:\n%s", stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("relay not ready after 30s:\n%s", stderr.String())
-	}
-	return ""
+	return relaytest.StartRelay(t, relaytest.RelayConfig{Env: list}).Listen
 }
 
 // writeCert writes a self-signed certificate for localhost and 127.0.0.1,
@@ -272,31 +204,4 @@ func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func deleteNamespace(t *testing.T, valkeyURL, namespace string) {
-	t.Helper()
-	opt, err := valkey.ParseURL(valkeyURL)
-	if err != nil {
-		t.Errorf("parse %s: %v", valkeyURL, err)
-		return
-	}
-	client, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Errorf("connect %s: %v", valkeyURL, err)
-		return
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := relaytest.DeleteKeys(ctx, client, "*"+namespace+"*"); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
-}
+func TestMain(m *testing.M) { relaytest.Main(m) }

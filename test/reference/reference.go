@@ -8,20 +8,20 @@
 package reference
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // Dir is the absolute path of test/reference.
@@ -101,36 +101,23 @@ type Config struct {
 	Debug           bool
 	UpdateOffer     string
 	DaemonFloor     string
-	Stderr          io.Writer // where the server's stderr goes (nil: discarded)
 }
 
-// Server is a running relay process (the reference, or any process started
-// with Launch).
-type Server struct {
-	URL      string // http://127.0.0.1:port, the relay planes
-	AdminURL string // http://127.0.0.1:port, the projection admin plane
-	Pid      int
-	cmd      *exec.Cmd
-	done     chan error
-}
-
-// Start launches server.mjs on loopback ports chosen by the kernel and waits
-// until it reports them.
-func Start(ctx context.Context, c Config) (*Server, error) {
+// Start runs server.mjs on fixed loopback ports and waits for its ready
+// line; it is stopped when the test ends.
+func Start(t testing.TB, c Config) *relaytest.Relay {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	if err := Install(ctx); err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	cmd := exec.Command("node", "server.mjs")
-	cmd.Dir = Dir()
-	env := append(os.Environ(),
-		"RELAY_LISTEN=127.0.0.1:0",
-		"RELAY_ADMIN_LISTEN=127.0.0.1:0",
-		"RELAY_ADMIN_TOKEN="+c.AdminToken,
-		"RELAY_VERIFICATION_URL="+c.VerificationURL,
-		"RELAY_BASE_PATH="+c.BasePath,
-		"RELAY_UPDATE_OFFER="+c.UpdateOffer,
-		"RELAY_DAEMON_FLOOR="+c.DaemonFloor,
-	)
+	env := []string{
+		"RELAY_VERIFICATION_URL=" + c.VerificationURL,
+		"RELAY_BASE_PATH=" + c.BasePath,
+		"RELAY_UPDATE_OFFER=" + c.UpdateOffer,
+		"RELAY_DAEMON_FLOOR=" + c.DaemonFloor,
+	}
 	if c.LeaseMs > 0 {
 		env = append(env, "RELAY_LEASE_MS="+strconv.FormatInt(c.LeaseMs, 10))
 	}
@@ -143,73 +130,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.Debug {
 		env = append(env, "RELAY_DEBUG=1")
 	}
-	cmd.Env = env
-	cmd.Stderr = c.Stderr
-	return Launch(ctx, cmd)
-}
-
-// Launch starts a relay process that, like server.mjs and cmd/relay, prints
-// a ready line {"ready":true,"listen":...,"admin":...} as its first stdout
-// line, and waits for that line. cmd must not have Stdout set.
-func Launch(ctx context.Context, cmd *exec.Cmd) (*Server, error) {
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("relay stdout: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start relay %s: %w", cmd.Path, err)
-	}
-	s := &Server{Pid: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
-	ready := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		first := true
-		for sc.Scan() {
-			if first {
-				first = false
-				var r struct {
-					Ready  bool   `json:"ready"`
-					Listen string `json:"listen"`
-					Admin  string `json:"admin"`
-				}
-				if err := json.Unmarshal(sc.Bytes(), &r); err != nil || !r.Ready {
-					ready <- fmt.Errorf("relay said %q instead of a ready line", sc.Text())
-					continue
-				}
-				s.URL, s.AdminURL = "http://"+r.Listen, "http://"+r.Admin
-				ready <- nil
-			}
-		}
-		if first {
-			ready <- errors.New("relay exited before it was ready")
-		}
-		s.done <- cmd.Wait()
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			_ = cmd.Process.Kill()
-			return nil, err
-		}
-		return s, nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, errors.New("relay not ready after 30s")
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
-	}
-}
-
-// Stop terminates the server and waits for it.
-func (s *Server) Stop() error {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-		return nil
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return errors.New("reference relay ignored SIGTERM; killed")
-	}
+	return relaytest.StartRelay(t, relaytest.RelayConfig{
+		Name: "reference", Bin: "node", Args: []string{"server.mjs"}, Dir: Dir(), Env: env, Token: c.AdminToken,
+	})
 }

@@ -17,15 +17,11 @@ func TestAdminPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const token = "reference-admin-token-0123"
-	s, err := Start(ctx, Config{AdminToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s := Start(t, Config{AdminToken: token})
 
 	call := func(method, path, auth, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, s.AdminURL+path, strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, method, s.AdminURL()+path, strings.NewReader(body))
 		if auth != "" {
 			req.Header.Set("authorization", "Bearer "+auth)
 		}
@@ -87,7 +83,7 @@ func TestAdminPlane(t *testing.T) {
 	}
 
 	// The relay planes answer as the reference does.
-	res, err := http.Get(s.URL + "/healthz")
+	res, err := http.Get(s.URL() + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}

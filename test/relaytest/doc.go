@@ -17,9 +17,12 @@
 // CleanupKeys do the same for any SCAN pattern; on a cluster they walk every
 // primary.
 //
-// Private servers (server.go). StartServer runs a redis-server (or
-// valkey-server, ServerBinary) of one test's own, for tests that kill,
-// freeze (SIGSTOP), demote or overload it; the shared server never is.
+// Private servers (server.go, process.go). StartServer runs a redis-server
+// (or valkey-server, ServerBinary) of one test's own, without persistence,
+// for tests that kill, freeze (SIGSTOP), demote or overload it;
+// NewValkeyServer prepares one that fsyncs every write to its append-only
+// file and restarts on the same port, for the fault tests. Both are a
+// ValkeyServer, one Process; the shared server is never stopped.
 //
 // CommandStats (stats.go) reads a server's INFO commandstats, for the
 // benchmarks that report what scripts cost the server.
@@ -37,10 +40,14 @@
 // process; Vitest runs a published contract suite and returns its report,
 // whose RequireAll fails the test unless every case passed.
 //
-// Processes (process.go, binary.go, balancer.go, ports.go, relay.go). The
-// tests that run the relay as a separate process build the binary once per
-// test process, pick free ports without a listen-then-close race, run each
-// relay as one process type (ready line, SIGTERM then SIGKILL, restart on the
-// same port, the log tail on failure) and put one balancer in front of
-// replicas; a replica has the projection when its /projection/status says so.
+// Processes (process.go, binary.go, balancer.go, ports.go, relay.go).
+// RelayBinary and LoadgenBinary build cmd/relay and cmd/loadgen once per test
+// process (a package's TestMain calls Main, which removes them); FixedPort
+// hands out loopback ports below the ephemeral range, never twice, so a
+// restarted process comes back where its clients expect it; Process runs a
+// child with a log per incarnation, SIGTERM then SIGKILL after a limit,
+// restart, and the log tails printed when the test failed; Relay is a relay
+// (or the reference relay) started on its ready line, whose projection is
+// read from its /projection/status (WaitProjection); Balancer is the one load
+// balancer in front of replicas.
 package relaytest

@@ -128,7 +128,7 @@ export function recordingFetch(log, inner = globalThis.fetch) {
       throw error;
     }
     entry.status = response.status;
-    entry.proxyError = response.headers.get("x-peers-proxy-error") !== null;
+    entry.proxyError = response.headers.get("x-balancer-error") !== null;
     entry.text = await response.text();
     entry.doneAt = Date.now();
     // Hand the caller a fresh Response over the bytes already read.
@@ -242,7 +242,7 @@ export async function send({ path, method = "POST", headers = {}, body = "" }) {
   } catch {
     parsed = undefined;
   }
-  return { status: response.status, body: parsed, text, proxyError: response.headers.get("x-peers-proxy-error") !== null };
+  return { status: response.status, body: parsed, text, proxyError: response.headers.get("x-balancer-error") !== null };
 }
 
 /** Headers for a daemon-plane request signed with `keys` as `runnerId`. */
