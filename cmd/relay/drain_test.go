@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -27,18 +26,11 @@ func serveHealth(c *health.Checker) *httptest.Server {
 	return httptest.NewServer(mux)
 }
 
+// getJSON GETs a health report.
 func getJSON(t *testing.T, url string) (int, health.Report) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
 	var rep health.Report
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		t.Fatalf("GET %s: body is not JSON: %v", url, err)
-	}
-	return resp.StatusCode, rep
+	return relaytest.GetJSON(t, url, &rep), rep
 }
 
 // slowServer serves /slow (waits for its release channel) and /fast on a

@@ -2,7 +2,6 @@ package health_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -18,21 +17,11 @@ import (
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
+// getJSON GETs a health report.
 func getJSON(t *testing.T, url string) (int, health.Report) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
 	var rep health.Report
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		t.Fatalf("GET %s: body is not JSON: %v", url, err)
-	}
-	if ct := resp.Header.Get("content-type"); ct != "application/json" {
-		t.Errorf("content-type %q", ct)
-	}
-	return resp.StatusCode, rep
+	return relaytest.GetJSON(t, url, &rep), rep
 }
 
 func serve(c *health.Checker) *httptest.Server {

@@ -82,3 +82,24 @@ func answerOutcome(res response, err error) string {
 	}
 	return "http-" + strconv.Itoa(res.status)
 }
+
+// FinalOps is one OpFinal per job the history enqueued, in the order first
+// enqueued, with its state in state (job id -> state, read from the store
+// after the run) or OutcomeAbsent when the store no longer has it: what a
+// history checker needs to account for every job.
+func FinalOps(ops []Op, state map[string]string, at time.Time) []Op {
+	var out []Op
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind != OpEnqueue || seen[op.JobID] {
+			continue
+		}
+		seen[op.JobID] = true
+		s, ok := state[op.JobID]
+		if !ok {
+			s = OutcomeAbsent
+		}
+		out = append(out, Op{Kind: OpFinal, Start: at, End: at, JobID: op.JobID, Site: op.Site, Outcome: s})
+	}
+	return out
+}

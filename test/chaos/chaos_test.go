@@ -291,21 +291,7 @@ func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []load
 	for _, j := range jobs {
 		state[j.ID] = j.State
 	}
-	now := time.Now()
-	var out []loadgen.Op
-	seen := map[string]bool{}
-	for _, op := range ops {
-		if op.Kind != loadgen.OpEnqueue || seen[op.JobID] {
-			continue
-		}
-		seen[op.JobID] = true
-		s, ok := state[op.JobID]
-		if !ok {
-			s = loadgen.OutcomeAbsent
-		}
-		out = append(out, loadgen.Op{Kind: loadgen.OpFinal, Start: now, End: now, JobID: op.JobID, Site: op.Site, Outcome: s})
-	}
-	return out
+	return loadgen.FinalOps(ops, state, time.Now())
 }
 
 // jobOps renders one job's operations in time order, for a violation's

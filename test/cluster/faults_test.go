@@ -175,8 +175,8 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 				case <-time.After(50 * time.Millisecond):
 				}
 				t0 := time.Now()
-				st, body := post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
-				p := probe{at: t0, status: st, code: errorCode(body), elapsed: time.Since(t0)}
+				st, body := relaytest.Post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
+				p := probe{at: t0, status: st, code: relaytest.ErrorCode(body), elapsed: time.Since(t0)}
 				mu.Lock()
 				probes = append(probes, p)
 				mu.Unlock()
@@ -615,45 +615,7 @@ func finalStates(t *testing.T, url, ns string, ops []loadgen.Op) []loadgen.Op {
 	for _, j := range jobs {
 		state[j.ID] = j.State
 	}
-	now := time.Now()
-	var out []loadgen.Op
-	seen := map[string]bool{}
-	for _, op := range ops {
-		if op.Kind != loadgen.OpEnqueue || seen[op.JobID] {
-			continue
-		}
-		seen[op.JobID] = true
-		s, ok := state[op.JobID]
-		if !ok {
-			s = loadgen.OutcomeAbsent
-		}
-		out = append(out, loadgen.Op{Kind: loadgen.OpFinal, Start: now, End: now, JobID: op.JobID, Site: op.Site, Outcome: s})
-	}
+	out := loadgen.FinalOps(ops, state, time.Now())
 	sort.SliceStable(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
 	return out
-}
-
-func post(ctx context.Context, hc *http.Client, url, body string) (int, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return 0, err.Error()
-	}
-	req.Header.Set("content-type", "application/json")
-	res, err := hc.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer res.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(res.Body)
-	return res.StatusCode, b.String()
-}
-
-// errorCode is the "error" field of a JSON refusal body.
-func errorCode(body string) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal([]byte(body), &e)
-	return e.Error
 }

@@ -3,7 +3,6 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -124,13 +123,13 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 			readyzMax = max(readyzMax, time.Since(t0))
 			hs, _ := probe(ctx, hc, r.AdminURL()+"/healthz")
 			t0 = time.Now()
-			ds, body := post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
+			ds, body := relaytest.Post(ctx, hc, r.URL()+"/byollm/pair", pollBody)
 			el := time.Since(t0)
 			readyzSeen[st]++
 			healthSeen[hs]++
 			directN++
 			directMax = max(directMax, el)
-			if ds != http.StatusServiceUnavailable || errorCode(body) != "server-error" || el > failFast {
+			if ds != http.StatusServiceUnavailable || relaytest.ErrorCode(body) != "server-error" || el > failFast {
 				direct = append(direct, fmt.Sprintf("%s: %d %s after %v", r.Name, ds, strings.TrimSpace(body), el))
 			}
 		}
@@ -186,7 +185,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 		if rec.Status >= 500 {
 			refused++
 			maxRefused = max(maxRefused, rec.Elapsed)
-			if rec.Status != http.StatusServiceUnavailable || errorCode(rec.Body) != "server-error" {
+			if rec.Status != http.StatusServiceUnavailable || relaytest.ErrorCode(rec.Body) != "server-error" {
 				notRetryable++
 				if len(examples) < 5 {
 					examples = append(examples, fmt.Sprintf("%s %d %s", rec.Path, rec.Status, rec.Body))
@@ -245,31 +244,6 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 			t.Errorf("%s /metrics shows no 503s or script errors:\n%s", r.Name, relayLines(scrape))
 		}
 	}
-}
-
-func post(ctx context.Context, hc *http.Client, url, body string) (int, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return 0, err.Error()
-	}
-	req.Header.Set("content-type", "application/json")
-	res, err := hc.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer res.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(res.Body)
-	return res.StatusCode, b.String()
-}
-
-// errorCode is the "error" field of a JSON refusal body.
-func errorCode(body string) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal([]byte(body), &e)
-	return e.Error
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
