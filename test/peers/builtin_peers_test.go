@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/internal/grantengine"
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // builtinScenarios are the titles builtin.test.mjs reports with the key
@@ -43,7 +44,7 @@ func TestBuiltinGrantPeers(t *testing.T) {
 	if os.Getenv("PEERS_RELAY") == "reference" {
 		t.Skip("PEERS_RELAY=reference: the reference relay has no built-in grant engine")
 	}
-	ensureNodeModules(t, dir)
+	relaytest.NodeModules(t, dir, filepath.Join("node_modules", ".package-lock.json"))
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func TestGrantPeers(t *testing.T) {
 		// about this relay's.
 		t.Skip("PEERS_RELAY=reference: the grant scenarios run against the Go relay only")
 	}
-	ensureNodeModules(t, dir)
+	relaytest.NodeModules(t, dir, filepath.Join("node_modules", ".package-lock.json"))
 
 	auth := startAuthority(t, dir)
 	t.Logf("authority at %s (admin %s), key %s", auth.URL, auth.Admin, auth.PublicKey)

@@ -120,7 +120,7 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 	tmp := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	ensureNodeModules(t, dir)
+	relaytest.NodeModules(t, dir, filepath.Join("node_modules", ".package-lock.json"))
 
 	target := os.Getenv("PEERS_RELAY")
 	if target == "" {
@@ -137,7 +137,7 @@ func runPeers(t *testing.T, valkeyURL string, only []string) {
 		replicas = startReplicas(t, map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": namespace})
 	case "reference":
 		refDir := filepath.Join(root, "test", "reference")
-		ensureNodeModules(t, refDir)
+		relaytest.NodeModules(t, refDir, filepath.Join("node_modules", ".package-lock.json"))
 		replicas = append(replicas, relaytest.StartRelay(t, relaytest.RelayConfig{
 			Name: "replica-0", Bin: "node", Args: []string{filepath.Join(refDir, "server.mjs")}, Env: replicaEnv(nil), Token: adminToken,
 		}))
@@ -245,20 +245,6 @@ func isScenario(title string) bool {
 
 // ---------------------------------------------------------------------------
 // node_modules
-
-// ensureNodeModules runs `npm ci` where the lockfile has not been installed,
-// so a fresh clone needs nothing but `go test`.
-func ensureNodeModules(t *testing.T, dir string) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
-		return
-	}
-	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
-}
 
 // ---------------------------------------------------------------------------
 // Replicas

@@ -41,7 +41,7 @@ func TestAuditAgainstTLSReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ensureNodeModules(t, dir)
+	relaytest.NodeModules(t, dir, filepath.Join("node_modules", ".package-lock.json"))
 	tmp := t.TempDir()
 	certFile, keyFile := writeCert(t, tmp)
 	projection := filepath.Join(tmp, "projection.json")
@@ -144,20 +144,6 @@ func audit(t *testing.T, dir, url, caFile string) string {
 		t.Fatalf("byollm-audit-deployment %s: %v\n%s", url, err, out)
 	}
 	return string(out)
-}
-
-// ensureNodeModules runs `npm ci` where the lockfile has not been installed
-// (as test/peers does), so a fresh clone needs nothing but `go test`.
-func ensureNodeModules(t *testing.T, dir string) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
-		return
-	}
-	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
 }
 
 // startRelay starts the relay binary with env and returns its public
