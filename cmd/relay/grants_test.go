@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byollm/relay-go/internal/envelope"
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/loadgen"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -79,21 +78,8 @@ func TestBuiltinGrants(t *testing.T) {
 
 	// Device code: started on a, approved with the CLI through b, polled
 	// back on a with the key to pin.
-	pfile := filepath.Join(t.TempDir(), "p.json")
-	os.WriteFile(pfile, []byte(fixture("alice")), 0o600) //nolint:errcheck
 	cli := map[string]string{"RELAY_ADMIN_TOKEN": token}
-	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, pfile); code != 0 {
-		t.Fatalf("push: %d %q %q", code, out, errs)
-	}
-	id, err := envelope.Generate(1, rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(map[string]any{"protocolVersion": "2", "action": "start",
-		"daemon": map[string]string{"version": "0.1.1", "label": "laptop", "platform": "linux"},
-		"device": id.Public(), "capabilities": []any{}})
-	var started struct{ DeviceCode, UserCode string }
-	pair(t, a, string(body), &started)
+	_, started := startPairing(t, a, cli)
 	if code, out, errs := runBinary(t, cli, "pairing", "approve", started.UserCode, "--owner", "alice", "--admin", "http://"+b.Admin); code != 0 {
 		t.Fatalf("approve: exit %d, stdout %q, stderr %q", code, out, errs)
 	}

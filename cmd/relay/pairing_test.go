@@ -23,22 +23,8 @@ func TestPairingCommand(t *testing.T) {
 	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
 		"RELAY_VERIFICATION_URL": "https://example.test/device"}
 	a, b := start(t, env), start(t, env)
-	file := filepath.Join(t.TempDir(), "p.json")
-	os.WriteFile(file, []byte(fixture("alice")), 0o600)
 	cli := map[string]string{"RELAY_ADMIN_TOKEN": token}
-	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+a.Admin, file); code != 0 {
-		t.Fatalf("push: %d %q %q", code, out, errs)
-	}
-
-	id, err := envelope.Generate(1, rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(map[string]any{"protocolVersion": "2", "action": "start",
-		"daemon": map[string]string{"version": "0.1.1", "label": "laptop", "platform": "linux"},
-		"device": id.Public(), "capabilities": []any{}})
-	var started struct{ DeviceCode, UserCode string }
-	pair(t, a, string(body), &started)
+	id, started := startPairing(t, a, cli)
 
 	code, out, errs := runBinary(t, cli, "pairing", "show", "--admin", "http://"+b.Admin, strings.ToLower(started.UserCode))
 	if code != 0 || !strings.Contains(out, id.KeyID()) || !strings.Contains(out, `"status": "pending"`) {
@@ -59,6 +45,33 @@ func TestPairingCommand(t *testing.T) {
 		t.Fatalf("approve a spent code: exit %d, stderr %q", code, errs)
 	}
 }
+
+// startPairing pushes a one-owner projection ("alice") through p's admin
+// listener with the CLI and starts a device-code pairing on p for a new
+// device.
+func startPairing(t *testing.T, p *relaytest.Relay, cli map[string]string) (*envelope.Identity, pairStarted) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(file, []byte(fixture("alice")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runBinary(t, cli, "projection", "push", "--admin", "http://"+p.Admin, file); code != 0 {
+		t.Fatalf("push: %d %q %q", code, out, errs)
+	}
+	id, err := envelope.Generate(1, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"protocolVersion": "2", "action": "start",
+		"daemon": map[string]string{"version": "0.1.1", "label": "laptop", "platform": "linux"},
+		"device": id.Public(), "capabilities": []any{}})
+	var started pairStarted
+	pair(t, p, string(body), &started)
+	return id, started
+}
+
+// pairStarted is a pairing start's answer.
+type pairStarted struct{ DeviceCode, UserCode string }
 
 func pair(t *testing.T, p *relaytest.Relay, body string, into any) {
 	t.Helper()

@@ -122,7 +122,9 @@ func TestChaos(t *testing.T) {
 		rep, err := loadgen.Run(ctx, cfg, nil)
 		done <- loadResult{rep, err}
 	}()
-	loadStart := waitFirstEnqueues(t, log, 10, 60*time.Second)
+	// The load generator's set-up and pairing are done, so every fault meets load.
+	relaytest.WaitFor(t, 60*time.Second, "10 enqueues accepted", func() bool { return log.Enqueued() >= 10 })
+	loadStart := time.Now()
 
 	faults, timeline := injectFaults(t, relays, vk, loadStart, *loadFor)
 
@@ -244,28 +246,6 @@ func injectFaults(t *testing.T, relays []*relaytest.Relay, vk *relaytest.ValkeyS
 
 func faultLine(faults map[string]int) string {
 	return fmt.Sprintf("%s %d, %s %d, %s %d", faultKill, faults[faultKill], faultTerm, faults[faultTerm], faultStore, faults[faultStore])
-}
-
-// waitFirstEnqueues waits until the load generator has enqueued n jobs (its
-// set-up and pairing done), so every fault meets load.
-func waitFirstEnqueues(t *testing.T, log *history.Log, n int, within time.Duration) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := 0
-		for _, op := range log.Ops() {
-			if op.Kind == loadgen.OpEnqueue && op.Outcome == loadgen.OutcomeOK {
-				got++
-			}
-		}
-		if got >= n {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d enqueues after %v", got, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // finalStates reads every enqueued job's state out of the store after the

@@ -153,7 +153,9 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 		rep, err := loadgen.Run(ctx, cfg, nil)
 		done <- loadResult{rep, err}
 	}()
-	loadStart := waitFirstEnqueues(t, log, 10, 60*time.Second)
+	// The load generator's set-up and pairing are done, so every fault meets load.
+	relaytest.WaitFor(t, 60*time.Second, "10 enqueues accepted", func() bool { return log.Enqueued() >= 10 })
+	loadStart := time.Now()
 	time.Sleep(loadFor / 4)
 
 	// Probe both replicas directly while the fault runs, and a little after.
@@ -568,28 +570,6 @@ func storeErrors(t *testing.T, relays []*relaytest.Relay) map[string]int {
 		}
 	}
 	return out
-}
-
-// waitFirstEnqueues waits until the load generator has enqueued n jobs (its
-// set-up and pairing done), so the fault meets load.
-func waitFirstEnqueues(t *testing.T, log *history.Log, n int, within time.Duration) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := 0
-		for _, op := range log.Ops() {
-			if op.Kind == loadgen.OpEnqueue && op.Outcome == loadgen.OutcomeOK {
-				got++
-			}
-		}
-		if got >= n {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d enqueues after %v", got, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // finalStates reads every enqueued job's state out of the cluster after

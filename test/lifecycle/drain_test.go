@@ -121,21 +121,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		t.Errorf("the restarts ended %v after the load started, after the load generator stopped enqueuing (%v): they did not all happen under load", elapsed, loadFor)
 	}
 
-	var res loadResult
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatalf("load generator did not finish")
-	}
-	if res.err != nil {
-		t.Fatalf("load generator: %v", res.err)
-	}
-	rep := res.rep
-	var text bytes.Buffer
-	rep.WriteText(&text)
-	t.Logf("load generator report:\n%s", text.String())
-	_, _, events := lb.Snapshot()
-	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
+	rep := awaitLoad(t, ctx, done, lb)
 	for _, rs := range restarts {
 		t.Logf("%s: exit %.2fs after SIGTERM (drain %v, timeout %v), back in rotation %.2fs after exit, %d requests served between SIGTERM and exit",
 			rs.name, rs.exit.Seconds(), drainPeriod, shutdownTimeout, rs.back.Seconds(), rs.servedWhileDrain)
@@ -187,7 +173,6 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 }
 
-// waitEnqueues waits until the balancer has answered n enqueues 200.
 // loadResult is how a load generator run ended.
 type loadResult struct {
 	rep *loadgen.Report
@@ -205,6 +190,28 @@ func startLoad(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
 	return done
 }
 
+// awaitLoad waits for the load generator's outcome, fails t if it did not
+// finish or failed, and logs its report and the balancer's timeline.
+func awaitLoad(t *testing.T, ctx context.Context, done <-chan loadResult, lb *relaytest.Balancer) *loadgen.Report {
+	t.Helper()
+	var res loadResult
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		t.Fatalf("load generator did not finish")
+	}
+	if res.err != nil {
+		t.Fatalf("load generator: %v", res.err)
+	}
+	var text bytes.Buffer
+	res.rep.WriteText(&text)
+	t.Logf("load generator report:\n%s", text.String())
+	_, _, events := lb.Snapshot()
+	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
+	return res.rep
+}
+
+// waitEnqueues waits until the balancer has answered n enqueues 200.
 func waitEnqueues(t *testing.T, lb *relaytest.Balancer, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)

@@ -1,7 +1,6 @@
 package lifecycle_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -159,21 +158,8 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 		lb.Event(r.Name + " ready again")
 	}
 
-	var res loadResult
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatalf("load generator did not finish")
-	}
-	if res.err != nil {
-		t.Fatalf("load generator: %v", res.err)
-	}
-	rep := res.rep
-	var text bytes.Buffer
-	rep.WriteText(&text)
-	t.Logf("load generator report:\n%s", text.String())
-	_, recs, events := lb.Snapshot()
-	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
+	rep := awaitLoad(t, ctx, done, lb)
+	_, recs, _ := lb.Snapshot()
 
 	// What the clients saw through the balancer.
 	var (

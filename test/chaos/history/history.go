@@ -35,6 +35,19 @@ func (l *Log) Ops() []loadgen.Op {
 	return slices.Clone(l.ops)
 }
 
+// Enqueued is how many enqueues were accepted so far.
+func (l *Log) Enqueued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, op := range l.ops {
+		if op.Kind == loadgen.OpEnqueue && op.Outcome == loadgen.OutcomeOK {
+			n++
+		}
+	}
+	return n
+}
+
 // Rules a history can break.
 const (
 	RuleTwoLiveLeases  = "two-live-leases"  // a job granted again while an earlier lease was live
