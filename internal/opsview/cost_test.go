@@ -72,10 +72,10 @@ func bigSite(t testing.TB, devices, jobs int) (*httptest.Server, *counting, []st
 func TestRefreshCostIsBounded(t *testing.T) {
 	t.Parallel()
 	want := map[string]int64{
-		"/ui/":                    1 + 1 + 2,                           // TIME, replicas, PING+INFO
-		"/ui/site/site-a":         1 + 1 + 1 + 1 + store.DefaultShards, // TIME, one live-set page, replicas, churn, presence (at most)
-		"/ui/device/alice-laptop": 1 + 1 + 1 + 1,                       // TIME, presence, its record of shards, held leases on its one shard
-		"/ui/job/site-a/j0":       1 + 1,                               // TIME, job
+		"/ui/":                    1 + 1 + 2,                               // TIME, replicas, PING+INFO
+		"/ui/site/site-a":         1 + 1 + 1 + 1 + 1 + store.DefaultShards, // TIME, one live-set page, replicas, churn, the site's placement (a replica's first look only), presence (at most)
+		"/ui/device/alice-laptop": 1 + 1 + 1 + 1,                           // TIME, presence, its record of shards, held leases on its one shard
+		"/ui/job/site-a/j0":       1 + 1,                                   // TIME, job
 	}
 	exact := map[string]bool{"/ui/": true, "/ui/device/alice-laptop": true, "/ui/job/site-a/j0": true}
 	for _, size := range []struct{ devices, jobs int }{{3, 10}, {120, 100}} {
