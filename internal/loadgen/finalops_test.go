@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,5 +33,19 @@ func TestFinalOps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestBackgroundWait(t *testing.T) {
+	// A run that fails at once: Wait hands its error back.
+	if rep, err := Start(context.Background(), Config{}).Wait(context.Background()); err == nil || rep != nil || !strings.Contains(err.Error(), "no admin token") {
+		t.Fatalf("invalid run: %v %v", rep, err)
+	}
+	// A run that has not ended when the wait does: Wait says so.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stuck := &Background{done: make(chan struct{})}
+	if rep, err := stuck.Wait(ctx); err == nil || rep != nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Fatalf("unfinished run: %v %v", rep, err)
 	}
 }

@@ -264,6 +264,13 @@ func (rep *Report) Sustained(maxP99 time.Duration) (bool, string) {
 	return true, ""
 }
 
+// Text is WriteText's rendering as a string.
+func (rep *Report) Text() string {
+	var b strings.Builder
+	rep.WriteText(&b)
+	return b.String()
+}
+
 // WriteText renders the report for a person.
 func (rep *Report) WriteText(w io.Writer) {
 	j := rep.Jobs

@@ -1189,3 +1189,32 @@ func (r *runner) releaseAll(ctx context.Context) {
 		r.release(rctx, d, d.activeLeases(), "shutdown")
 	}
 }
+
+// Background is a Run in its own goroutine, for callers (the fault tests)
+// that act on the relays while the load runs.
+type Background struct {
+	done chan struct{}
+	rep  *Report
+	err  error
+}
+
+// Start begins Run(ctx, cfg, nil) in the background.
+func Start(ctx context.Context, cfg Config) *Background {
+	b := &Background{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		b.rep, b.err = Run(ctx, cfg, nil)
+	}()
+	return b
+}
+
+// Wait returns the run's report once it has ended, or an error if wait
+// ends first (the run itself stops with the context Start was given).
+func (b *Background) Wait(wait context.Context) (*Report, error) {
+	select {
+	case <-b.done:
+		return b.rep, b.err
+	case <-wait.Done():
+		return nil, fmt.Errorf("load generator did not finish: %w", wait.Err())
+	}
+}

@@ -11,7 +11,6 @@
 package chaos_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -113,34 +112,19 @@ func TestChaos(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *loadFor+4*time.Minute)
 	defer cancel()
-	type loadResult struct {
-		rep *loadgen.Report
-		err error
-	}
-	done := make(chan loadResult, 1)
-	go func() {
-		rep, err := loadgen.Run(ctx, cfg, nil)
-		done <- loadResult{rep, err}
-	}()
+	load := loadgen.Start(ctx, cfg)
 	// The load generator's set-up and pairing are done, so every fault meets load.
 	relaytest.WaitFor(t, 60*time.Second, "10 enqueues accepted", func() bool { return log.Enqueued() >= 10 })
 	loadStart := time.Now()
 
 	faults, timeline := injectFaults(t, relays, vk, loadStart, *loadFor)
 
-	var res loadResult
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatal("load generator did not finish")
-	}
-	if res.err != nil {
-		t.Fatalf("load generator: %v", res.err)
+	rep, err := load.Wait(ctx)
+	if err != nil {
+		t.Fatalf("load generator: %v", err)
 	}
 	end := time.Now()
-	var text bytes.Buffer
-	res.rep.WriteText(&text)
-	t.Logf("load generator report:\n%s", text.String())
+	t.Logf("load generator report:\n%s", rep.Text())
 
 	ops := append(log.Ops(), finalStates(t, vk, ns, log.Ops())...)
 	sum := history.Check(ops, history.Options{End: end})
@@ -158,11 +142,11 @@ func TestChaos(t *testing.T) {
 	if sum.Enqueued < 10 || sum.Done == 0 || sum.Regranted == 0 {
 		t.Errorf("too little work to judge: %d enqueued, %d done, %d granted again", sum.Enqueued, sum.Done, sum.Regranted)
 	}
-	if int64(sum.Enqueued) != res.rep.Jobs.Enqueued {
-		t.Errorf("history has %d enqueued jobs, the load generator counted %d", sum.Enqueued, res.rep.Jobs.Enqueued)
+	if int64(sum.Enqueued) != rep.Jobs.Enqueued {
+		t.Errorf("history has %d enqueued jobs, the load generator counted %d", sum.Enqueued, rep.Jobs.Enqueued)
 	}
-	if j := res.rep.Jobs; j.Integrity != 0 || j.RunTwice != 0 {
-		t.Errorf("load generator: %d integrity failures, %d jobs run twice; problems: %v", j.Integrity, j.RunTwice, res.rep.Problems)
+	if j := rep.Jobs; j.Integrity != 0 || j.RunTwice != 0 {
+		t.Errorf("load generator: %d integrity failures, %d jobs run twice; problems: %v", j.Integrity, j.RunTwice, rep.Problems)
 	}
 	checkTheChecker(t, ops, end)
 	for _, kind := range []string{faultKill, faultTerm, faultStore} {

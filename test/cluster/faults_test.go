@@ -17,7 +17,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -144,15 +143,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), loadFor+3*time.Minute)
 	defer cancel()
-	type loadResult struct {
-		rep *loadgen.Report
-		err error
-	}
-	done := make(chan loadResult, 1)
-	go func() {
-		rep, err := loadgen.Run(ctx, cfg, nil)
-		done <- loadResult{rep, err}
-	}()
+	load := loadgen.Start(ctx, cfg)
 	// The load generator's set-up and pairing are done, so every fault meets load.
 	relaytest.WaitFor(t, 60*time.Second, "10 enqueues accepted", func() bool { return log.Enqueued() >= 10 })
 	loadStart := time.Now()
@@ -192,19 +183,12 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 	close(stopProbes)
 	wg.Wait()
 
-	var res loadResult
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatal("load generator did not finish")
-	}
-	if res.err != nil {
-		t.Fatalf("load generator: %v", res.err)
+	rep, err := load.Wait(ctx)
+	if err != nil {
+		t.Fatalf("load generator: %v", err)
 	}
 	end := time.Now()
-	var text bytes.Buffer
-	res.rep.WriteText(&text)
-	t.Logf("load generator report:\n%s", text.String())
+	t.Logf("load generator report:\n%s", rep.Text())
 
 	ops := append(log.Ops(), finalStates(t, cl.url, ns, log.Ops())...)
 	sum := history.Check(ops, history.Options{End: end})
@@ -212,7 +196,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 	// What the clients saw: any 5xx but the retryable 503 is a failure.
 	var bad5xx []string
 	refused503 := 0
-	for name, e := range res.rep.Endpoints {
+	for name, e := range rep.Endpoints {
 		for st, n := range e.Statuses {
 			switch {
 			case st == http.StatusServiceUnavailable:
@@ -240,7 +224,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 			notRetryable++
 		}
 	}
-	j := res.rep.Jobs
+	j := rep.Jobs
 	t.Logf("store errors the replicas answered with 503, by kind: %v", storeErrors(t, relays))
 	t.Logf("SUMMARY %s: fault at %.1fs of load: %s | probes %d %v, slowest %.0f ms, last refusal %.0f ms after the fault ended | load: jobs enqueued %d collected %d cancelled %d lost %d run-twice %d, 503s answered %d | history: %d ops, %d enqueued, %d done, %d cancelled, %d in the store, %d grants (%d jobs granted again), %d results accepted, violations %d",
 		fr.name, faultAt.Seconds(), fr.outcome, len(probes), statuses, float64(slowest.Microseconds())/1000, float64(lastRefusal.Milliseconds()),
@@ -255,7 +239,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 		t.Errorf("violation: %v", v)
 	}
 	if j.Lost != 0 || j.RunTwice != 0 || j.Integrity != 0 || j.Foreign != 0 {
-		t.Errorf("jobs did not balance: %+v\nproblems: %v", j, res.rep.Problems)
+		t.Errorf("jobs did not balance: %+v\nproblems: %v", j, rep.Problems)
 	}
 	if sum.Enqueued < 10 || sum.Done == 0 {
 		t.Errorf("too little work to judge: %d enqueued, %d done", sum.Enqueued, sum.Done)

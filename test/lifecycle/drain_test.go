@@ -1,7 +1,6 @@
 package lifecycle_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +71,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	started := time.Now()
-	done := startLoad(ctx, cfg)
+	load := loadgen.Start(ctx, cfg)
 	waitEnqueues(t, lb, 20, 30*time.Second)
 	loadOn := time.Now()
 
@@ -121,7 +120,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		t.Errorf("the restarts ended %v after the load started, after the load generator stopped enqueuing (%v): they did not all happen under load", elapsed, loadFor)
 	}
 
-	rep := awaitLoad(t, ctx, done, lb)
+	rep := awaitLoad(t, ctx, load, lb)
 	for _, rs := range restarts {
 		t.Logf("%s: exit %.2fs after SIGTERM (drain %v, timeout %v), back in rotation %.2fs after exit, %d requests served between SIGTERM and exit",
 			rs.name, rs.exit.Seconds(), drainPeriod, shutdownTimeout, rs.back.Seconds(), rs.servedWhileDrain)
@@ -173,42 +172,18 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 }
 
-// loadResult is how a load generator run ended.
-type loadResult struct {
-	rep *loadgen.Report
-	err error
-}
-
-// startLoad runs the load generator in the background; its outcome arrives
-// on the channel.
-func startLoad(ctx context.Context, cfg loadgen.Config) <-chan loadResult {
-	done := make(chan loadResult, 1)
-	go func() {
-		rep, err := loadgen.Run(ctx, cfg, nil)
-		done <- loadResult{rep, err}
-	}()
-	return done
-}
-
 // awaitLoad waits for the load generator's outcome, fails t if it did not
 // finish or failed, and logs its report and the balancer's timeline.
-func awaitLoad(t *testing.T, ctx context.Context, done <-chan loadResult, lb *relaytest.Balancer) *loadgen.Report {
+func awaitLoad(t *testing.T, ctx context.Context, load *loadgen.Background, lb *relaytest.Balancer) *loadgen.Report {
 	t.Helper()
-	var res loadResult
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatalf("load generator did not finish")
+	rep, err := load.Wait(ctx)
+	if err != nil {
+		t.Fatalf("load generator: %v", err)
 	}
-	if res.err != nil {
-		t.Fatalf("load generator: %v", res.err)
-	}
-	var text bytes.Buffer
-	res.rep.WriteText(&text)
-	t.Logf("load generator report:\n%s", text.String())
+	t.Logf("load generator report:\n%s", rep.Text())
 	_, _, events := lb.Snapshot()
 	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
-	return res.rep
+	return rep
 }
 
 // waitEnqueues waits until the balancer has answered n enqueues 200.

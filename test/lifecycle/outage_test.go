@@ -68,7 +68,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	started := time.Now()
-	done := startLoad(ctx, cfg)
+	load := loadgen.Start(ctx, cfg)
 	waitEnqueues(t, lb, 20, 30*time.Second)
 	time.Sleep(time.Second)
 
@@ -158,7 +158,7 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 		lb.Event(r.Name + " ready again")
 	}
 
-	rep := awaitLoad(t, ctx, done, lb)
+	rep := awaitLoad(t, ctx, load, lb)
 	_, recs, _ := lb.Snapshot()
 
 	// What the clients saw through the balancer.
