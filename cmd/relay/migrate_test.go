@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/byollm/relay-go/test/relaytest"
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -18,15 +17,7 @@ import (
 // relays drained it), after which the relay starts.
 func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	ns := namespace(t)
-	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := relaytest.Client(t)
 	p := ns + ":{" + ns + "}:"
 	for _, cmd := range [][]string{
 		{"ZADD", p + "all", "1", "c2l0ZQ:ajE"}, {"SADD", p + "st:queued", "c2l0ZQ:ajE"},
@@ -63,15 +54,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 // the version and the relay starts.
 func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 	ns := namespace(t)
-	opt, err := valkey.ParseURL(relaytest.ValkeyURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := relaytest.Client(t)
 	p := ns + ":{" + ns + "}:"
 	if err := c.Do(context.Background(), c.B().Hset().Key(p+"layout").FieldValue().
 		FieldValue("version", "2").FieldValue("shards", "16").FieldValue("salt", "00112233445566778899aabbccddeeff").Build()).Error(); err != nil {

@@ -45,19 +45,13 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${BENCH_OUT:-$ROOT/test/bench/out}
-BIN=$OUT/bin
-mkdir -p "$OUT" "$BIN"
-OUT=$(cd "$OUT" && pwd)
+. test/bench/lib.sh
+bench_init capacity
 rm -rf "$OUT"/cap-* "$OUT"/capacity.md "$OUT"/capacity.json
 
-export PATH="/usr/local/go/bin:$PATH"
 QUICK=${BENCH_QUICK:-0}
 SMOKE=${BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then OLD_REV=${OLD_REV:-HEAD}; else OLD_REV=${OLD_REV:-397c753}; fi
-TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-CLK_TCK=$(getconf CLK_TCK)
 export CLUSTER_BASE_PORT=${CLUSTER_BASE_PORT:-7390} CLUSTER_REPLICAS=0 CLUSTER_DIR=$OUT/cap-cluster-nodes
 
 VERIFY_ARGS=(-n 3000 -reps 5)
@@ -84,37 +78,14 @@ if [ "$QUICK" = 1 ] || [ "$SMOKE" = 1 ]; then COST_ROUNDS=${COST_ROUNDS:-1}; els
 STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -profile aggressive -arrivals poisson
      -results-poll 250ms -pending-poll 20ms -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
 
-STARTED=()
-OLD_TREE=""
 CLUSTER_UP=0
-cleanup() {
-  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ -z "$OLD_TREE" ] || git worktree remove --force "$OLD_TREE" 2>/dev/null || true
-  [ "$CLUSTER_UP" = 0 ] || bash .ci/cluster stop >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-log() { printf '[capacity %s] %s\n' "$(date +%T)" "$*" >&2; }
+on_exit() { [ "$CLUSTER_UP" = 0 ] || bash .ci/cluster stop >/dev/null 2>&1; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-cpu_ticks() {
-  local total=0 pid f
-  for pid in "$@"; do
-    f=$(sed 's/^.*) //' "/proc/$pid/stat")
-    set -- $f
-    total=$((total + ${12} + ${13}))
-  done
-  echo "$total"
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
 
 # ---- build ------------------------------------------------------------------
 log "building the relay at $OLD_REV and of this tree, loadgen, storebench, verifybench"
-OLD_TREE=$(mktemp -d /tmp/relay-old-XXXXXX)
-rmdir "$OLD_TREE"
-git worktree add --detach "$OLD_TREE" "$OLD_REV" >/dev/null 2>&1
-(cd "$OLD_TREE" && go build -o "$BIN/relay-old" ./cmd/relay && go build -o "$BIN/storebench-old" ./test/bench/storebench)
-NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || echo "+dirty")
+build_old "$OLD_REV" relay-old=./cmd/relay storebench-old=./test/bench/storebench
 go build -o "$BIN/relay-new" ./cmd/relay
 go build -o "$BIN/storebench-new" ./test/bench/storebench
 go build -o "$BIN/loadgen" ./cmd/loadgen

@@ -27,15 +27,10 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=$ROOT/test/bench/out
-BIN=$OUT/bin
-mkdir -p "$OUT" "$BIN"
+. test/bench/lib.sh
+bench_init cluster-bench
 rm -f "$OUT"/cluster-*
 
-export PATH="/usr/local/go/bin:$PATH"
-TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-CLK_TCK=$(getconf CLK_TCK)
 QUICK=${BENCH_QUICK:-0}
 IDLE_DAEMONS=${IDLE_DAEMONS:-1000}
 if [ "$QUICK" = 1 ]; then LOAD_JOBS=1500; IDLE_FOR=70; else LOAD_JOBS=4000; IDLE_FOR=100; fi
@@ -43,24 +38,7 @@ if [ "$QUICK" = 1 ]; then LOAD_JOBS=1500; IDLE_FOR=70; else LOAD_JOBS=4000; IDLE
 export CLUSTER_BASE_PORT=${CLUSTER_BASE_PORT:-7101} CLUSTER_REPLICAS=0 CLUSTER_DIR=$OUT/cluster-nodes
 PRIMARIES=("$CLUSTER_BASE_PORT" $((CLUSTER_BASE_PORT + 1)) $((CLUSTER_BASE_PORT + 2)))
 
-STARTED=()
-cleanup() {
-  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
-  bash .ci/cluster stop || true
-}
-trap cleanup EXIT
-log() { printf '[cluster-bench %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-cpu_ticks() {
-  local total=0 pid f
-  for pid in "$@"; do
-    f=$(sed 's/^.*) //' "/proc/$pid/stat")
-    set -- $f
-    total=$((total + ${12} + ${13}))
-  done
-  echo "$total"
-}
+on_exit() { bash .ci/cluster stop; }
 
 # snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
 # primary its CPU seconds, script calls and the commands clients sent (one

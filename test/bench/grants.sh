@@ -24,28 +24,12 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=$ROOT/test/bench/out
-BIN=$OUT/bin
-mkdir -p "$OUT" "$BIN"
-export PATH="/usr/local/go/bin:$PATH"
-TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-CLK_TCK=$(getconf CLK_TCK)
+. test/bench/lib.sh
+bench_init grants-bench
 PAIRS=${BENCH_PAIRS:-2}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then LG_JOBS=600; LG_DURATION=20s; else LG_JOBS=6000; LG_DURATION=45s; fi
-LG_ARGS=(-sites 4 -daemons 16 -slots 8 -concurrency 64 -payload 256 -ttl 20s -drain 25s
-         -jobs "$LG_JOBS" -duration "$LG_DURATION" -results-poll 250ms -pending-poll 20ms
-         -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
+std_load "$LG_JOBS" "$LG_DURATION"
 
-STARTED=()   # pids this script started; only these are ever signalled
-cleanup() {
-  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-log() { printf '[grants-bench %s] %s\n' "$(date +%T)" "$*" >&2; }
-cpu_ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 log "building relay and loadgen"
 go build -o "$BIN/relay" ./cmd/relay

@@ -25,56 +25,30 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=$ROOT/test/bench/out
-BIN=$OUT/bin
-mkdir -p "$OUT" "$BIN"
+. test/bench/lib.sh
+bench_init reqcpu
 rm -rf "$OUT"/reqcpu-*
 
-export PATH="/usr/local/go/bin:$PATH"
 OLD_REV=${OLD_REV:-$(git merge-base HEAD main)}
 ROUNDS=${ROUNDS:-2}
 JOBS=${BENCH_JOBS:-6000}
 IDLE_DAEMONS=${IDLE_DAEMONS:-400}
 IDLE_FOR=${IDLE_FOR:-80}
 IDLE_WARM=${IDLE_WARM:-25}
-TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-CLK_TCK=$(getconf CLK_TCK)
-LG_ARGS=(-sites 4 -daemons 16 -slots 8 -concurrency 64 -payload 256 -ttl 20s -drain 25s
-         -jobs "$JOBS" -duration 45s -results-poll 250ms -pending-poll 20ms
-         -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
+std_load "$JOBS" 45s
 
-STARTED=()
-OLD_TREE=""
-cleanup() {
-  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ -z "$OLD_TREE" ] || git worktree remove --force "$OLD_TREE" 2>/dev/null || true
-}
-trap cleanup EXIT
-log() { printf '[reqcpu %s] %s\n' "$(date +%T)" "$*" >&2; }
-cpu_ticks() {
-  local f
-  f=$(sed 's/^.*) //' "/proc/$1/stat")
-  set -- $f
-  echo $((${12} + ${13}))
-}
 # signed requests answered so far: the daemon and site planes' request counter
 signed() {
   curl -sf "$1/metrics" | awk '/^relay_http_requests_total\{/ && /plane="(daemon|site)"/ {n += $NF} END {printf "%d\n", n}'
 }
 
 log "building the relay at $OLD_REV and of this tree, loadgen and the verify benchmark"
-OLD_TREE=$(mktemp -d /tmp/relay-old-XXXXXX)
-rmdir "$OLD_TREE"
-git worktree add --detach "$OLD_TREE" "$OLD_REV" >/dev/null 2>&1
-(cd "$OLD_TREE" && go build -o "$BIN/relay-old" ./cmd/relay)
-NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || echo "+dirty")
+build_old "$OLD_REV" relay-old=./cmd/relay
 go build -o "$BIN/relay-new" ./cmd/relay
 go build -o "$BIN/loadgen" ./cmd/loadgen
 go test -c -o "$BIN/protocol.test" ./internal/protocol
 
-VPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+VPORT=$(free_port)
 mkdir -p "$OUT/reqcpu-valkey"
 redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/reqcpu-valkey" \
   --logfile "$OUT/reqcpu-valkey/server.log" --lazyfree-lazy-user-del yes &

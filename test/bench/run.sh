@@ -29,15 +29,10 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=$ROOT/test/bench/out
-BIN=$OUT/bin
-mkdir -p "$OUT" "$BIN"
+. test/bench/lib.sh
+bench_init bench
 rm -f "$OUT"/*.json "$OUT"/*.md "$OUT"/*.log
 
-export PATH="/usr/local/go/bin:$PATH"
-TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-CLK_TCK=$(getconf CLK_TCK)
 QUICK=${BENCH_QUICK:-0}
 
 # Loadgen settings shared by all three throughput runs.
@@ -46,31 +41,7 @@ if [ "$QUICK" = 1 ]; then
 else
   LG_JOBS=6000; LG_DURATION=45s; SIZES=1000,10000,100000; CLAIMS=200; SWEEP_JOBS=100000; MEM_JOBS=2000; PROFILE_JOBS=600
 fi
-LG_ARGS=(-sites 4 -daemons 16 -slots 8 -concurrency 64 -payload 256 -ttl 20s -drain 25s
-         -jobs "$LG_JOBS" -duration "$LG_DURATION" -results-poll 250ms -pending-poll 20ms
-         -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
-
-STARTED=()   # pids this script started; only these are ever signalled
-cleanup() {
-  for pid in "${STARTED[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-cpu_ticks() { # utime+stime of the given pids, in clock ticks
-  local total=0 pid f
-  for pid in "$@"; do
-    # Fields after the ")" of comm: state is 1, utime is 12, stime 13.
-    f=$(sed 's/^.*) //' "/proc/$pid/stat")
-    set -- $f
-    total=$((total + ${12} + ${13}))
-  done
-  echo "$total"
-}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+std_load "$LG_JOBS" "$LG_DURATION"
 
 # start_relay NAME -- CMD...: starts a relay (env already exported by the
 # caller's subshell), waits for its ready line, and sets READY_LISTEN,
