@@ -148,6 +148,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Logger:            log,
 		PairingsPerSource: cfg.PairingsPerAddress,
 		SiteLimits:        cfg.SiteLimits,
+		HeartbeatBatch:    cfg.DaemonHeartbeatBatch,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			activity.Churned(r)

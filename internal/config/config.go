@@ -92,6 +92,10 @@ type Config struct {
 	// StoreTimeout bounds each store call the planes make; a slower call
 	// is answered with the retryable 503.
 	StoreTimeout time.Duration
+	// DaemonHeartbeatBatch is how long a daemon heartbeat's presence write
+	// may wait to share its Valkey round trip with others
+	// (store.Options.HeartbeatBatch); 0 writes each at once.
+	DaemonHeartbeatBatch time.Duration
 	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration
 	// DrainPeriod is how long after SIGTERM readiness fails while both
@@ -240,6 +244,7 @@ func (c Config) LogAttrs() []any {
 		slog.Int("sweepBatch", c.SweepBatch),
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.Duration("storeTimeout", c.StoreTimeout),
+		slog.Duration("daemonHeartbeatBatch", c.DaemonHeartbeatBatch),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 		slog.Int("maxConns", c.MaxConns),
 		slog.Int64("bodyBytesInFlight", c.BodyBytesInFlight),
@@ -487,6 +492,18 @@ var options = []option{
 		c.StoreTimeout = d
 		return nil
 	}},
+	{env: "RELAY_DAEMON_HEARTBEAT_BATCH", flag: "daemon-heartbeat-batch", def: DefaultDaemonHeartbeatBatch.String(), usage: `longest a daemon heartbeat's presence write waits to share one Valkey round trip with other heartbeats (an idle fleet costs the server about one round trip per batch instead of one per heartbeat); "off" or 0 writes each at once`, apply: func(c *Config, v string) error {
+		if v == "off" || v == "0" {
+			c.DaemonHeartbeatBatch = 0
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxDaemonHeartbeatBatch {
+			return fmt.Errorf(`%q is not a usable batch window; write a Go duration up to %v, e.g. 100ms, or "off"`, v, maxDaemonHeartbeatBatch)
+		}
+		c.DaemonHeartbeatBatch = d
+		return nil
+	}},
 	{env: "RELAY_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long SIGINT/SIGTERM waits for in-flight requests before closing them", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -672,6 +689,11 @@ const (
 	// healthy Valkey would be refused. Above a minute a frozen one holds
 	// requests longer than any client waits.
 	minStoreTimeout = 10 * time.Millisecond
+	// DefaultDaemonHeartbeatBatch: a daemon heartbeats every ~10 s and
+	// waits seconds for the answer, so a tenth of a second is invisible to
+	// it; see README "Idle devices" for what it saves.
+	DefaultDaemonHeartbeatBatch = 100 * time.Millisecond
+	maxDaemonHeartbeatBatch     = time.Second
 	maxStoreTimeout = time.Minute
 	// A grant is one policy read and one signature; 10 ms is the least a
 	// remote one on a LAN needs, and a claim held over 30 s is abandoned
@@ -762,6 +784,9 @@ func (c Config) crossChecks() Problems {
 	var problems Problems
 	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesInFlight < need {
 		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_IN_FLIGHT is %d, smaller than one largest request body (%d bytes: the planes' 13 MiB or RELAY_ADMIN_MAX_BODY, whichever is larger); raise it to at least that, e.g. 134217728 (128 MiB)", c.BodyBytesInFlight, need))
+	}
+	if c.DaemonHeartbeatBatch > 0 && 2*c.DaemonHeartbeatBatch > c.StoreTimeout {
+		problems = append(problems, fmt.Sprintf("RELAY_DAEMON_HEARTBEAT_BATCH (%v) is more than half of RELAY_STORE_TIMEOUT (%v): a batched heartbeat would spend its timeout waiting; lower the batch window or raise the store timeout", c.DaemonHeartbeatBatch, c.StoreTimeout))
 	}
 	switch {
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):

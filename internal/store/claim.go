@@ -66,22 +66,6 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
-	if in.RequirePresence {
-		// The presence record is on the runner's shard, the grants on the
-		// sites' shards, so the condition is read just before the claim
-		// scripts rather than inside them: a change racing with this read
-		// is indistinguishable from one landing just after the claim.
-		p, err := s.do(ctx, "presence_check", s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()).ToArray()
-		if err != nil {
-			return nil, stats, fmt.Errorf("claim: presence: %w", err)
-		}
-		owner, err1 := p[0].ToString()
-		dev, err2 := p[1].ToString()
-		if err1 != nil || err2 != nil || owner != in.Owner || dev != string(device) {
-			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
-		}
-	}
-
 	// Routes by shard, each shard's in input order.
 	sites := make([]string, len(routes))
 	for i, r := range routes {
@@ -95,9 +79,32 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		sh := s.k.siteShard(r.SiteID)
 		byShard[sh] = append(byShard[sh], r)
 	}
-	order, err := s.claimOrder(ctx, in, byShard, kinds)
+	// The presence record is on the runner's shard, the grants on the
+	// sites' shards, so the condition is read just before the claim
+	// scripts rather than inside them (a change racing with this read is
+	// indistinguishable from one landing just after the claim), in the
+	// same pipelined batch as the claim's queue heads. When the work view
+	// knows there is nothing to read, nothing can be granted and nothing
+	// is read: an idle device's empty claim costs Valkey nothing, and a
+	// lost record is rebuilt by its next heartbeat instead.
+	var presence valkey.Completed
+	if in.RequirePresence {
+		presence = s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()
+	}
+	order, held, err := s.claimOrder(ctx, in, byShard, kinds, presence)
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
+	}
+	if held != nil {
+		p, err := held.ToArray()
+		if err != nil {
+			return nil, stats, fmt.Errorf("claim: presence: %w", err)
+		}
+		owner, err1 := p[0].ToString()
+		dev, err2 := p[1].ToString()
+		if err1 != nil || err2 != nil || owner != in.Owner || dev != string(device) {
+			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
+		}
 	}
 	out := []ClaimedStub{}
 	deadlines := map[int]int64{}
@@ -138,8 +145,10 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 // eligible job over all routes is considered first. A shard with no queued
 // entry on these routes and nothing due is not called at all: it has
 // nothing to grant. All of it is read with one TIME and one pipelined batch
-// of ZRANGEs, no script.
-func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string) ([]int, error) {
+// of ZRANGEs, no script. A non-empty presence command joins that batch,
+// and its reply is returned; when nothing is read it is not sent either
+// (nil reply).
+func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string, presence valkey.Completed) ([]int, *valkey.ValkeyResult, error) {
 	// What the work view already knows is not read: shards with nothing
 	// due, queues seen empty since (see workView).
 	at := s.view.now()
@@ -174,10 +183,19 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
+	withPresence := !presence.IsEmpty() && (len(cmds) > 0 || len(dueRead) > 0)
+	if withPresence {
+		cmds = append(cmds, presence)
+	}
 	var replies []valkey.ValkeyResult
 	heads, now, err := s.dueHeadsWith(ctx, "claim_heads", dueRead, cmds, &replies)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var held *valkey.ValkeyResult
+	if withPresence {
+		held = &replies[len(replies)-1]
+		replies = replies[:len(replies)-1]
 	}
 	due := make([]bool, len(s.k.shards))
 	var others []int
@@ -189,14 +207,14 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 	}
 	if len(others) > 0 {
 		if _, err := s.sweepShards(ctx, others); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	head := map[int]float64{}
 	for i, r := range refs {
 		z, err := replies[i].AsZScores()
 		if err != nil {
-			return nil, fmt.Errorf("queue head: %w", err)
+			return nil, nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
 			s.view.sawEmpty(r.shard, r.st, r.key, at)
@@ -227,7 +245,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		}
 		return cmp.Compare(a, b)
 	})
-	return order, nil
+	return order, held, nil
 }
 
 // claimQueues is the queue keys claim reads for routes (all on one shard),

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -24,17 +27,26 @@ import (
 //	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6391/0 go test ./internal/store -run '^$' -bench IdleTick -benchtime 5000x
 //
 // scripts/op and cmds/op count EVALSHA calls and all calls (INFO
-// commandstats) per tick.
+// commandstats) per tick. "view" ticks one device after another, so every
+// store call is its own round trip; "view-batch" ticks 100 devices at once
+// with heartbeats batched (Options.HeartbeatBatch), the way a replica
+// serving many devices sends them.
 func BenchmarkIdleTick(b *testing.B) {
-	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false) })
-	b.Run("view", func(b *testing.B) { benchIdleTick(b, true) })
+	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false, 0) })
+	b.Run("view", func(b *testing.B) { benchIdleTick(b, true, 0) })
+	b.Run("view-batch", func(b *testing.B) { benchIdleTick(b, true, 100) })
 }
 
 // benchIdleTick: with view, the Store runs its work view (RunWorkView),
-// as the relay does.
-func benchIdleTick(b *testing.B, view bool) {
+// as the relay does; with parallel > 0, that many devices tick at once
+// and heartbeats are batched.
+func benchIdleTick(b *testing.B, view bool, parallel int) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: relaytest.Discard()})
+	opts := Options{Logger: relaytest.Discard()}
+	if parallel > 0 {
+		opts.HeartbeatBatch = 5 * time.Millisecond
+	}
+	s := newStore(b, be, opts)
 	ctx := context.Background()
 	if view {
 		withView(b, s)
@@ -75,8 +87,23 @@ func benchIdleTick(b *testing.B, view bool) {
 	}
 	cpu0, scripts0, cmds0 := serverCost(b, be.client)
 	b.ResetTimer()
-	for i := range b.N {
-		tick(i)
+	if parallel == 0 {
+		for i := range b.N {
+			tick(i)
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+					tick(int(i))
+				}
+			}()
+		}
+		wg.Wait()
 	}
 	b.StopTimer()
 	cpu1, scripts1, cmds1 := serverCost(b, be.client)

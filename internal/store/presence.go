@@ -20,7 +20,7 @@ import (
 // Seen records a heartbeat stamped with the store clock (§2.15). An existing
 // record keeps its owner and device; capabilities and withheld are replaced.
 func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
-	rec, _, err := s.seen(ctx, p, false, false)
+	rec, _, err := s.seen(ctx, p, false, false, false)
 	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
@@ -35,7 +35,7 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 // runner's record of shards; only shards there whose cancel index holds
 // something are read further. An idle device's heartbeat is that one call.
 func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
-	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels)
+	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, true)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
@@ -50,8 +50,9 @@ func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 
 // seen runs presence_seen: with require, only on a record holding p's
 // owner and device (ErrPresenceChanged otherwise); with shards, it also
-// answers the runner's record of shards (runnerShardList).
-func (s *Store) seen(ctx context.Context, p Presence, require, shards bool) (Presence, []int, error) {
+// answers the runner's record of shards (runnerShardList); batched, it
+// shares a round trip with other heartbeats (Options.HeartbeatBatch).
+func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched bool) (Presence, []int, error) {
 	if err := s.checkID("runner id", p.RunnerID); err != nil {
 		return Presence{}, nil, err
 	}
@@ -81,9 +82,14 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards bool) (Pre
 	if require {
 		cond = "1"
 	}
-	msg, err := s.run(ctx, scPresenceSeen, keys,
-		enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond)
+	args := []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond}
+	var msg valkey.ValkeyMessage
+	if batched && s.beats != nil {
+		msg, err = s.beats.run(ctx, keys, args...)
+	} else {
+		msg, err = s.run(ctx, scPresenceSeen, keys, args...)
+	}
 	if err != nil {
 		return Presence{}, nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -208,47 +209,51 @@ func TestPresenceHead(t *testing.T) {
 // Without the condition it writes as Seen does.
 func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
-		dev, other := freshDevice(), freshDevice()
-		beat := func(owner string, d protocol.PublicIdentity, caps string, require bool) (HeartbeatResult, error) {
-			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: owner, Device: d,
-				Capabilities: json.RawMessage(caps), Withheld: json.RawMessage(`[]`)}, RequirePresence: require, Cancels: true})
-		}
-		if _, err := beat("alice", dev, `[]`, true); !errors.Is(err, ErrPresenceChanged) {
-			t.Fatalf("no record: %v", err)
-		}
-		if p, err := h.s.Presence(h.ctx, "runner_1"); err != nil || p != nil {
-			t.Fatalf("a refused heartbeat wrote %+v %v", p, err)
-		}
-		first := h.seen("runner_1", "alice", dev, `[]`, `[]`)
-		for _, c := range []struct {
-			owner string
-			dev   protocol.PublicIdentity
-		}{{"alice", other}, {"bob", dev}} {
-			if _, err := beat(c.owner, c.dev, `[{"kind":"x"}]`, true); !errors.Is(err, ErrPresenceChanged) {
-				t.Fatalf("%s: %v", c.owner, err)
-			}
-		}
-		if p := h.presence("runner_1"); !reflect.DeepEqual(*p, first) {
-			t.Fatalf("a refused heartbeat changed the record: %+v, was %+v", p, first)
-		}
-		got, err := beat("alice", dev, `[{"kind":"x"}]`, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := h.presence("runner_1"); !reflect.DeepEqual(*p, got.Presence) || string(p.Capabilities) != `[{"kind":"x"}]` {
-			t.Fatalf("heartbeat answered %+v, the record is %+v", got.Presence, p)
-		}
-		if got.Cancel == nil || len(got.Cancel) != 0 {
-			t.Fatalf("cancel requests of a runner holding nothing: %#v", got.Cancel)
-		}
-		// Without the condition, another device's heartbeat is Seen's:
-		// the record keeps its device.
-		if _, err := beat("alice", other, `[]`, false); err != nil {
-			t.Fatal(err)
-		}
-		if p := h.presence("runner_1"); !reflect.DeepEqual(p.Device, dev) {
-			t.Fatal("an unconditional heartbeat rewrote the device")
+		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
+			t.Run("batch="+batch.String(), func(t *testing.T) {
+				h := newH(t, b, Options{HeartbeatBatch: batch})
+				dev, other := freshDevice(), freshDevice()
+				beat := func(owner string, d protocol.PublicIdentity, caps string, require bool) (HeartbeatResult, error) {
+					return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: owner, Device: d,
+						Capabilities: json.RawMessage(caps), Withheld: json.RawMessage(`[]`)}, RequirePresence: require, Cancels: true})
+				}
+				if _, err := beat("alice", dev, `[]`, true); !errors.Is(err, ErrPresenceChanged) {
+					t.Fatalf("no record: %v", err)
+				}
+				if p, err := h.s.Presence(h.ctx, "runner_1"); err != nil || p != nil {
+					t.Fatalf("a refused heartbeat wrote %+v %v", p, err)
+				}
+				first := h.seen("runner_1", "alice", dev, `[]`, `[]`)
+				for _, c := range []struct {
+					owner string
+					dev   protocol.PublicIdentity
+				}{{"alice", other}, {"bob", dev}} {
+					if _, err := beat(c.owner, c.dev, `[{"kind":"x"}]`, true); !errors.Is(err, ErrPresenceChanged) {
+						t.Fatalf("%s: %v", c.owner, err)
+					}
+				}
+				if p := h.presence("runner_1"); !reflect.DeepEqual(*p, first) {
+					t.Fatalf("a refused heartbeat changed the record: %+v, was %+v", p, first)
+				}
+				got, err := beat("alice", dev, `[{"kind":"x"}]`, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p := h.presence("runner_1"); !reflect.DeepEqual(*p, got.Presence) || string(p.Capabilities) != `[{"kind":"x"}]` {
+					t.Fatalf("heartbeat answered %+v, the record is %+v", got.Presence, p)
+				}
+				if got.Cancel == nil || len(got.Cancel) != 0 {
+					t.Fatalf("cancel requests of a runner holding nothing: %#v", got.Cancel)
+				}
+				// Without the condition, another device's heartbeat is Seen's:
+				// the record keeps its device.
+				if _, err := beat("alice", other, `[]`, false); err != nil {
+					t.Fatal(err)
+				}
+				if p := h.presence("runner_1"); !reflect.DeepEqual(p.Device, dev) {
+					t.Fatal("an unconditional heartbeat rewrote the device")
+				}
+			})
 		}
 	})
 }
@@ -258,32 +263,36 @@ func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
 // shards, cancelled, come back in first-enqueue order.
 func TestHeartbeatAnswersCancelRequests(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
-		far := otherShardSite(h.s, site)
-		h.enqueue("a", "alice")
-		h.enqueueStub(far, stub("b", "alice"))
-		dev := freshDevice()
-		h.seen("runner_1", "alice", dev, `[]`, `[]`)
-		got := h.claim(routes([]string{site, far}, []string{"alice"}))
-		if len(got) != 2 {
-			t.Fatalf("claimed %v", ids(got))
-		}
-		for _, c := range []struct{ site, id string }{{site, "a"}, {far, "b"}} {
-			if ok, err := h.s.Cancel(h.ctx, c.site, c.id); err != nil || !ok {
-				t.Fatalf("cancel %s: %v %v", c.id, ok, err)
-			}
-		}
-		want, err := h.s.CancelRequests(h.ctx, "runner_1")
-		if err != nil || len(want) != 2 {
-			t.Fatalf("cancel requests %+v %v", want, err)
-		}
-		hb, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev},
-			RequirePresence: true, Cancels: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(hb.Cancel, want) || hb.Cancel[0].JobID != "a" {
-			t.Fatalf("heartbeat's cancel requests %+v, CancelRequests' %+v", hb.Cancel, want)
+		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
+			t.Run("batch="+batch.String(), func(t *testing.T) {
+				h := newH(t, b, Options{HeartbeatBatch: batch})
+				far := otherShardSite(h.s, site)
+				h.enqueue("a", "alice")
+				h.enqueueStub(far, stub("b", "alice"))
+				dev := freshDevice()
+				h.seen("runner_1", "alice", dev, `[]`, `[]`)
+				got := h.claim(routes([]string{site, far}, []string{"alice"}))
+				if len(got) != 2 {
+					t.Fatalf("claimed %v", ids(got))
+				}
+				for _, c := range []struct{ site, id string }{{site, "a"}, {far, "b"}} {
+					if ok, err := h.s.Cancel(h.ctx, c.site, c.id); err != nil || !ok {
+						t.Fatalf("cancel %s: %v %v", c.id, ok, err)
+					}
+				}
+				want, err := h.s.CancelRequests(h.ctx, "runner_1")
+				if err != nil || len(want) != 2 {
+					t.Fatalf("cancel requests %+v %v", want, err)
+				}
+				hb, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev},
+					RequirePresence: true, Cancels: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(hb.Cancel, want) || hb.Cancel[0].JobID != "a" {
+					t.Fatalf("heartbeat's cancel requests %+v, CancelRequests' %+v", hb.Cancel, want)
+				}
+			})
 		}
 	})
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/valkey-io/valkey-go"
@@ -113,6 +115,11 @@ type Options struct {
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
 	ResultCacheBytes int
+	// HeartbeatBatch, when positive, is how long Heartbeat's presence
+	// write may wait for others to share its round trip (see beatBatch):
+	// the server pays about one round trip per batch instead of one per
+	// heartbeat. Zero writes each heartbeat at once.
+	HeartbeatBatch time.Duration
 
 	// migrating lets Migrate's own Store open a namespace of the older
 	// layout it is about to move (loadLayout refuses it otherwise).
@@ -169,6 +176,9 @@ type Store struct {
 	log     *slog.Logger
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
+	// sha1 of each script's source, for batches sent with DoMulti.
+	sha1  map[string]string
+	beats *beatBatch
 	// jobScripts: RunJobScript's, from outside lua/ (test/storehooks).
 	jobScripts jobScripts
 	churnWG    sync.WaitGroup // OnChurn calls in flight (tests wait on it)
@@ -212,7 +222,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources))}
+	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources)),
+		sha1: make(map[string]string, len(sources))}
+	if opts.HeartbeatBatch > 0 {
+		s.beats = newBeatBatch(s, scPresenceSeen, opts.HeartbeatBatch)
+	}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
 	var seed [12]byte
 	if _, err := rand.Read(seed[:]); err != nil {
@@ -225,6 +239,8 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 		if !ok {
 			return nil, fmt.Errorf("store: no lua/%s.lua", sc.Name)
 		}
+		sum := sha1.Sum([]byte(src))
+		s.sha1[sc.Name] = hex.EncodeToString(sum[:])
 		if sc.ReadOnly {
 			s.scripts[sc.Name] = valkey.NewLuaScriptReadOnly(src)
 		} else {
@@ -346,40 +362,46 @@ func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []
 		ctx, end = obs(ctx, script.Name)
 		defer func() { end(classify(err)) }()
 	}
-	// ARGV[3], the flags: churn callback set, announce queue entries, jobs
-	// may still be counted in layout v2's state sets.
-	churn := "0"
-	if s.opts.OnChurn != nil {
-		churn = "1"
+	withGuard, all, err := s.scriptArgs(script, keys, args)
+	if err != nil {
+		return valkey.ValkeyMessage{}, err
 	}
-	if s.announce {
-		churn += "1"
-	} else {
-		churn += "0"
-	}
-	if s.v2States {
-		churn += "1"
-	} else {
-		churn += "0"
-	}
-	if len(keys) == 0 {
-		return valkey.ValkeyMessage{}, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
-	}
-	all := make([]string, 0, len(args)+3)
-	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), churn)
-	all = append(all, args...)
 	if script.Work {
 		defer s.view.touched(prefixOf(keys[0]))
 	}
-	// The migration guard goes last (see GuardKey); lib/common.lua takes it
-	// off again, so a script's KEYS are what its caller passed.
-	withGuard := make([]string, 0, len(keys)+1)
-	withGuard = append(append(withGuard, keys...), GuardKey(prefixOf(keys[0])))
 	msg, err = sc.Exec(ctx, s.c, withGuard, all).ToMessage()
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}
 	return msg, nil
+}
+
+// scriptArgs is what a script call sends: the caller's keys with the
+// migration guard last (see GuardKey; lib/common.lua takes it off again,
+// so a script's KEYS are what its caller passed), and the common ARGV
+// (lib/common.lua) before the caller's args.
+func (s *Store) scriptArgs(script Script, keys, args []string) (withGuard, all []string, err error) {
+	if len(keys) == 0 {
+		return nil, nil, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
+	}
+	// ARGV[3], the flags: churn callback set, announce queue entries, jobs
+	// may still be counted in layout v2's state sets.
+	flags := []byte("000")
+	if s.opts.OnChurn != nil {
+		flags[0] = '1'
+	}
+	if s.announce {
+		flags[1] = '1'
+	}
+	if s.v2States {
+		flags[2] = '1'
+	}
+	all = make([]string, 0, len(args)+3)
+	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), string(flags))
+	all = append(all, args...)
+	withGuard = make([]string, 0, len(keys)+1)
+	withGuard = append(append(withGuard, keys...), GuardKey(prefixOf(keys[0])))
+	return withGuard, all, nil
 }
 
 // prefixOf is a key's prefix up to and including its hash tag and the colon

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/test/relaytest"
+)
+
+// Heartbeats arriving within Options.HeartbeatBatch share one round trip,
+// yet each is its own script with its own answer: the runners' records
+// are all written, a refused one (wrong device) is refused alone and
+// changes nothing, and past beatBatchMax a batch is sent without waiting
+// for its window.
+func TestHeartbeatBatch(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		const window = 300 * time.Millisecond
+		h := newH(t, b, Options{HeartbeatBatch: window})
+		const n = beatBatchMax + 20 // two batches: one full, one of the rest
+		devs := make([]protocol.PublicIdentity, n)
+		for i := range n {
+			devs[i] = freshDevice()
+			h.seen(fmt.Sprint("runner_", i), "alice", devs[i], `[]`, `[]`)
+		}
+		before := h.presence("runner_0")
+		wrong := 7 // this one presents another device
+		var wg sync.WaitGroup
+		results := make([]HeartbeatResult, n)
+		errs := make([]error, n)
+		for i := range n {
+			dev := devs[i]
+			if i == wrong {
+				dev = freshDevice()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: fmt.Sprint("runner_", i),
+					Owner: "alice", Device: dev, Capabilities: json.RawMessage(`[{"kind":"generate"}]`)}, RequirePresence: true, Cancels: true})
+			}()
+		}
+		wg.Wait()
+		if got := h.s.beats.sent.Load(); got != 2 {
+			t.Fatalf("%d heartbeats went out in %d batches, want 2", n, got)
+		}
+		for i := range n {
+			if i == wrong {
+				if !errors.Is(errs[i], ErrPresenceChanged) {
+					t.Fatalf("wrong device: %v", errs[i])
+				}
+				if p := h.presence(fmt.Sprint("runner_", i)); string(p.Capabilities) != `[]` {
+					t.Fatalf("a refused heartbeat in a batch wrote %s", p.Capabilities)
+				}
+				continue
+			}
+			if errs[i] != nil {
+				t.Fatalf("heartbeat %d: %v", i, errs[i])
+			}
+			r := results[i]
+			if r.Presence.RunnerID != fmt.Sprint("runner_", i) || r.Presence.Device != devs[i] || r.Cancel == nil || len(r.Cancel) != 0 {
+				t.Fatalf("heartbeat %d answered %+v", i, r)
+			}
+			if p := h.presence(fmt.Sprint("runner_", i)); p.LastSeenAt != r.Presence.LastSeenAt || string(p.Capabilities) != `[{"kind":"generate"}]` {
+				t.Fatalf("record %d is %+v, the heartbeat answered %+v", i, p, r.Presence)
+			}
+		}
+		if after := h.presence("runner_0"); after.LastSeenAt < before.LastSeenAt {
+			t.Fatalf("lastSeenAt went back: %d -> %d", before.LastSeenAt, after.LastSeenAt)
+		}
+	})
+}
+
+// A caller that gives up before its batch is sent is answered with its
+// context's error and its heartbeat is not written; the others of the
+// batch are.
+func TestHeartbeatBatchCallerGivesUp(t *testing.T) {
+	b := realBackend(t)
+	h := newH(t, b, Options{HeartbeatBatch: 200 * time.Millisecond})
+	dev, dev2 := freshDevice(), freshDevice()
+	h.seen("runner_1", "alice", dev, `[]`, `[]`)
+	h.seen("runner_2", "alice", dev2, `[]`, `[]`)
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_2", Owner: "alice", Device: dev2,
+			Capabilities: json.RawMessage(`["kept"]`)}, RequirePresence: true})
+		done <- err
+	}()
+	_, err := h.s.Heartbeat(short, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev,
+		Capabilities: json.RawMessage(`["late"]`)}, RequirePresence: true})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("caller past its deadline: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the other heartbeat of the batch: %v", err)
+	}
+	if p := h.presence("runner_1"); string(p.Capabilities) != `[]` {
+		t.Fatalf("a heartbeat whose caller gave up was written: %s", p.Capabilities)
+	}
+	if p := h.presence("runner_2"); string(p.Capabilities) != `["kept"]` {
+		t.Fatalf("the batch's other heartbeat: %s", p.Capabilities)
+	}
+}
+
+// A batch sent to a server that has forgotten the script (a restart, a
+// new node) loads it and answers every heartbeat.
+func TestHeartbeatBatchAfterScriptFlush(t *testing.T) {
+	b := realBackend(t)
+	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond})
+	dev := freshDevice()
+	h.seen("runner_1", "alice", dev, `[]`, `[]`)
+	if err := b.client.Do(h.ctx, b.client.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev,
+		Capabilities: json.RawMessage(`["after"]`)}, RequirePresence: true}); err != nil {
+		t.Fatalf("heartbeat after SCRIPT FLUSH: %v", err)
+	}
+	if p := h.presence("runner_1"); string(p.Capabilities) != `["after"]` {
+		t.Fatalf("record: %s", p.Capabilities)
+	}
+}
+
+// With the work view live, a claim that can grant nothing reads nothing,
+// not even the presence record it would check: a lost record does not
+// fail it. Once work is announced on its routes the claim reads again,
+// presence included, and a record that no longer holds the device is
+// refused before any grant.
+func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
+	b := realBackend(t)
+	counter := &countingObserver{n: map[string]int{}}
+	a := newStore(t, b, Options{ObserveScript: counter.observe})
+	if !a.announce {
+		t.Fatal("the test server has no sharded pub/sub")
+	}
+	other, err := New(context.Background(), b.client, Options{Namespace: a.Namespace(), Logger: relaytest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withView(t, a)
+	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	dev := freshDevice()
+	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
+	in := claimArgs(func(in *ClaimInput) {
+		in.RunnerID, in.Owner, in.Device, in.RequirePresence = "runner_1", "alice", dev, true
+	})
+	for range 2 { // the first claim reads and fences; the second may still read once
+		if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 0 {
+			t.Fatalf("empty claim: %v %v", got, err)
+		}
+	}
+	relaytest.WaitFor(t, 5*time.Second, "an empty claim asks Valkey nothing", func() bool {
+		counter.take()
+		if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 0 {
+			t.Fatalf("empty claim: %v %v", got, err)
+		}
+		return len(counter.take()) == 0
+	})
+	if err := a.DropPresence(ha.ctx, "runner_1"); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 0 {
+		t.Fatalf("empty claim without a presence record: %v %v", got, err)
+	}
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("an empty claim asked Valkey: %v", calls)
+	}
+
+	// Work announced on the claim's routes: the claim reads, finds the
+	// record gone and grants nothing.
+	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ho.enqueueStub(site, stub("queued-1", "alice"))
+	relaytest.WaitFor(t, 5*time.Second, "the claim sees the announced job", func() bool {
+		_, err := a.Claim(ha.ctx, in)
+		if err != nil && !errors.Is(err, ErrPresenceChanged) {
+			t.Fatalf("claim: %v", err)
+		}
+		return errors.Is(err, ErrPresenceChanged)
+	})
+	if j := ha.job(site, "queued-1"); j.State != "queued" {
+		t.Fatalf("a claim refused for its presence granted: %+v", j)
+	}
+	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
+	if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 1 {
+		t.Fatalf("claim after the record is back: %v %v", got, err)
+	}
+}
