@@ -48,26 +48,50 @@ snapshot() {
   for p in "${PRIMARIES[@]}"; do
     nodes+=$(redis-cli -p "$p" info everything | tr -d '\r' | python3 -c '
 import sys, json
-cpu = 0.0; scripts = 0; calls = 0; bycmd = {}
+cpu = 0.0; scripts = 0; calls = 0; reads = 0; bycmd = {}
 for line in sys.stdin:
     if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
         cpu += float(line.split(":")[1])
+    elif line.startswith("total_reads_processed:"):
+        reads = int(line.split(":")[1])  # read events: round trips (a pipelined batch is one)
     elif line.startswith("total_commands_processed:"):
-        calls = int(line.split(":")[1])  # commands clients sent (not those scripts ran)
+        calls = int(line.split(":")[1])  # every command run, those scripts ran included
     elif line.startswith("cmdstat_"):
         name, rest = line[8:].split(":", 1)
         n = int(rest.split("calls=")[1].split(",")[0])
         bycmd[name] = n
         if name.startswith(("eval", "fcall")):
             scripts += n
-print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls, "bycmd": bycmd}))' "$p"),
+print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls, "reads": reads, "bycmd": bycmd}))' "$p"),
   done
-  printf '{"t": %s, "relayTicks": %s, "nodes": [%s]}\n' "$(date +%s.%N)" "$(cpu_ticks "${RELAY_PIDS[@]}")" "${nodes%,}"
+  local t ticks; t=$(date +%s.%N); ticks=$(cpu_ticks "${RELAY_PIDS[@]}")
+  # The replicas' request counts only when asked (SNAPSHOT_REQUESTS=1): a
+  # /metrics scrape runs store reads of its own (job counts per shard).
+  local reqs='{}'
+  [ "${SNAPSHOT_REQUESTS:-0}" = 1 ] && reqs=$(daemon_requests)
+  printf '{"t": %s, "relayTicks": %s, "daemonRequests": %s, "nodes": [%s]}\n' "$t" "$ticks" "$reqs" "${nodes%,}"
+}
+
+# daemon_requests: heartbeats and claims the replicas have answered so far,
+# from each one's /metrics, as {"heartbeat": n, "claim": n}.
+daemon_requests() {
+  local a
+  for a in "${ADMINS[@]}"; do
+    curl -s -H "Authorization: Bearer $TOKEN" "$a/metrics" || true
+  done | python3 -c '
+import sys, json, re
+n = {"heartbeat": 0, "claim": 0}
+for line in sys.stdin:
+    if line.startswith("relay_http_requests_total{"):
+        m = re.search(r"route=\"[^\"]*/(heartbeat|claim)\"", line)
+        if m:
+            n[m.group(1)] += float(line.rsplit(" ", 1)[1])
+print(json.dumps(n))'
 }
 
 start_relays() { # NAMESPACE: three replicas; sets URLS, ADMIN, RELAY_PIDS
   local ns=$1 i outf
-  URLS=() RELAY_PIDS=() ADMIN=""
+  URLS=() RELAY_PIDS=() ADMIN="" ADMINS=()
   for i in 1 2 3; do
     outf=$OUT/cluster-$ns-r$i.stdout
     RELAY_VALKEY_URL=$CLUSTER_URL RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
@@ -77,6 +101,7 @@ start_relays() { # NAMESPACE: three replicas; sets URLS, ADMIN, RELAY_PIDS
     for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
     [ -s "$outf" ] || { log "relay not ready"; cat "$OUT/cluster-$ns-r$i.log" >&2; exit 1; }
     URLS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["listen"])' "$outf")")
+    ADMINS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")")
     [ -n "$ADMIN" ] || ADMIN="http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")"
   done
 }
@@ -127,7 +152,14 @@ log "idle: $IDLE_DAEMONS daemons ticking every 10 s for ${IDLE_FOR}s"
   -json "$OUT/cluster-idle.json" >"$OUT/cluster-idle.txt" &
 LG=$!; STARTED+=("$LG")
 : >"$OUT/cluster-idle-samples.jsonl"
-while kill -0 "$LG" 2>/dev/null; do snapshot >>"$OUT/cluster-idle-samples.jsonl"; sleep 5; done
+# Three samples: the start, then the steady window's two edges (40 s in,
+# 5 s before the end), each edge with the replicas' request counts read
+# after its Valkey and relay figures, so one scrape falls in the window.
+snapshot >>"$OUT/cluster-idle-samples.jsonl"
+sleep 40
+SNAPSHOT_REQUESTS=1 snapshot >>"$OUT/cluster-idle-samples.jsonl"
+sleep $((IDLE_FOR - 45))
+SNAPSHOT_REQUESTS=1 snapshot >>"$OUT/cluster-idle-samples.jsonl"
 wait "$LG" || log "idle loadgen exited $?"
 
 python3 - "$OUT" "$CLK_TCK" "$IDLE_DAEMONS" "$IDLE_FOR" <<'EOF' | tee "$OUT/cluster.md"
@@ -155,12 +187,17 @@ if os.path.exists(f"{out}/cluster-load.json"):
 
 samples = [json.loads(l) for l in open(f"{out}/cluster-idle-samples.jsonl") if l.strip()]
 t0 = samples[0]["t"]
-win = [s for s in samples if 40 <= s["t"] - t0 <= idle_for - 5]
+win = samples[1:]
 if len(win) < 2:
     print("idle: no steady window (run too short)"); sys.exit(0)
 x, y = win[0], win[-1]
 secs = y["t"] - x["t"]
-ticks = daemons * secs / 10.0   # one heartbeat + one empty claim per daemon per 10 s
+# An idle tick is one heartbeat and one claim; counted by the replicas
+# (their /metrics), else estimated as one per daemon per 10 s.
+dh = y.get("daemonRequests", {}).get("heartbeat", 0) - x.get("daemonRequests", {}).get("heartbeat", 0)
+dc = y.get("daemonRequests", {}).get("claim", 0) - x.get("daemonRequests", {}).get("claim", 0)
+ticks = (dh + dc) / 2 if dh > 0 and dc > 0 else daemons * secs / 10.0
+reads = sum(n2.get("reads", 0) - n1.get("reads", 0) for n1, n2 in zip(x["nodes"], y["nodes"]))
 vcpu = sum(n2["cpu"] - n1["cpu"] for n1, n2 in zip(x["nodes"], y["nodes"]))
 calls = sum(n2["calls"] - n1["calls"] for n1, n2 in zip(x["nodes"], y["nodes"]))
 scr = sum(n2["scripts"] - n1["scripts"] for n1, n2 in zip(x["nodes"], y["nodes"]))
@@ -168,19 +205,21 @@ rcpu = (y["relayTicks"] - x["relayTicks"]) / tck
 irep = json.load(open(f"{out}/cluster-idle.json"))
 hb = irep["endpoints"].get("heartbeat", {}).get("requests", 0); cl = irep["endpoints"].get("claim", {}).get("requests", 0)
 print(f"### Idle cost: {daemons} daemons, a heartbeat and an empty claim every 10 s each\n")
-print(f"steady window {secs:.0f} s, ~{ticks:.0f} idle ticks (whole run: {hb} heartbeats, {cl} claims, {irep['jobs']['collected']} jobs)\n")
+print(f"steady window {secs:.0f} s, {ticks:.0f} idle ticks ({dh:.0f} heartbeats and {dc:.0f} claims answered in it; whole run: {hb} heartbeats, {cl} claims, {irep['jobs']['collected']} jobs)\n")
 # The baseline: the same replicas and cluster with no daemon, per second.
 bb = json.load(open(f"{out}/cluster-base-before.json")); ba = json.load(open(f"{out}/cluster-base-after.json"))
 bsecs = ba["t"] - bb["t"]
 bv = sum(n2["cpu"] - n1["cpu"] for n1, n2 in zip(bb["nodes"], ba["nodes"])) / bsecs
 bc = sum(n2["calls"] - n1["calls"] for n1, n2 in zip(bb["nodes"], ba["nodes"])) / bsecs
+brd = sum(n2.get("reads", 0) - n1.get("reads", 0) for n1, n2 in zip(bb["nodes"], ba["nodes"])) / bsecs
 br = (ba["relayTicks"] - bb["relayTicks"]) / tck / bsecs
-print(f"baseline with no daemon ({bsecs:.0f} s): Valkey CPU {1000*bv:.1f} ms/s, relay CPU {1000*br:.1f} ms/s, {bc:.0f} commands/s\n")
+print(f"baseline with no daemon ({bsecs:.0f} s): Valkey CPU {1000*bv:.1f} ms/s, relay CPU {1000*br:.1f} ms/s, {bc:.0f} commands/s, {brd:.0f} round trips/s\n")
 print("| per idle tick (heartbeat + empty claim) | value | baseline taken off |\n|---|---|---|")
 print(f"| Valkey CPU | {1e6*vcpu/ticks:.0f} µs | {1e6*(vcpu-bv*secs)/ticks:.0f} µs |")
 print(f"| relay CPU (3 replicas) | {1e6*rcpu/ticks:.0f} µs | {1e6*(rcpu-br*secs)/ticks:.0f} µs |")
 print(f"| Valkey commands run, those inside scripts included (total_commands_processed) | {calls/ticks:.2f} | {(calls-bc*secs)/ticks:.2f} |")
 print(f"| Lua scripts | {scr/ticks:.2f} | |")
+print(f"| round trips (total_reads_processed: a pipelined batch is one) | {reads/ticks:.2f} | {(reads-brd*secs)/ticks:.2f} |")
 per = ", ".join("%.2f" % (n2["cpu"] - n1["cpu"]) for n1, n2 in zip(x["nodes"], y["nodes"]))
 print(f"| Valkey CPU per primary (s over the window) | {per} |")
 # Commands by name per tick (the scripts' own commands included: INFO
