@@ -241,6 +241,8 @@ local function forget(m, h)
   leave_awaiting(h)
   redis.call('ZREM', P .. 'fin:' .. h.eS, h.eJ)
   redis.call('ZREM', P .. 'due', m)
+  -- 'all' indexed every job until 2026-12-01 (Jobs now scans 'due'); jobs
+  -- enqueued before still have an entry there, which goes with them.
   redis.call('ZREM', P .. 'all', m)
   move_state(m, h.state, nil)
   drop_grant(m, h)
