@@ -202,6 +202,8 @@ local function drop_grant(m, h)
   if redis.call('HGET', P .. 'lease', h.cl) == m then
     redis.call('HDEL', P .. 'lease', h.cl)
   end
+  -- held:<eR> is no longer written (hid holds the same grants); a grant
+  -- made by a relay before 2026-12-01 may still have an entry there.
   redis.call('ZREM', P .. 'held:' .. h.ecr, m)
   redis.call('ZREM', P .. 'cxl:' .. h.ecr, m)
   redis.call('ZREM', P .. 'hid:' .. h.ecr, h.eJ .. ':' .. h.eS)
