@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +130,9 @@ func BenchmarkJobMemory(b *testing.B) {
 		}
 	}
 	mem1 := usedMemory(b, be.client)
+	if b.N >= 100 {
+		b.Logf("queued, MEMORY USAGE per job by key: %s", keyUsage(b, be.client, s.opts.Namespace, b.N))
+	}
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: freshDevice(), Kinds: []string{protocol.KindGenerate},
 		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
 	for range ids {
@@ -149,11 +154,55 @@ func BenchmarkJobMemory(b *testing.B) {
 	}
 	mem2 := usedMemory(b, be.client)
 	b.StopTimer()
+	if b.N >= 100 {
+		b.Logf("finished, MEMORY USAGE per job by key: %s", keyUsage(b, be.client, s.opts.Namespace, b.N))
+	}
 	n := float64(b.N)
 	b.ReportMetric(float64(mem1-mem0)/n, "queued-B/job")
 	b.ReportMetric(float64(mem2-mem0)/n, "finished-B/job")
 	b.ReportMetric(float64(mem2-mem0)/n-float64(len(payload)+len(result)), "beyond-envelopes-B/job")
 	b.ReportMetric(0, "ns/op")
+}
+
+// keyUsage is where a namespace's bytes are: MEMORY USAGE (key name and
+// dict entry included, allocator size classes as jemalloc rounds them)
+// summed over its keys by kind (the key's first part after the hash tag;
+// "j" is the job records, "j:ref" and the like their side keys), per job,
+// largest first. It leaves out the keyspace's own hash table, which
+// used_memory counts (about 10-30 B a key).
+func keyUsage(b *testing.B, c valkey.Client, ns string, jobs int) string {
+	keys, err := scan(c, ns+":*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := map[string]int64{}
+	for _, k := range keys {
+		_, rest, _ := strings.Cut(k, "}:")
+		kind, tail, _ := strings.Cut(rest, ":")
+		if kind == "j" && strings.Count(tail, ":") == 2 {
+			kind = "j:" + tail[strings.LastIndex(tail, ":")+1:]
+		}
+		n, err := c.Do(context.Background(), c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64()
+		if err != nil {
+			b.Fatalf("memory usage %s: %v", k, err)
+		}
+		sum[kind] += n
+	}
+	kinds := make([]string, 0, len(sum))
+	var total int64
+	for k, n := range sum {
+		kinds = append(kinds, k)
+		total += n
+	}
+	slices.SortFunc(kinds, func(x, y string) int { return cmp.Compare(sum[y], sum[x]) })
+	var out strings.Builder
+	for _, k := range kinds {
+		if per := float64(sum[k]) / float64(jobs); per >= 0.5 {
+			fmt.Fprintf(&out, "%s %.0f, ", k, per)
+		}
+	}
+	fmt.Fprintf(&out, "total %.0f B", float64(total)/float64(jobs))
+	return out.String()
 }
 
 // usedMemory is INFO used_memory once lazy frees are done and it has held
