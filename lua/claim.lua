@@ -13,7 +13,8 @@
 -- built from KEYS[1]'s prefix, so they are on the same shard.
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  held:<eR>    KEYS[4]  hid:<eR>
+-- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  hid:<eR> (the runner's grants here; held:<eR>,
+--          which relays before 2026-12-01 also wrote, is no longer: see ops_device)
 -- then, per route r (in ARGV order):
 --   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues
 --   q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds (private only when the
@@ -74,7 +75,7 @@ end
 
 -- 2. Routes, their verified unsealed budgets, and their queues.
 local routes, queues = {}, {}
-local k = 5
+local k = 4
 for r = 1, nr do
   local route = {eS = ARGV[a], eO = ARGV[a + 1], uns = KEYS[k], aw = KEYS[k + 1]}
   local nq = tonumber(ARGV[a + 2])
@@ -198,8 +199,7 @@ while remaining > 0 do
         redis.call('SADD', route.uns, e_job)
         redis.call('ZADD', route.aw, h.seq, e_job)
         redis.call('HSET', KEYS[2], lease_id, m)
-        redis.call('ZADD', KEYS[3], h.seq, m)
-        redis.call('ZADD', KEYS[4], 0, e_job .. ':' .. route.eS)
+        redis.call('ZADD', KEYS[3], 0, e_job .. ':' .. route.eS)
         h.state, h.cl, h.ce, h.au = AWAITING, lease_id, expires, until_
         rescore(m, h)
         route.budget = route.budget - 1

@@ -6,13 +6,12 @@
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  j:<eS>:<eJ>            job record
 -- KEYS[2]  seq                    global FIFO counter
--- KEYS[3]  all                    every job, member <eS>:<eJ>, score seq
--- KEYS[4]  q:<eS>:<eO>:<eK>:<eA>  the job's ready queue
--- KEYS[5]  due                    deadline index
--- KEYS[6]  epoch                  this namespace's data generation (see below)
--- KEYS[7]  sl:<eS>                the site's live jobs (lib/store.lua)
--- KEYS[8]  sb:<eS>                the site's stored bytes (lib/store.lua)
--- KEYS[9]  sr:<eS>                the site's enqueue token bucket: HASH t, at
+-- KEYS[3]  q:<eS>:<eO>:<eK>:<eA>  the job's ready queue
+-- KEYS[4]  due                    deadline index (every job is in it: Jobs lists it)
+-- KEYS[5]  epoch                  this namespace's data generation (see below)
+-- KEYS[6]  sl:<eS>                the site's live jobs (lib/store.lua)
+-- KEYS[7]  sb:<eS>                the site's stored bytes (lib/store.lua)
+-- KEYS[8]  sr:<eS>                the site's enqueue token bucket: HASH t, at
 -- ARGV[1..3] prefix, offset (read only for the rate limit), churn (unused)
 -- ARGV[4]  member <eS>:<eJ>
 -- ARGV[5]  job id            ARGV[6]  site id        ARGV[7]  stub (raw JSON)
@@ -38,15 +37,15 @@ end
 -- taking a token is a write.
 local max_jobs, max_bytes = tonumber(ARGV[18]), tonumber(ARGV[19])
 local rate, burst = tonumber(ARGV[20]), tonumber(ARGV[21])
-if max_jobs > 0 and redis.call('SCARD', KEYS[7]) >= max_jobs then
+if max_jobs > 0 and redis.call('SCARD', KEYS[6]) >= max_jobs then
   return {-1, 'jobs'}
 end
-if max_bytes > 0 and tonumber(redis.call('GET', KEYS[8]) or '0') + #ARGV[7] > max_bytes then
+if max_bytes > 0 and tonumber(redis.call('GET', KEYS[7]) or '0') + #ARGV[7] > max_bytes then
   return {-1, 'bytes'}
 end
 if rate > 0 then
   local now = clock()
-  local b = redis.call('HMGET', KEYS[9], 't', 'at')
+  local b = redis.call('HMGET', KEYS[8], 't', 'at')
   local tokens = burst
   if b[1] then
     tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate / 1000)
@@ -54,15 +53,15 @@ if rate > 0 then
   if tokens < 1 then
     return {-1, 'rate'}
   end
-  redis.call('HSET', KEYS[9], 't', tostring(tokens - 1), 'at', fmt(now))
+  redis.call('HSET', KEYS[8], 't', tostring(tokens - 1), 'at', fmt(now))
   -- Gone once it would be full again: an idle site keeps no bucket.
-  redis.call('PEXPIRE', KEYS[9], fmt(math.ceil(burst / rate * 1000) + 1000))
+  redis.call('PEXPIRE', KEYS[8], fmt(math.ceil(burst / rate * 1000) + 1000))
 end
 -- The first job of a namespace names its data generation. A store that lost
 -- its data (restart without persistence, FLUSHALL, failover to a stale
 -- replica) restarts seq too, so a replica's caches keyed by seq are trusted
 -- only while the epoch they were filled under is still the one stored.
-redis.call('SET', KEYS[6], ARGV[17], 'NX')
+redis.call('SET', KEYS[5], ARGV[17], 'NX')
 local seq = next_seq(KEYS[2])
 -- eS and eJ are not stored: the member m names them (core()).
 local rec = {'id', ARGV[5], 'site', ARGV[6],
@@ -72,12 +71,11 @@ local rec = {'id', ARGV[5], 'site', ARGV[6],
 local reply = {unpack(rec)}
 local size = blob_args('stub', ARGV[7], rec)
 redis.call('HSET', KEYS[1], unpack(rec))
-redis.call('ZADD', KEYS[3], seq, m)
-redis.call('ZADD', KEYS[4], seq, ARGV[13])
-announce(KEYS[4])
-redis.call('ZADD', KEYS[5], ARGV[11], m)
+redis.call('ZADD', KEYS[3], seq, ARGV[13])
+announce(KEYS[3])
+redis.call('ZADD', KEYS[4], ARGV[11], m)
 move_state(m, nil, QUEUED)
-redis.call('SADD', KEYS[7], ARGV[13])
+redis.call('SADD', KEYS[6], ARGV[13])
 account(m, ARGV[12], size)
 -- The new record is what this script wrote: answered without reading it.
 reply[#reply + 1] = 'stub'

@@ -1,19 +1,32 @@
--- jobs_page: one page of every job in insertion order (§2.4). Pure read.
--- Go pages by seq so one call never holds the server for all N jobs.
+-- jobs_page: full snapshots of a batch of jobs of one shard, for Jobs (§2.4),
+-- which finds them by scanning the shard's due index (every job has a
+-- deadline, so every job is in it) and orders them by seq itself. Pure read.
 -- lib: blob
 -- lib: store
--- lib: pages
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  all
+-- KEYS[1]  due        (only its prefix is used: the members name the records)
 -- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
--- ARGV[5]  most index entries examined
--- ARGV[6]  byte budget: the page ends after the entry that reaches it
--- Reply: {cursor: seq of the last entry examined, "" when the index is
---         exhausted; snapshots...}
+-- ARGV[4]  byte budget: the reply ends after the member whose snapshot reaches it
+-- ARGV[5..] members <eS>:<eJ>
+-- Reply: {members consumed, snapshots...}: a member whose record is gone
+--        (forgotten since the scan) is consumed without a snapshot
 
-return page_of(KEYS[1], nil, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), function()
-  return true
-end)
+local budget = tonumber(ARGV[4])
+local out = {0}
+local bytes = 0
+for i = 5, #ARGV do
+  out[1] = i - 4
+  local s = snapshot(ARGV[i], false)
+  if s then
+    out[#out + 1] = s
+    for _, v in ipairs(s[1]) do
+      bytes = bytes + #v
+    end
+    if bytes >= budget then
+      return out
+    end
+  end
+end
+return out

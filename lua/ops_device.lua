@@ -1,12 +1,14 @@
 -- ops_device: the jobs a runner holds, for the operations view. Pure read,
--- bounded: the first ARGV[4] entries of held:<eR> in seq order, one HMGET
--- each; never a payload or result. A runner's held and cxl sets exist once
--- per shard where it was granted jobs (internal/store/doc.go); Go runs this
--- on each shard of the runner's record rsh:<eR>, and only those.
+-- bounded: the first ARGV[4] entries of hid:<eR> (by job id, then site),
+-- one HMGET each; never a payload or result. A runner's hid and cxl sets
+-- exist once per shard where it was granted jobs (internal/store/doc.go);
+-- Go runs this on each shard of the runner's record rsh:<eR>, and only
+-- those. hid holds every grant, done included (the bare-id probe needs
+-- them); held:<eR>, the same grants in seq order, is no longer written.
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  held:<eR>  jobs R holds on this shard, done included
+-- KEYS[1]  hid:<eR>   jobs R holds on this shard, done included: <eJ>:<eS>
 -- KEYS[2]  cxl:<eR>   cancelled jobs R holds on this shard
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  most held entries examined (0: none, only the counts)
@@ -20,8 +22,9 @@ if n > 0 then
   page = redis.call('ZRANGE', KEYS[1], 0, n - 1)
 end
 local out = {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), #page}
-for _, m in ipairs(page) do
-  local v = redis.call('HMGET', P .. 'j:' .. m, 'state', 'site', 'id', 'ce')
+for _, member in ipairs(page) do
+  local e_job, e_site = string.match(member, '^([^:]*):(.*)$')
+  local v = redis.call('HMGET', P .. 'j:' .. e_site .. ':' .. e_job, 'state', 'site', 'id', 'ce')
   if v[1] and v[1] ~= 'done' then
     out[#out + 1] = v[2] or ''
     out[#out + 1] = v[3] or ''

@@ -287,7 +287,7 @@ func mintLease(shard int) (string, error) {
 // remaining, exhausted its queues or spent the scan budget. It returns the
 // grants and the latest deadline among them.
 func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []Route, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
-	keys := []string{s.k.due(sh), s.k.lease(sh), s.k.held(sh, in.RunnerID), s.k.heldIDs(sh, in.RunnerID)}
+	keys := []string{s.k.due(sh), s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)}
 	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
 		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
 	// indexes in args of the per-call values: max, scan budget, settle budget

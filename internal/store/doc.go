@@ -33,9 +33,9 @@
 //
 //   - a site's jobs, queues and per-site indexes: the shard the placement
 //     record gives the site (see Placement below);
-//   - a runner's held, hid and cxl sets: one per shard where it holds a
+//   - a runner's hid and cxl sets: one per shard where it holds a
 //     grant, on that shard (they change in the same script as the job);
-//   - the lease index, the due index, seq, all, epoch and stc: one per
+//   - the lease index, the due index, seq, epoch and stc: one per
 //     shard;
 //   - presence, and the runner's record of the shards it holds grants on
 //     (rsh:⟨R⟩): shard(runner);
@@ -134,7 +134,10 @@
 //	                             replication id (new after a failover) it names
 //	                             the data generation, which caches keyed by seq
 //	                             check (results)
-//	all                    ZSET  m -> seq, every job (Jobs)
+//	all                    ZSET  m -> seq, every job: written until 2026-12-01
+//	                             (about 170 B a job); forget still removes
+//	                             the entries of jobs enqueued before. Jobs
+//	                             finds every job by a ZSCAN of due instead
 //	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
 //	                             not quarantined; per site, job owner, kind,
 //	                             audience (the ready queues)
@@ -144,14 +147,20 @@
 //	uns:⟨S⟩:⟨O⟩            SET   ⟨J⟩ of the pair's awaiting-payload jobs (the cap)
 //	aw:⟨S⟩                 ZSET  ⟨J⟩ -> seq: awaiting-payload jobs (Awaiting)
 //	fin:⟨S⟩                ZSET  ⟨J⟩ -> seq: done jobs (Finished)
-//	due                    ZSET  m -> next instant settle could act: the
+//	due                    ZSET  m -> next instant settle could act (every
+//	                             job is in it, from enqueue to forget): the
 //	                             minimum of the deadline, awaitingUntil (when
 //	                             awaiting) and the lease expiry (ready, running)
 //	lease                  HASH  leaseId -> m: current grants, done included
-//	held:⟨R⟩               ZSET  m -> seq: jobs R holds here, done included
+//	held:⟨R⟩               ZSET  m -> seq: the grants of hid:⟨R⟩ again, by seq;
+//	                             written until 2026-12-01 (about 170 B a
+//	                             grant), dropped with its grant since
 //	hid:⟨R⟩                ZSET  "⟨J⟩:⟨S⟩" -> 0: the bare-id probe of §2.0;
 //	                             ZRANGEBYLEX [⟨J⟩: (⟨J⟩; answers "does R hold
-//	                             some job with bare id J" on this shard
+//	                             some job with bare id J" on this shard. Every
+//	                             grant, done included, from claim to requeue
+//	                             or forget; the device page counts and lists
+//	                             it (lua/ops_device.lua)
 //	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds here
 //	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
@@ -351,13 +360,22 @@
 // sets as they are, but a v2 relay can neither read v3 records nor knows
 // the placement record, so a namespace whose record says 2 is refused by
 // New (ErrOlderLayout) until Migrate (`relay migrate`), run once the v2
-// relays are stopped, moves it: it reads each shard's job index ("all"),
-// pins every site with stored jobs to the shard holding them (refusing,
+// relays are stopped, moves it: it reads each shard's due index (every job
+// is in it), pins every site with stored jobs to the shard holding them (refusing,
 // with nothing moved, a site whose jobs disagree with its record), and
 // turns the record to v3, marked v2=1, in the last placement script;
 // nothing else moves. A v2 relay started on a v3 namespace refuses to
 // start (its message names both versions), and this one refuses a newer
 // layout than its own.
+//
+// Within v3, relays since 2026-12-01 write two indexes fewer per job: "all"
+// (every job; Jobs scans "due" instead) and held:⟨R⟩ (a runner's grants by
+// seq; the device page reads hid:⟨R⟩, which holds the same grants). About
+// 170 B each (BenchmarkJobMemory). Nothing routes by either, so the record
+// and version stay as they were: entries written before leave with their
+// jobs (forget and drop_grant still remove them), and a relay of the
+// earlier v3 running beside these decides exactly as before; only its
+// debug job list and device page miss what the newer relays wrote.
 //
 // A namespace with keys of the single-slot layout
 // v1 (seq, all, due, lease, pidx, pseq or epoch under "<ns>:{<ns>}:") and no

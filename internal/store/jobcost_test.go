@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +130,10 @@ func BenchmarkJobMemory(b *testing.B) {
 		}
 	}
 	mem1 := usedMemory(b, be.client)
+	if b.N >= 100 {
+		b.Logf("queued, MEMORY USAGE per job by key: %s", keyUsage(b, be.client, s.opts.Namespace, b.N))
+		b.Logf("queued record in other shapes: %s", recordShapes(b, be.client, s.k.job(site, ids[0])))
+	}
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: freshDevice(), Kinds: []string{protocol.KindGenerate},
 		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
 	for range ids {
@@ -149,11 +155,108 @@ func BenchmarkJobMemory(b *testing.B) {
 	}
 	mem2 := usedMemory(b, be.client)
 	b.StopTimer()
+	if b.N >= 100 {
+		b.Logf("finished, MEMORY USAGE per job by key: %s", keyUsage(b, be.client, s.opts.Namespace, b.N))
+		b.Logf("finished record in other shapes: %s", recordShapes(b, be.client, s.k.job(site, ids[0])))
+	}
 	n := float64(b.N)
 	b.ReportMetric(float64(mem1-mem0)/n, "queued-B/job")
 	b.ReportMetric(float64(mem2-mem0)/n, "finished-B/job")
 	b.ReportMetric(float64(mem2-mem0)/n-float64(len(payload)+len(result)), "beyond-envelopes-B/job")
 	b.ReportMetric(0, "ns/op")
+}
+
+// keyUsage is where a namespace's bytes are: MEMORY USAGE (key name and
+// dict entry included, allocator size classes as jemalloc rounds them)
+// summed over its keys by kind (the key's first part after the hash tag;
+// "j" is the job records, "j:ref" and the like their side keys), per job,
+// largest first. It leaves out the keyspace's own hash table, which
+// used_memory counts (about 10-30 B a key).
+func keyUsage(b *testing.B, c valkey.Client, ns string, jobs int) string {
+	keys, err := scan(c, ns+":*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := map[string]int64{}
+	for _, k := range keys {
+		_, rest, _ := strings.Cut(k, "}:")
+		kind, tail, _ := strings.Cut(rest, ":")
+		if kind == "j" && strings.Count(tail, ":") == 2 {
+			kind = "j:" + tail[strings.LastIndex(tail, ":")+1:]
+		}
+		n, err := c.Do(context.Background(), c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64()
+		if err != nil {
+			b.Fatalf("memory usage %s: %v", k, err)
+		}
+		sum[kind] += n
+	}
+	kinds := make([]string, 0, len(sum))
+	var total int64
+	for k, n := range sum {
+		kinds = append(kinds, k)
+		total += n
+	}
+	slices.SortFunc(kinds, func(x, y string) int { return cmp.Compare(sum[y], sum[x]) })
+	var out strings.Builder
+	for _, k := range kinds {
+		if per := float64(sum[k]) / float64(jobs); per >= 0.5 {
+			fmt.Fprintf(&out, "%s %.0f, ", k, per)
+		}
+	}
+	fmt.Fprintf(&out, "total %.0f B", float64(total)/float64(jobs))
+	return out.String()
+}
+
+// recordShapes is what the job record at key would take (MEMORY USAGE)
+// in shapes a later layout could write, each copied under a key of the
+// same length: as stored; without the encoded key parts eO, eK and eA
+// (Lua could encode the raw fields when it builds a key); also without id
+// and site (the member names them); and also with integer slice names
+// (101 for stub.1, 301 for pl.1: 3 B in a listpack where "stub.1" takes
+// 8). The figures README "Per job in Valkey: the indexes" quotes.
+func recordShapes(b *testing.B, c valkey.Client, key string) string {
+	ctx := context.Background()
+	rec, err := c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil || len(rec) == 0 {
+		b.Fatalf("record %s: %v (%d fields)", key, err, len(rec))
+	}
+	base := map[string]int{"stub": 100, "cd": 200, "pl": 300, "rs": 400}
+	reshape := func(drop []string, intNames bool) map[string]string {
+		out := map[string]string{}
+		for f, v := range rec {
+			if slices.Contains(drop, f) {
+				continue
+			}
+			if name, idx, ok := strings.Cut(f, "."); ok && intNames {
+				n, err := strconv.Atoi(idx)
+				if b0, known := base[name]; err == nil && known && n < 100 {
+					f = strconv.Itoa(b0 + n)
+				}
+			}
+			out[f] = v
+		}
+		return out
+	}
+	alt := key[:len(key)-1] + "~" // same length; no record key ends in '~'
+	usage := func(h map[string]string) int64 {
+		cmd := c.B().Hset().Key(alt).FieldValue()
+		for f, v := range h {
+			cmd = cmd.FieldValue(f, v)
+		}
+		if err := c.Do(ctx, cmd.Build()).Error(); err != nil {
+			b.Fatalf("hset: %v", err)
+		}
+		defer c.Do(ctx, c.B().Del().Key(alt).Build())
+		n, err := c.Do(ctx, c.B().MemoryUsage().Key(alt).Samples(0).Build()).AsInt64()
+		if err != nil {
+			b.Fatalf("memory usage: %v", err)
+		}
+		return n
+	}
+	encoded := []string{"eO", "eK", "eA"}
+	derived := append(slices.Clone(encoded), "id", "site")
+	return fmt.Sprintf("as stored %d B, without eO/eK/eA %d B, and without id and site %d B, and integer slice names %d B",
+		usage(reshape(nil, false)), usage(reshape(encoded, false)), usage(reshape(derived, false)), usage(reshape(derived, true)))
 }
 
 // usedMemory is INFO used_memory once lazy frees are done and it has held

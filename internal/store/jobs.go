@@ -80,7 +80,7 @@ func (s *Store) Enqueue(ctx context.Context, in EnqueueInput) (Job, error) {
 // enqueueCall is the keys and op-specific arguments of the enqueue script.
 func (s *Store) enqueueCall(siteID string, st protocol.JobStub, stub []byte) (keys, args []string) {
 	sh := s.k.siteShard(siteID)
-	keys = []string{s.k.job(siteID, st.ID), s.k.seq(sh), s.k.all(sh),
+	keys = []string{s.k.job(siteID, st.ID), s.k.seq(sh),
 		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(sh), s.k.epoch(sh),
 		s.k.siteLive(siteID), s.k.siteBytes(siteID), s.k.siteRate(siteID)}
 	args = []string{member(siteID, st.ID), st.ID, siteID, string(stub),
@@ -201,31 +201,77 @@ func (s *Store) snapshotPages(ctx context.Context, op Script, key string, args .
 	return out, err
 }
 
-// Jobs lists every job in insertion order (debug page). O(N), read in pages,
-// shard by shard, merged by first-enqueue order (seq compares across
-// shards: see next_seq in lua/lib/common.lua).
+// Jobs lists every job in insertion order (debug page). O(N), read shard
+// by shard: a ZSCAN of the shard's due index finds its jobs (every job has a
+// deadline, so every job is in it; layout v3 before 2026-12-01 also kept an
+// index "all" of them, which cost about 170 B a job and is no longer
+// written), their snapshots are read in batches, and the whole is ordered
+// by first-enqueue order (seq compares across shards: see next_seq in
+// lua/lib/common.lua). Not a point-in-time view: a job present for the
+// whole call is listed once, one enqueued or forgotten meanwhile may or may
+// not be.
 func (s *Store) Jobs(ctx context.Context) ([]Job, error) {
 	var out []snapshot
 	for sh := range s.k.shards {
-		limits := []string{strconv.Itoa(s.limits.snapshotEntries), strconv.Itoa(s.limits.snapshotBytes)}
-		err := s.pages(ctx, scJobsPage, s.k.all(sh), nil, limits, func(items []valkey.ValkeyMessage) error {
-			for _, e := range items {
+		members, err := s.scanMembers(ctx, s.k.due(sh))
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		for len(members) > 0 {
+			batch := members[:min(len(members), s.limits.snapshotEntries)]
+			args := append([]string{strconv.Itoa(s.limits.snapshotBytes)}, batch...)
+			msg, err := s.run(ctx, scJobsPage, []string{s.k.due(sh)}, args...)
+			if err != nil {
+				return nil, fmt.Errorf("jobs: %w", err)
+			}
+			parts, err := elems(msg, 1)
+			if err != nil {
+				return nil, fmt.Errorf("jobs: %w", err)
+			}
+			used, err := parts[0].AsInt64()
+			if err != nil || used < 1 || used > int64(len(batch)) {
+				return nil, fmt.Errorf("jobs: page consumed %d of %d members (%v)", used, len(batch), err)
+			}
+			for _, e := range parts[1:] {
 				snap, err := parseSnapshot(e)
 				if err != nil {
-					return err
+					return nil, fmt.Errorf("jobs: %w", err)
 				}
 				if snap != nil {
 					out = append(out, *snap)
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			members = members[used:]
 		}
 	}
 	slices.SortStableFunc(out, func(a, b snapshot) int { return cmp.Compare(a.seq, b.seq) })
 	return jobsOf(out), nil
+}
+
+// scanMembers is every member of the sorted set key, once each (ZSCAN may
+// answer one twice). ZSCAN, not a range by rank or score: due scores move
+// as jobs change, and only a scan is sure to list every member present
+// from its start to its end.
+func (s *Store) scanMembers(ctx context.Context, key string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	var cursor uint64
+	for {
+		e, err := s.do(ctx, "jobs_scan", s.c.B().Zscan().Key(key).Cursor(cursor).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return nil, fmt.Errorf("zscan %s: %w", key, err)
+		}
+		for i := 0; i+1 < len(e.Elements); i += 2 {
+			if m := e.Elements[i]; !seen[m] {
+				seen[m] = true
+				out = append(out, m)
+			}
+		}
+		if e.Cursor == 0 {
+			return out, nil
+		}
+		cursor = e.Cursor
+	}
 }
 
 // Awaiting lists the site's awaiting-payload jobs in insertion order,

@@ -206,7 +206,7 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 // migratePlacement moves a v2 namespace to v3. Relays of layout v2 compute
 // a site's shard from its id and know no placement record, so it must run
 // once none is left (their replacements record every site they meet, on
-// the same hash shard). Each shard's job index names the sites with stored
+// the same hash shard). Each shard's due index names the sites with stored
 // jobs there; each is pinned to that shard if it has no record yet, and the
 // record moves to v3 in the last placement script, so a site placed by a
 // running relay meanwhile keeps its shard too. A site whose jobs lie on two
@@ -218,28 +218,25 @@ func migratePlacement(ctx context.Context, c valkey.Client, namespace string, re
 	}
 	pins := map[string]int{}
 	for sh := range s.k.shards {
-		var cursor uint64
-		for {
-			e, err := c.Do(ctx, c.B().Zscan().Key(s.k.all(sh)).Cursor(cursor).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return rep, fmt.Errorf("migrate: jobs of shard %d: %w", sh, err)
+		// The due index holds every job (each has a deadline); v2 relays
+		// also wrote "all", which this relay no longer does, so a site it
+		// served while the namespace was still v2 is found here too.
+		members, err := s.scanMembers(ctx, s.k.due(sh))
+		if err != nil {
+			return rep, fmt.Errorf("migrate: jobs of shard %d: %w", sh, err)
+		}
+		for _, m := range members {
+			rep.Jobs++
+			eS, _, ok := strings.Cut(m, ":")
+			raw, err := base64.RawURLEncoding.DecodeString(eS)
+			if !ok || err != nil {
+				return rep, fmt.Errorf("migrate: shard %d holds a job member %q this relay cannot read", sh, m)
 			}
-			for i := 0; i < len(e.Elements); i += 2 {
-				rep.Jobs++
-				eS, _, ok := strings.Cut(e.Elements[i], ":")
-				raw, err := base64.RawURLEncoding.DecodeString(eS)
-				if !ok || err != nil {
-					return rep, fmt.Errorf("migrate: shard %d holds a job member %q this relay cannot read", sh, e.Elements[i])
-				}
-				site := string(raw)
-				if was, seen := pins[site]; seen && was != sh {
-					return rep, fmt.Errorf("migrate: site %q has jobs on shards %d and %d; nothing written", site, was, sh)
-				}
-				pins[site] = sh
+			site := string(raw)
+			if was, seen := pins[site]; seen && was != sh {
+				return rep, fmt.Errorf("migrate: site %q has jobs on shards %d and %d; nothing written", site, was, sh)
 			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+			pins[site] = sh
 		}
 	}
 	sites := make([]string, 0, len(pins))

@@ -3,7 +3,7 @@ package store
 // Reads and records for the operations view (internal/opsview). They read
 // the sharded layout (doc.go, mode S): a site's page reads its site's shard
 // only (j:⟨S⟩:⟨J⟩, sl:⟨S⟩, aw:⟨S⟩, fin:⟨S⟩, churn:⟨S⟩:⟨O⟩), a device's
-// page reads the runner's record of shards (rsh:⟨R⟩) and then held:⟨R⟩ and
+// page reads the runner's record of shards (rsh:⟨R⟩) and then hid:⟨R⟩ and
 // cxl:⟨R⟩ on those shards only, and presence is read one script per shard
 // of the runners asked for. Everything the view needs from the store is in
 // this file and in lua/ops_*.lua, so a change of layout ports them in one
@@ -203,14 +203,15 @@ type HeldJob struct {
 }
 
 // DeviceLeases is what a runner holds: Held counts its grants, done jobs
-// included (as held:⟨R⟩ keeps them), Cancelled the cancelled ones, Active
-// lists the not-done jobs among the first `limit` it holds.
+// included (as hid:⟨R⟩ keeps them), Cancelled the cancelled ones, Active
+// lists the not-done jobs among the first `limit` it holds (in job id
+// order: hid is kept for the bare-id probe, by id).
 type DeviceLeases struct {
 	Held, Cancelled int64
 	Active          []HeldJob
 }
 
-// OpsDeviceLeases reads a runner's leases. A runner's held and cxl sets
+// OpsDeviceLeases reads a runner's leases. A runner's hid and cxl sets
 // exist once per shard where it was granted a job, so this reads the
 // runner's record of those shards (rsh:⟨R⟩, one ZRANGE) and runs one
 // script on each of them only; Active examines at most limit held entries
@@ -227,7 +228,7 @@ func (s *Store) OpsDeviceLeases(ctx context.Context, runnerID string, limit int)
 	out := DeviceLeases{Active: []HeldJob{}}
 	left := limit
 	for _, sh := range shards {
-		msg, err := s.run(ctx, scOpsDevice, []string{s.k.held(sh, runnerID), s.k.cancelled(sh, runnerID)}, strconv.Itoa(left))
+		msg, err := s.run(ctx, scOpsDevice, []string{s.k.heldIDs(sh, runnerID), s.k.cancelled(sh, runnerID)}, strconv.Itoa(left))
 		if err != nil {
 			return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
 		}

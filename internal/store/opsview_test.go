@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
 )
 
 // A runner's held and cancelled sets are per shard: the device read visits
@@ -75,6 +77,55 @@ func TestOpsPresenceSpansShards(t *testing.T) {
 			if p := got[r]; p.Owner != fmt.Sprint("owner_", i+1) || p.LastSeenAt == 0 || string(p.Capabilities) != `["llm.generate"]` {
 				t.Errorf("%s: %+v", r, p)
 			}
+		}
+	})
+}
+
+// The device page counts a runner's grants from hid:⟨R⟩ (done ones
+// included) since claims stopped writing held:⟨R⟩ on 2026-12-01; a grant a
+// relay before that also entered in held is counted once, and its held
+// entry goes with the grant.
+func TestOpsDeviceLeasesFromTheBareIDIndex(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		ctx := context.Background()
+		for i := range 3 {
+			h.enqueue(fmt.Sprint("d", i), "alice")
+		}
+		g := h.claim(maxJobs(2))
+		if len(g) != 2 {
+			t.Fatalf("claimed %d", len(g))
+		}
+		sh := h.s.k.siteShard(site)
+		held := h.s.k.held(sh, "runner_1")
+		if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(held).Build()).AsInt64(); n != 0 {
+			t.Fatalf("claim wrote %s", held)
+		}
+		// g[0] as the earlier layout v3 wrote it: in held as well.
+		if err := b.client.Do(ctx, b.client.B().Zadd().Key(held).ScoreMember().ScoreMember(1, member(site, stubID(g[0]))).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		h.seal(stubID(g[1]))
+		h.take(stubID(g[1]), "runner_1", g[1].Lease.ID)
+		if r := h.complete(stubID(g[1]), "runner_1", g[1].Lease.ID, "ok"); !r.Accepted {
+			t.Fatalf("complete: %+v", r)
+		}
+		d, err := h.s.OpsDeviceLeases(ctx, "runner_1", 64)
+		if err != nil || d.Held != 2 || len(d.Active) != 1 || d.Active[0].JobID != stubID(g[0]) ||
+			d.Active[0].State != StateAwaitingPayload || d.Active[0].SiteID != site || d.Active[0].LeaseExpiresAt != g[0].Lease.ExpiresAt {
+			t.Fatalf("device leases %+v %v; want 2 held, %s awaiting", d, err, stubID(g[0]))
+		}
+		if d, err := h.s.OpsDeviceLeases(ctx, "runner_1", 0); err != nil || d.Held != 2 || len(d.Active) != 0 {
+			t.Fatalf("limit 0: %+v %v", d, err)
+		}
+		if r := h.release("runner_1", []protocol.GrantRef{grant(g[0])}, "", nil); len(r) != 1 || r[0] != stubID(g[0]) {
+			t.Fatalf("release: %v", r)
+		}
+		if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(held).Build()).AsInt64(); n != 0 {
+			t.Fatalf("the released grant's held entry stayed")
+		}
+		if d, err := h.s.OpsDeviceLeases(ctx, "runner_1", 64); err != nil || d.Held != 1 || len(d.Active) != 0 {
+			t.Fatalf("after the release: %+v %v; want the done job only", d, err)
 		}
 	})
 }

@@ -202,6 +202,8 @@ local function drop_grant(m, h)
   if redis.call('HGET', P .. 'lease', h.cl) == m then
     redis.call('HDEL', P .. 'lease', h.cl)
   end
+  -- held:<eR> is no longer written (hid holds the same grants); a grant
+  -- made by a relay before 2026-12-01 may still have an entry there.
   redis.call('ZREM', P .. 'held:' .. h.ecr, m)
   redis.call('ZREM', P .. 'cxl:' .. h.ecr, m)
   redis.call('ZREM', P .. 'hid:' .. h.ecr, h.eJ .. ':' .. h.eS)
@@ -241,6 +243,8 @@ local function forget(m, h)
   leave_awaiting(h)
   redis.call('ZREM', P .. 'fin:' .. h.eS, h.eJ)
   redis.call('ZREM', P .. 'due', m)
+  -- 'all' indexed every job until 2026-12-01 (Jobs now scans 'due'); jobs
+  -- enqueued before still have an entry there, which goes with them.
   redis.call('ZREM', P .. 'all', m)
   move_state(m, h.state, nil)
   drop_grant(m, h)
