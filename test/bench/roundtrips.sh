@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Valkey round trips and CPU per job, per endpoint and per store call, for
+# this tree's relay at one fixed rate (narrower and quicker than
+# capacity.sh's cost runs, and it says where the round trips come from).
+#
+#   test/bench/roundtrips.sh
+#   RT_RATE=100 RT_FOR=15s RT_PROFILES="aggressive real" test/bench/roundtrips.sh
+#   RT_VARIANTS="flush0:RELAY_VALKEY_FLUSH_DELAY=0 flush20:RELAY_VALKEY_FLUSH_DELAY=20us" test/bench/roundtrips.sh
+#   RT_ROUNDS=2 RT_PORT=6393 test/bench/roundtrips.sh
+#
+# One private redis-server (RT_PORT, default a free port; --save ''), one
+# relay replica per run, the standard load of capacity.sh (4 sites, 16
+# daemons × 8 slots, 20 s TTL) at RT_RATE jobs/s for RT_FOR, under each
+# profile of RT_PROFILES, for each variant of RT_VARIANTS (label:ENV=V,ENV=V;
+# default one variant "tree" with the relay's defaults), RT_ROUNDS times,
+# variants interleaved. Over each loadgen run (warm-up excluded) it reads:
+#
+#   - the server's INFO: total_reads_processed (one per read event on a
+#     client connection: a round trip, or one pipelined batch), commands,
+#     Lua script calls (EVALSHA/EVAL/FCALL), used_cpu_sys+user;
+#   - the relay's /metrics: HTTP requests by route, and store calls by name
+#     (relay_valkey_script_duration_seconds_count: a script, or one
+#     pipelined batch of plain commands);
+#   - the relay process's utime+stime;
+#   - the load generator's report: jobs collected, lost, e2e p50/p99.
+#
+# Output: test/bench/out/roundtrips.md (and roundtrips.json, raw files in
+# test/bench/out/rt-*), and the markdown printed at the end. Run it under
+# the shared lock: flock /work/bench.lock test/bench/roundtrips.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+. test/bench/lib.sh
+bench_init roundtrips
+rm -rf "$OUT"/rt-* "$OUT"/roundtrips.md "$OUT"/roundtrips.json
+
+RATE=${RT_RATE:-100}
+FOR=${RT_FOR:-15s}
+ROUNDS=${RT_ROUNDS:-1}
+PROFILES=${RT_PROFILES:-aggressive real}
+VARIANTS=${RT_VARIANTS:-tree:}
+STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -arrivals poisson
+     -results-poll 250ms -pending-poll 20ms -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
+
+log "building the relay and loadgen of this tree"
+go build -o "$BIN/relay-rt" ./cmd/relay
+go build -o "$BIN/loadgen" ./cmd/loadgen
+NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || echo "+dirty")
+
+VPORT=${RT_PORT:-$(free_port)}
+mkdir -p "$OUT/rt-valkey"
+redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/rt-valkey" \
+  --logfile "$OUT/rt-valkey/server.log" --lazyfree-lazy-user-del yes &
+STARTED+=($!)
+for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+VALKEY_URL=redis://127.0.0.1:$VPORT/0
+field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
+
+# server_stats: one JSON object of the counters read from the server.
+server_stats() {
+  { redis-cli -p "$VPORT" info stats; redis-cli -p "$VPORT" info cpu; redis-cli -p "$VPORT" info commandstats; } | tr -d '\r' |
+    python3 -c '
+import json, sys
+o = {"reads": 0, "commands": 0, "scripts": 0, "cpu": 0.0, "cmd": {}, "us": {}}
+for line in sys.stdin:
+    k, _, v = line.strip().partition(":")
+    if k == "total_reads_processed": o["reads"] = int(v)
+    elif k == "total_commands_processed": o["commands"] = int(v)
+    elif k in ("used_cpu_sys", "used_cpu_user"): o["cpu"] += float(v)
+    elif k.startswith("cmdstat_"):
+        f = dict(x.split("=") for x in v.split(","))
+        calls, us = int(f["calls"]), int(f["usec"])
+        name = k[len("cmdstat_"):]
+        o["cmd"][name] = calls
+        o["us"][name] = us
+        if name.startswith(("eval", "fcall")): o["scripts"] += calls
+print(json.dumps(o))'
+}
+# relay_metrics: the relay's request and store-call counters as JSON.
+relay_metrics() {
+  curl -fsS -H "Authorization: Bearer $TOKEN" "$ADMIN/metrics" | python3 -c '
+import json, re, sys
+o = {"http": {}, "store": {}}
+for line in sys.stdin:
+    m = re.match(r"relay_http_requests_total\{(.*)\} (\S+)", line)
+    if m and "plane=\"admin\"" not in m.group(1):
+        route = re.search(r"route=\"([^\"]*)\"", m.group(1)).group(1)
+        o["http"][route] = o["http"].get(route, 0) + float(m.group(2))
+    m = re.match(r"relay_valkey_script_duration_seconds_count\{(.*)\} (\S+)", line)
+    if m:
+        s = re.search(r"script=\"([^\"]*)\"", m.group(1)).group(1)
+        o["store"][s] = o["store"].get(s, 0) + float(m.group(2))
+print(json.dumps(o))'
+}
+
+run_one() { # LABEL ENVSPEC PROFILE ROUND
+  local label=$1 envspec=$2 profile=$3 round=$4 name ns outf pid r0 r1 s0 s1 m0 m1 rc=0
+  name=$label-$profile-$round
+  ns="rt-$name-$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  outf=$OUT/rt-$name.stdout
+  local envs=()
+  if [ -n "$envspec" ]; then IFS=, read -r -a envs <<<"$envspec"; fi
+  env "${envs[@]}" RELAY_VALKEY_URL="$VALKEY_URL" RELAY_NAMESPACE="$ns" RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
+    RELAY_ADMIN_TOKEN="$TOKEN" RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
+    "$BIN/relay-rt" >"$outf" 2>"$OUT/rt-$name.log" &
+  pid=$!; STARTED+=("$pid")
+  for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
+  [ -s "$outf" ] || { log "relay not ready"; cat "$OUT/rt-$name.log" >&2; exit 1; }
+  URL="http://$(field "$outf" listen)"; ADMIN="http://$(field "$outf" admin)"
+  timeout 120 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" \
+    -sites 2 -daemons 4 -jobs 200 -concurrency 16 -quiet >/dev/null || log "warm-up did not balance"
+  log "$name: $RATE jobs/s for $FOR (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_metrics)
+  timeout 300 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" "${STD[@]}" \
+    -profile "$profile" -rate "$RATE" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
+  r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_metrics)
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  printf '{"name":"%s","label":"%s","env":"%s","profile":"%s","round":%s,"relayTicks":%s,"s0":%s,"s1":%s,"m0":%s,"m1":%s,"loadgenExit":%s,"load":"%s"}\n' \
+    "$name" "$label" "$envspec" "$profile" "$round" $((r1 - r0)) "$s0" "$s1" "$m0" "$m1" "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/rt-runs.jsonl"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for profile in $PROFILES; do
+    for v in $VARIANTS; do run_one "${v%%:*}" "${v#*:}" "$profile" "$round"; done
+  done
+done
+redis-cli -p "$VPORT" flushall >/dev/null || true
+
+python3 - "$OUT" "$CLK_TCK" "$NEW_REV" "$RATE" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
+import json, os, statistics, sys
+out, tck, rev, rate, dur = sys.argv[1:6]
+tck = int(tck)
+runs = [json.loads(l) for l in open(os.path.join(out, "rt-runs.jsonl"))]
+rows = []
+for r in runs:
+    rep = json.load(open(os.path.join(out, f"rt-{r['name']}.json")))
+    jobs = rep["jobs"]["collected"] or 1
+    d = lambda k: r["s1"][k] - r["s0"][k]
+    http = {k: v - r["m0"]["http"].get(k, 0) for k, v in r["m1"]["http"].items()}
+    store = {k: v - r["m0"]["store"].get(k, 0) for k, v in r["m1"]["store"].items()}
+    cmd = {k: v - r["s0"]["cmd"].get(k, 0) for k, v in r["s1"]["cmd"].items()}
+    us = {k: v - r["s0"]["us"].get(k, 0) for k, v in r["s1"]["us"].items()}
+    rows.append({"name": r["name"], "label": r["label"], "env": r["env"], "profile": r["profile"], "jobs": rep["jobs"]["collected"],
+                 "lost": rep["jobs"]["lost"], "runTwice": rep["jobs"]["runTwice"], "errors": rep["errors"],
+                 "readsPerJob": d("reads") / jobs, "commandsPerJob": d("commands") / jobs, "scriptsPerJob": d("scripts") / jobs,
+                 "valkeyMsPerJob": d("cpu") * 1000 / jobs, "relayMsPerJob": r["relayTicks"] / tck * 1000 / jobs,
+                 "requestsPerJob": sum(http.values()) / jobs,
+                 "httpPerJob": {k: v / jobs for k, v in sorted(http.items()) if v},
+                 "storePerJob": {k: v / jobs for k, v in sorted(store.items()) if v},
+                 "cmdPerJob": {k: v / jobs for k, v in sorted(cmd.items()) if v},
+                 "cmdUsPerJob": {k: v / jobs for k, v in sorted(us.items()) if v},
+                 "p50": rep["phases"]["end-to-end"]["p50Ms"], "p99": rep["phases"]["end-to-end"]["p99Ms"], "load": r["load"]})
+json.dump(rows, open(os.path.join(out, "roundtrips.json"), "w"), indent=2)
+L = [f"# Valkey round trips per job, {rev}, {rate} jobs/s for {dur} per run\n",
+     "| run | jobs (lost) | server reads / job | commands / job | scripts / job | Valkey CPU ms / job | relay CPU ms / job | requests / job | e2e p50 / p99 ms | load |",
+     "|---|---|---|---|---|---|---|---|---|---|"]
+for x in rows:
+    L.append(f"| {x['name']} | {x['jobs']} ({x['lost']}) | {x['readsPerJob']:.1f} | {x['commandsPerJob']:.1f} | {x['scriptsPerJob']:.2f} | "
+             f"{x['valkeyMsPerJob']:.3f} | {x['relayMsPerJob']:.3f} | {x['requestsPerJob']:.2f} | {x['p50']:.0f} / {x['p99']:.0f} | {x['load']} |")
+for x in rows:
+    L.append(f"\n**{x['name']}** per job: requests " + ", ".join(f"{k} {v:.2f}" for k, v in x["httpPerJob"].items()))
+    L.append("store calls " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(x["storePerJob"].items(), key=lambda kv: -kv[1])))
+    L.append("server commands " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(x["cmdPerJob"].items(), key=lambda kv: -kv[1])))
+    L.append("server command µs " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(x["cmdUsPerJob"].items(), key=lambda kv: -kv[1])[:12]))
+print("\n".join(L))
+EOF
