@@ -7,6 +7,7 @@
 #   RT_RATE=100 RT_FOR=15s RT_PROFILES="aggressive real" test/bench/roundtrips.sh
 #   RT_VARIANTS="flush0:RELAY_VALKEY_FLUSH_DELAY=0 flush20:RELAY_VALKEY_FLUSH_DELAY=20us" test/bench/roundtrips.sh
 #   RT_ROUNDS=2 RT_PORT=6393 test/bench/roundtrips.sh
+#   RT_OLD_REV=81bd9cb RT_VARIANTS="old: new:" test/bench/roundtrips.sh   # a label starting "old" runs RT_OLD_REV's relay
 #
 # One private redis-server (RT_PORT, default a free port; --save ''), one
 # relay replica per run, the standard load of capacity.sh (4 sites, 16
@@ -44,6 +45,7 @@ STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -arrivals poisson
 
 log "building the relay and loadgen of this tree"
 go build -o "$BIN/relay-rt" ./cmd/relay
+if [ -n "${RT_OLD_REV:-}" ]; then build_old "$RT_OLD_REV" relay-old=./cmd/relay; fi
 go build -o "$BIN/loadgen" ./cmd/loadgen
 NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || echo "+dirty")
 
@@ -98,11 +100,12 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
   name=$label-$profile-$round
   ns="rt-$name-$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   outf=$OUT/rt-$name.stdout
-  local envs=()
+  local envs=() bin=$BIN/relay-rt
+  case $label in old*) bin=$BIN/relay-old ;; esac
   if [ -n "$envspec" ]; then IFS=, read -r -a envs <<<"$envspec"; fi
   env "${envs[@]}" RELAY_VALKEY_URL="$VALKEY_URL" RELAY_NAMESPACE="$ns" RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
     RELAY_ADMIN_TOKEN="$TOKEN" RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
-    "$BIN/relay-rt" >"$outf" 2>"$OUT/rt-$name.log" &
+    "$bin" >"$outf" 2>"$OUT/rt-$name.log" &
   pid=$!; STARTED+=("$pid")
   for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
   [ -s "$outf" ] || { log "relay not ready"; cat "$OUT/rt-$name.log" >&2; exit 1; }
@@ -126,7 +129,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 redis-cli -p "$VPORT" flushall >/dev/null || true
 
-python3 - "$OUT" "$CLK_TCK" "$NEW_REV" "$RATE" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
+python3 - "$OUT" "$CLK_TCK" "$NEW_REV${RT_OLD_REV:+ (old: $RT_OLD_REV)}" "$RATE" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
 import json, os, statistics, sys
 out, tck, rev, rate, dur = sys.argv[1:6]
 tck = int(tck)
