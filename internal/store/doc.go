@@ -255,8 +255,8 @@
 // probe this replica publishes on the shard's channel after the write,
 // delivered in order behind the write's own announcements) comes back; the
 // first claim that finds the shard unfenced reads its queues and sends the
-// fence. A queue seen empty is asked again after 60 s anyway (a lost
-// announcement costs at most that much latency); due heads are re-read
+// fence. A queue seen empty is asked again after 10 minutes anyway (a
+// lost announcement costs at most that much latency); due heads are re-read
 // every second and after this replica's work writes on the shard. The view
 // only decides whether to ask Valkey: a stale view delays a grant, never
 // makes one. It keeps at most workViewQueues empty queues per shard, so a

@@ -96,10 +96,12 @@ const (
 	// workViewEmptyTTL is the periodic re-check of a queue seen empty: it
 	// bounds what a lost announcement costs (an announcement is lost
 	// unnoticed only if it is never delivered while the subscription
-	// stays up; a dropped subscription turns the shard's view off). A
-	// daemon's idle tick is about 10 s, so an idle device re-reads its
-	// queues once every six ticks.
-	workViewEmptyTTL = 60 * time.Second
+	// stays up; a dropped subscription turns the shard's view off). Each
+	// replica keeps its own view, and behind a balancer that rotates a
+	// daemon's requests over R replicas each one sees that daemon every
+	// R ticks (about 10 s each): at one minute, with three replicas, every
+	// second claim re-read its queues; at ten, one in twenty.
+	workViewEmptyTTL = 10 * time.Minute
 	workViewDueTTL   = time.Second
 	// workViewQueues bounds the queues remembered per shard (each device
 	// adds its sticky queues): past it the shard's entries are dropped and
