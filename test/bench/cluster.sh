@@ -140,10 +140,11 @@ fi
 NS="cidle-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS"
 replicas=$(IFS=,; echo "${URLS[*]}")
-log "idle: baseline, 20 s with no daemon"
+IDLE_BASE=${IDLE_BASE:-40}
+log "idle: baseline, $IDLE_BASE s with no daemon"
 sleep 5
 snapshot >"$OUT/cluster-base-before.json"
-sleep 20
+sleep "$IDLE_BASE"
 snapshot >"$OUT/cluster-base-after.json"
 log "idle: $IDLE_DAEMONS daemons ticking every 10 s for ${IDLE_FOR}s"
 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 1 -daemons "$IDLE_DAEMONS" -slots 1 \
