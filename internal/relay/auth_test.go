@@ -308,9 +308,13 @@ func TestProjectionDecidesDevice(t *testing.T) {
 }
 
 // fetch, result and release skip the presence lookup within
-// presenceCheckTTL of the last reconciliation; claim and heartbeat never
-// do, so they rebuild a record lost in between, and a re-keyed device is
-// reconciled on its first request whatever the endpoint.
+// presenceCheckTTL of the last reconciliation; a heartbeat never does, nor
+// does a claim that reads Valkey at all (this relay runs no work view, so
+// every claim does; with one, a claim the view rules out reads nothing and
+// the next heartbeat rebuilds the record: store's
+// TestEmptyClaimSkipsThePresenceRead), so they rebuild a record lost in
+// between, and a re-keyed device is reconciled on its first request
+// whatever the endpoint.
 func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
