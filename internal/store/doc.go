@@ -267,9 +267,15 @@
 // still holds the owner and device the replica remembered (the relay's
 // authentication, atomic with the write), writes lastSeenAt, and answers
 // the runner's record of shards (rsh:⟨R⟩) for the cancel requests, which
-// read further only on shards where the runner holds grants. An idle claim
-// is one HMGET (the same check, RequirePresence) and nothing else while
-// the view is live (README, "Idle tick on the sharded layout").
+// read further only on shards where the runner holds grants. With
+// Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
+// heartbeats arriving within the window go out as one pipelined DoMulti,
+// still one script each (batch.go): the server's cost of a round trip is
+// shared. An idle claim the view rules out reads nothing at all, not even
+// the presence record its grants would be checked against (nothing is
+// granted; a lost record is rebuilt by the next heartbeat); a claim that
+// reads queue heads reads the record in the same pipelined batch
+// (RequirePresence) (README, "Idle devices").
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //
