@@ -5,6 +5,7 @@
 #   test/bench/cluster.sh                  # both parts, about 5 minutes
 #   BENCH_QUICK=1 test/bench/cluster.sh    # smaller, about 2 minutes
 #   BENCH_PARTS=idle test/bench/cluster.sh # the idle part only
+#   BENCH_VALKEY=single BENCH_PARTS=idle test/bench/cluster.sh # the idle part on one redis-server
 #   RELAY_BIN_DIR=dir test/bench/cluster.sh # relay and loadgen built elsewhere
 #                                          # (another revision, side by side)
 #
@@ -36,9 +37,17 @@ IDLE_DAEMONS=${IDLE_DAEMONS:-1000}
 if [ "$QUICK" = 1 ]; then LOAD_JOBS=1500; IDLE_FOR=70; else LOAD_JOBS=4000; IDLE_FOR=100; fi
 
 export CLUSTER_BASE_PORT=${CLUSTER_BASE_PORT:-7101} CLUSTER_REPLICAS=0 CLUSTER_DIR=$OUT/cluster-nodes
-PRIMARIES=("$CLUSTER_BASE_PORT" $((CLUSTER_BASE_PORT + 1)) $((CLUSTER_BASE_PORT + 2)))
-
-on_exit() { bash .ci/cluster stop; }
+# BENCH_VALKEY=single: one private redis-server on CLUSTER_BASE_PORT instead
+# of the cluster (its own cost is a small fraction of a cluster's gossip,
+# so the idle baseline taken off is small).
+SINGLE=0; [ "${BENCH_VALKEY:-cluster}" = single ] && SINGLE=1
+if [ "$SINGLE" = 1 ]; then
+  PRIMARIES=("$CLUSTER_BASE_PORT")
+  on_exit() { :; }
+else
+  PRIMARIES=("$CLUSTER_BASE_PORT" $((CLUSTER_BASE_PORT + 1)) $((CLUSTER_BASE_PORT + 2)))
+  on_exit() { bash .ci/cluster stop; }
+fi
 
 # snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
 # primary its CPU seconds, script calls and the commands clients sent (one
@@ -116,7 +125,14 @@ else
   go build -o "$BIN/loadgen" ./cmd/loadgen
 fi
 log "starting the cluster on ports ${PRIMARIES[*]}"
-CLUSTER_URL=$(bash .ci/cluster start)
+if [ "$SINGLE" = 1 ]; then
+  redis-server --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/cluster-single.log" 2>&1 &
+  STARTED+=($!)
+  for _ in $(seq 1 50); do redis-cli -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  CLUSTER_URL=redis://127.0.0.1:$CLUSTER_BASE_PORT/0
+else
+  CLUSTER_URL=$(bash .ci/cluster start)
+fi
 log "cluster at $CLUSTER_URL"
 
 # ---- 1. load split ---------------------------------------------------------
@@ -205,7 +221,9 @@ scr = sum(n2["scripts"] - n1["scripts"] for n1, n2 in zip(x["nodes"], y["nodes"]
 rcpu = (y["relayTicks"] - x["relayTicks"]) / tck
 irep = json.load(open(f"{out}/cluster-idle.json"))
 hb = irep["endpoints"].get("heartbeat", {}).get("requests", 0); cl = irep["endpoints"].get("claim", {}).get("requests", 0)
-print(f"### Idle cost: {daemons} daemons, a heartbeat and an empty claim every 10 s each\n")
+where = "one redis-server" if os.environ.get("BENCH_VALKEY") == "single" else "a 3-primary cluster"
+batch = os.environ.get("RELAY_DAEMON_HEARTBEAT_BATCH", "default")
+print(f"### Idle cost: {daemons} daemons, a heartbeat and an empty claim every 10 s each, three replicas on {where} (heartbeat batch {batch})\n")
 print(f"steady window {secs:.0f} s, {ticks:.0f} idle ticks ({dh:.0f} heartbeats and {dc:.0f} claims answered in it; whole run: {hb} heartbeats, {cl} claims, {irep['jobs']['collected']} jobs)\n")
 # The baseline: the same replicas and cluster with no daemon, per second.
 bb = json.load(open(f"{out}/cluster-base-before.json")); ba = json.load(open(f"{out}/cluster-base-after.json"))
