@@ -694,7 +694,7 @@ const (
 	// it; see README "Idle devices" for what it saves.
 	DefaultDaemonHeartbeatBatch = 100 * time.Millisecond
 	maxDaemonHeartbeatBatch     = time.Second
-	maxStoreTimeout = time.Minute
+	maxStoreTimeout             = time.Minute
 	// A grant is one policy read and one signature; 10 ms is the least a
 	// remote one on a LAN needs, and a claim held over 30 s is abandoned
 	// by the daemon.
