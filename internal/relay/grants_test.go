@@ -328,8 +328,11 @@ func TestClaimAuthorityFailures(t *testing.T) {
 	obs := &grantCount{}
 	logs := &syncBuffer{}
 	e := newEnv(t, withGrants(a, obs, logs), func(c *Config) {
-		c.GrantTimeout = 150 * time.Millisecond
-		c.GrantBudget = 250 * time.Millisecond
+		// The budget leaves hang2 half a timeout after hang1: 300 ms of
+		// slack for a slow scheduler (this package's tests run in
+		// parallel on two cores) before hang2 would not be asked at all.
+		c.GrantTimeout = 600 * time.Millisecond
+		c.GrantBudget = 900 * time.Millisecond
 	})
 	w := teamWorld(t, e)
 	// Two unsealed jobs per site and owner at most: alice's claims take
@@ -344,7 +347,7 @@ func TestClaimAuthorityFailures(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "ok" {
 		t.Fatalf("claim: %+v", got)
 	}
-	// hang1 takes the whole 150 ms timeout, hang2 the 100 ms left of the
+	// hang1 takes the whole 600 ms timeout, hang2 the 300 ms left of the
 	// budget, and hang3 is never asked.
 	if got := e.claim(t, w.alice, "runner_alice", 8); len(got) != 0 {
 		t.Fatalf("second claim: %+v", got)
