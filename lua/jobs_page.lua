@@ -3,6 +3,7 @@
 -- deadline, so every job is in it) and orders them by seq itself. Pure read.
 -- lib: blob
 -- lib: store
+-- lib: pages
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
@@ -18,15 +19,10 @@ local out = {0}
 local bytes = 0
 for i = 5, #ARGV do
   out[1] = i - 4
-  local s = snapshot(ARGV[i], false)
-  if s then
-    out[#out + 1] = s
-    for _, v in ipairs(s[1]) do
-      bytes = bytes + #v
-    end
-    if bytes >= budget then
-      return out
-    end
+  local added
+  bytes, added = add_snapshot(out, ARGV[i], bytes)
+  if added and bytes >= budget then
+    return out
   end
 end
 return out

@@ -41,7 +41,7 @@ type beatBatch struct {
 
 type batchedCall struct {
 	ctx        context.Context
-	keys, args []string
+	keys, args []string // as sent: guard key and common ARGV included (scriptArgs)
 	done       chan struct{}
 	msg        valkey.ValkeyMessage
 	err        error
@@ -55,6 +55,10 @@ func newBeatBatch(s *Store, script Script, window time.Duration) *beatBatch {
 // call may then still run, as an unbatched call cut short by its deadline
 // may have).
 func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (valkey.ValkeyMessage, error) {
+	keys, args, err := b.s.scriptArgs(b.script, keys, args)
+	if err != nil {
+		return valkey.ValkeyMessage{}, err
+	}
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
@@ -101,7 +105,7 @@ func (b *beatBatch) flush() {
 // send runs the calls as one DoMulti of EVALSHAs (the client splits it by
 // node and writes each node's part at once). A call whose caller has
 // already given up is not sent. A NOSCRIPT reply (a restarted or new node)
-// is retried alone through exec, which loads the script.
+// is retried alone with the script loader (EVALSHA, then EVAL).
 func (b *beatBatch) send(calls []*batchedCall) {
 	s := b.s
 	live := calls[:0]
@@ -120,32 +124,22 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	cmds := make(valkey.Commands, len(live))
-	sent := make([][2][]string, len(live)) // each call's KEYS and ARGV as sent
 	ends := make([]func(error), len(live))
 	sha := s.sha1[b.script.Name]
 	for i, c := range live {
-		keys, args, err := s.scriptArgs(b.script, c.keys, c.args)
-		if err != nil {
-			c.err = err
-			cmds[i] = s.c.B().Time().Build() // a placeholder; its reply is not read
-			continue
-		}
-		sent[i] = [2][]string{keys, args}
 		if obs := s.opts.ObserveScript; obs != nil {
 			_, ends[i] = obs(c.ctx, b.script.Name)
 		}
-		cmds[i] = s.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		cmds[i] = s.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 	}
 	res := s.c.DoMulti(ctx, cmds...)
 	for i, c := range live {
-		if c.err == nil {
-			c.msg, c.err = res[i].ToMessage()
-			if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
-				c.msg, c.err = s.scripts[b.script.Name].Exec(ctx, s.c, sent[i][0], sent[i][1]).ToMessage()
-			}
-			if c.err != nil && valkey.IsValkeyNil(c.err) {
-				c.err = nil
-			}
+		c.msg, c.err = res[i].ToMessage()
+		if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
+			c.msg, c.err = s.scripts[b.script.Name].Exec(ctx, s.c, c.keys, c.args).ToMessage()
+		}
+		if c.err != nil && valkey.IsValkeyNil(c.err) {
+			c.err = nil
 		}
 		if ends[i] != nil {
 			ends[i](classify(c.err))

@@ -2,6 +2,21 @@
 -- lib/store.lua (it uses snapshot) to the scripts whose header says
 -- "-- lib: pages".
 
+-- add_snapshot(out, m, bytes) appends the full snapshot of job m (a
+-- member <eS>:<eJ>) to out, if its record still exists, and returns bytes
+-- plus the size of the snapshot's blobs (what a page counts against its
+-- byte budget), and whether it appended one.
+local function add_snapshot(out, m, bytes)
+  local s = snapshot(m, false)
+  if s then
+    out[#out + 1] = s
+    for _, v in ipairs(s[1]) do
+      bytes = bytes + #v
+    end
+  end
+  return bytes, s ~= nil
+end
+
 -- page_of(index, e_site, after, limit, budget, keep) reads one page of a
 -- seq-scored index: the full snapshots of the entries keep(m) accepts,
 -- examining at most limit entries and ending early once the snapshots hold
@@ -20,15 +35,10 @@ local function page_of(index, e_site, after, limit, budget, keep)
       m = e_site .. ':' .. m
     end
     if keep(m) then
-      local s = snapshot(m, false)
-      if s then
-        out[#out + 1] = s
-        for _, v in ipairs(s[1]) do
-          bytes = bytes + #v
-        end
-        if bytes >= budget then
-          return out
-        end
+      local added
+      bytes, added = add_snapshot(out, m, bytes)
+      if added and bytes >= budget then
+        return out
       end
     end
   end
