@@ -1,21 +1,18 @@
--- presence_seen: record a heartbeat (§2.15). An existing record keeps its
--- owner and device; only lastSeenAt, capabilities and withheld are replaced
--- (never merged; an empty array is a value). The record keeps a digest of
--- the two lists (field ld): when a heartbeat carries the lists the record
--- already holds, which is almost every idle tick, only lastSeenAt and the
--- expiry are written. A record without ld (written before it existed)
--- differs from every digest, so its lists are rewritten once.
+-- presence_seen: record a heartbeat (§2.15); the write itself is
+-- seen_record (lib/presence.lua), which says what is kept and replaced.
 --
--- A daemon's heartbeat (Store.Heartbeat) makes this its only Valkey call:
--- with ARGV[12] = "1" the record must already exist holding exactly this
--- owner and device (what the relay remembered from its last presence read),
--- else nothing is written and the reply is empty (the relay reads and
--- reconciles, then calls again without the condition); and with KEYS[5]
--- the runner's record of the shards where it may hold grants (on the
--- runner's shard like the presence record) comes back too, so the
--- heartbeat's cancel requests need no read of their own.
+-- A daemon's heartbeat (Store.Heartbeat) makes this its only Valkey call
+-- (or shares a presence_seen_batch call with other heartbeats of its
+-- shard): with ARGV[12] = "1" the record must already exist holding
+-- exactly this owner and device (what the relay remembered from its last
+-- presence read), else nothing is written and the reply is empty (the
+-- relay reads and reconciles, then calls again without the condition);
+-- and with KEYS[5] the runner's record of the shards where it may hold
+-- grants (on the runner's shard like the presence record) comes back too,
+-- so the heartbeat's cancel requests need no read of their own.
 --
 -- mode: write
+-- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
 -- KEYS[4]  po:<eO> (the owner's records, for presence_by_owner; an entry
@@ -34,38 +31,6 @@
 -- indexes of that record, space-separated. Empty when ARGV[12]'s condition
 -- does not hold.
 
-local now = fmt(clock())
--- One read is both the existence check and the reply's fields: a record
--- always has runnerId.
-local r = redis.call('HMGET', KEYS[1], 'runnerId', 'owner', 'device', 'ld')
-if ARGV[12] == '1' and (not r[1] or r[2] ~= ARGV[6] or r[3] ~= ARGV[7]) then
-  return {}
-end
-if r[1] then
-  if r[4] == ARGV[11] then
-    -- Same lists: the owner's index already names this record (it was
-    -- added with the record or with the lists, and only a gone record or
-    -- another owner's entry is ever dropped from it).
-    redis.call('HSET', KEYS[1], 'lastSeenAt', now)
-  else
-    redis.call('HSET', KEYS[1], 'lastSeenAt', now, 'capabilities', ARGV[8], 'withheld', ARGV[9], 'ld', ARGV[11])
-    redis.call('SADD', KEYS[4], ARGV[4])
-  end
-else
-  redis.call('HSET', KEYS[1], 'runnerId', ARGV[5], 'owner', ARGV[6], 'device', ARGV[7],
-    'capabilities', ARGV[8], 'withheld', ARGV[9], 'ld', ARGV[11], 'lastSeenAt', now)
-  -- A new record goes to the end of the listing, even if an index entry of a
-  -- lost record lingers (everyone() cleans those).
-  redis.call('ZADD', KEYS[2], next_seq(KEYS[3]), ARGV[4])
-  r = {ARGV[5], ARGV[6], ARGV[7]}
-  redis.call('SADD', KEYS[4], ARGV[4])
-end
-if ARGV[10] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[10])
-end
-local out = {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', now}
-if KEYS[5] then
-  out[9] = 'rsh'
-  out[10] = table.concat(redis.call('ZRANGE', KEYS[5], 0, -1), ' ')
-end
-return out
+return seen_record({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
+  {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]},
+  fmt(clock()))

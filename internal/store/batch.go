@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,34 +16,49 @@ import (
 // than at the end of its window.
 const beatBatchMax = 256
 
+// A batch goes out as one presence_seen_batch call per shard, each of at
+// most beatGroupMax records and, past its first record, beatGroupBytes of
+// arguments: a heartbeat is about a kilobyte, but a device may send up to
+// Options.MaxPresenceBytes of lists, and one script call should stay
+// short for the server (it runs nothing else meanwhile).
+const (
+	beatGroupMax   = 64 // lua/presence_seen_batch.lua's own bound
+	beatGroupBytes = 1 << 20
+)
+
 // beatBatchNoDeadline bounds a batch none of whose callers set a deadline.
 const beatBatchNoDeadline = 10 * time.Second
 
-// beatBatch coalesces the calls of one script (a daemon heartbeat's
-// presence write) arriving within a window into one pipelined DoMulti.
+// beatBatch coalesces daemon heartbeats' presence writes arriving within a
+// window into one pipelined DoMulti, in which the heartbeats of one shard
+// share one script call (lua/presence_seen_batch.lua).
 //
 // Why: on the server a round trip costs far more than the few commands a
-// heartbeat runs (an epoll wake, a read and a write syscall each), and an
-// idle fleet is made of heartbeats spread thinly over time, too sparse
+// heartbeat runs (an epoll wake, a read and a write syscall each), and a
+// script call's own setup costs about as much as the commands inside it.
+// An idle fleet is made of heartbeats spread thinly over time, too sparse
 // for the client's own pipelining to merge. Waiting up to the window lets
-// the heartbeats of one replica share a write and a read per node. Each
-// call stays its own script, atomic and answered on its own; only the
-// reply is later, by at most the window. Nothing else is batched: a claim,
-// a seal or a fetch goes out at once.
+// the heartbeats of one replica share a write and a read per node and a
+// script call per shard. Each heartbeat is still decided on its own and
+// answered on its own; only the reply is later, by at most the window.
+// Nothing else is batched: a claim, a seal or a fetch goes out at once.
 type beatBatch struct {
 	s      *Store
-	script Script
+	script Script // presence_seen: what each call is, for observation and a lone call
 	window time.Duration
 
 	mu      sync.Mutex
 	pending []*batchedCall
 	timer   *time.Timer
 	sent    atomic.Int64 // batches sent (tests)
+	calls   atomic.Int64 // script calls sent (tests)
 }
 
+// batchedCall is one heartbeat: presence_seen's keys and op-specific args
+// (before scriptArgs adds the guard and the common ARGV).
 type batchedCall struct {
 	ctx        context.Context
-	keys, args []string // as sent: guard key and common ARGV included (scriptArgs)
+	keys, args []string
 	done       chan struct{}
 	msg        valkey.ValkeyMessage
 	err        error
@@ -55,9 +72,8 @@ func newBeatBatch(s *Store, script Script, window time.Duration) *beatBatch {
 // call may then still run, as an unbatched call cut short by its deadline
 // may have).
 func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (valkey.ValkeyMessage, error) {
-	keys, args, err := b.s.scriptArgs(b.script, keys, args)
-	if err != nil {
-		return valkey.ValkeyMessage{}, err
+	if len(keys) < 4 || len(keys) > 5 || len(args) != 9 {
+		return valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_seen's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
@@ -102,12 +118,13 @@ func (b *beatBatch) flush() {
 	}
 }
 
-// send runs the calls as one DoMulti of EVALSHAs (the client splits it by
-// node and writes each node's part at once). A call whose caller has
-// already given up is not sent. A NOSCRIPT reply (a restarted or new node)
-// is retried alone with the script loader (EVALSHA, then EVAL).
+// send runs the calls as one DoMulti (the client splits it by node and
+// writes each node's part at once): one presence_seen_batch call per shard
+// group (groups), or presence_seen for a call alone on its shard. A call
+// whose caller has already given up is not sent. A NOSCRIPT reply (a
+// restarted or new node) is retried with the script loader (EVALSHA, then
+// EVAL).
 func (b *beatBatch) send(calls []*batchedCall) {
-	s := b.s
 	live := calls[:0]
 	for _, c := range calls {
 		if c.ctx.Err() != nil {
@@ -123,29 +140,119 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	b.sent.Add(1)
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	cmds := make(valkey.Commands, len(live))
+	groups := groupByShard(live)
+	b.calls.Add(int64(len(groups)))
+	s := b.s
 	ends := make([]func(error), len(live))
-	sha := s.sha1[b.script.Name]
 	for i, c := range live {
 		if obs := s.opts.ObserveScript; obs != nil {
 			_, ends[i] = obs(c.ctx, b.script.Name)
 		}
-		cmds[i] = s.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+	}
+	cmds := make(valkey.Commands, len(groups))
+	execs := make([]func(context.Context) valkey.ValkeyResult, len(groups))
+	for i, g := range groups {
+		script, keys, args := b.script, g[0].keys, g[0].args
+		if len(g) > 1 {
+			script, keys, args = scPresenceSeenBatch, batchKeys(g), batchArgs(g)
+		}
+		withGuard, all, err := s.scriptArgs(script, keys, args)
+		if err != nil { // not reached: every call has keys
+			panic(err)
+		}
+		cmds[i] = s.c.B().Evalsha().Sha1(s.sha1[script.Name]).Numkeys(int64(len(withGuard))).Key(withGuard...).Arg(all...).Build()
+		sc := s.scripts[script.Name]
+		execs[i] = func(ctx context.Context) valkey.ValkeyResult { return sc.Exec(ctx, s.c, withGuard, all) }
 	}
 	res := s.c.DoMulti(ctx, cmds...)
+	for i, g := range groups {
+		msg, err := res[i].ToMessage()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			msg, err = execs[i](ctx).ToMessage()
+		}
+		if err != nil && valkey.IsValkeyNil(err) {
+			err = nil
+		}
+		if len(g) == 1 {
+			g[0].msg, g[0].err = msg, err
+			continue
+		}
+		var each []valkey.ValkeyMessage
+		if err == nil {
+			if each, err = msg.ToArray(); err == nil && len(each) != len(g) {
+				err = fmt.Errorf("%w: presence_seen_batch answered %d records for %d", ErrUnexpectedReply, len(each), len(g))
+			}
+		}
+		for j, c := range g {
+			if c.err = err; err == nil {
+				c.msg = each[j]
+			}
+		}
+	}
 	for i, c := range live {
-		c.msg, c.err = res[i].ToMessage()
-		if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
-			c.msg, c.err = s.scripts[b.script.Name].Exec(ctx, s.c, c.keys, c.args).ToMessage()
-		}
-		if c.err != nil && valkey.IsValkeyNil(c.err) {
-			c.err = nil
-		}
 		if ends[i] != nil {
 			ends[i](classify(c.err))
 		}
 		close(c.done)
 	}
+}
+
+// groupByShard splits calls into the groups that share one script call:
+// the calls of one shard (one slot: their keys share its prefix), in
+// arrival order, at most beatGroupMax and beatGroupBytes each.
+func groupByShard(calls []*batchedCall) [][]*batchedCall {
+	var groups [][]*batchedCall
+	open := map[string]int{} // shard prefix -> index of its open group
+	size := map[string]int{}
+	for _, c := range calls {
+		p := prefixOf(c.keys[0])
+		n := 0
+		for _, a := range c.args {
+			n += len(a)
+		}
+		i, ok := open[p]
+		if ok && (len(groups[i]) >= beatGroupMax || size[p]+n > beatGroupBytes) {
+			ok = false
+		}
+		if !ok {
+			groups = append(groups, nil)
+			i = len(groups) - 1
+			open[p], size[p] = i, 0
+		}
+		groups[i] = append(groups[i], c)
+		size[p] += n
+	}
+	return groups
+}
+
+// batchKeys and batchArgs are presence_seen_batch's KEYS and op-specific
+// ARGV for the calls of one shard (the layout its header gives): the
+// shard's listing keys once, then each record's own.
+func batchKeys(g []*batchedCall) []string {
+	keys := make([]string, 0, 2+3*len(g))
+	keys = append(keys, g[0].keys[1], g[0].keys[2]) // pidx, pseq: the shard's
+	for _, c := range g {
+		rsh := c.keys[0] // read only when asked; any key of the shard holds the place
+		if len(c.keys) == 5 {
+			rsh = c.keys[4]
+		}
+		keys = append(keys, c.keys[0], c.keys[3], rsh)
+	}
+	return keys
+}
+
+func batchArgs(g []*batchedCall) []string {
+	args := make([]string, 0, 1+10*len(g))
+	args = append(args, strconv.Itoa(len(g)))
+	for _, c := range g {
+		withShards := ""
+		if len(c.keys) == 5 {
+			withShards = "1"
+		}
+		args = append(args, c.args...)
+		args = append(args, withShards)
+	}
+	return args
 }
 
 // batchContext lives as long as the latest deadline among the calls, so

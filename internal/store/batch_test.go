@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,11 @@ func TestHeartbeatBatch(t *testing.T) {
 		wg.Wait()
 		if got := h.s.beats.sent.Load(); got != 2 {
 			t.Fatalf("%d heartbeats went out in %d batches, want 2", n, got)
+		}
+		// Each batch is one script call per shard (DefaultShards), so far
+		// fewer calls than heartbeats.
+		if got := h.s.beats.calls.Load(); got > 2*DefaultShards+2 {
+			t.Fatalf("%d heartbeats went out as %d script calls, want at most one per shard per batch", n, got)
 		}
 		for i := range n {
 			if i == wrong {
@@ -191,5 +197,150 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
 	if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 1 {
 		t.Fatalf("claim after the record is back: %v %v", got, err)
+	}
+}
+
+// sameShardRunners is n runner ids whose presence lives on one shard, and
+// one more on another shard.
+func sameShardRunners(s *Store, prefix string, n int) (same []string, other string) {
+	want := -1
+	for i := 0; len(same) < n || other == ""; i++ {
+		id := fmt.Sprint(prefix, i)
+		sh := s.k.runnerShard(id)
+		switch {
+		case want == -1:
+			want = sh
+			same = append(same, id)
+		case sh == want && len(same) < n:
+			same = append(same, id)
+		case sh != want && other == "":
+			other = id
+		}
+	}
+	return same, other
+}
+
+// beatCall is one heartbeat as Heartbeat would queue it.
+func beatCall(t testing.TB, s *Store, p Presence, require, shards bool) *batchedCall {
+	t.Helper()
+	device, err := protocol.Marshal(p.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps, withheld := orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld)
+	keys := s.presenceSeenKeys(p.RunnerID, p.Owner)
+	if shards {
+		keys = append(keys, s.k.runnerShards(p.RunnerID))
+	}
+	cond := ""
+	if require {
+		cond = "1"
+	}
+	return &batchedCall{ctx: context.Background(), done: make(chan struct{}), keys: keys,
+		args: []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
+			"60000", listsDigest(caps, withheld), cond}}
+}
+
+// The heartbeats of one batch that share a shard share one script call
+// (presence_seen_batch), a lone one on its shard runs presence_seen, and
+// each is still decided on its own: a known device is written, a wrong
+// device is refused and changes nothing, a new record is created and
+// listed, and a record's shard list comes back only when asked for.
+func TestHeartbeatBatchGroupsByShard(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		same, other := sameShardRunners(h.s, "grp_", 3)
+		known, wrong, fresh := same[0], same[1], same[2]
+		devKnown, devWrong, devOther := freshDevice(), freshDevice(), freshDevice()
+		h.seen(known, "alice", devKnown, `[]`, `[]`)
+		h.seen(wrong, "alice", devWrong, `["before"]`, `[]`)
+		h.seen(other, "bob", devOther, `[]`, `[]`)
+		devFresh := freshDevice()
+		calls := []*batchedCall{
+			beatCall(t, h.s, Presence{RunnerID: known, Owner: "alice", Device: devKnown, Capabilities: json.RawMessage(`["new"]`)}, true, true),
+			beatCall(t, h.s, Presence{RunnerID: wrong, Owner: "alice", Device: freshDevice(), Capabilities: json.RawMessage(`["evil"]`)}, true, false),
+			beatCall(t, h.s, Presence{RunnerID: other, Owner: "bob", Device: devOther, Capabilities: json.RawMessage(`["o"]`)}, true, true),
+			beatCall(t, h.s, Presence{RunnerID: fresh, Owner: "carol", Device: devFresh, Capabilities: json.RawMessage(`[{"kind":"generate"}]`), Withheld: json.RawMessage(`["w"]`)}, false, false),
+		}
+		bb := newBeatBatch(h.s, scPresenceSeen, time.Hour)
+		bb.send(append([]*batchedCall(nil), calls...))
+		if got := bb.calls.Load(); got != 2 {
+			t.Fatalf("4 heartbeats on 2 shards went out as %d script calls, want 2", got)
+		}
+		for i, c := range calls {
+			<-c.done
+			if c.err != nil {
+				t.Fatalf("call %d: %v", i, c.err)
+			}
+		}
+		reply := func(i int) map[string]string {
+			m, err := flatMap(calls[i].msg)
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			return m
+		}
+		if r := reply(0); r["runnerId"] != known || r["owner"] != "alice" || r["lastSeenAt"] == "" {
+			t.Fatalf("known device answered %v", r)
+		} else if _, ok := r["rsh"]; !ok {
+			t.Fatalf("asked for its shards, known device's reply has none: %v", r)
+		}
+		if p := h.presence(known); string(p.Capabilities) != `["new"]` {
+			t.Fatalf("known device's record: %s", p.Capabilities)
+		}
+		if r := reply(1); len(r) != 0 {
+			t.Fatalf("wrong device answered %v, want the empty reply", r)
+		}
+		if p := h.presence(wrong); string(p.Capabilities) != `["before"]` || p.Device != devWrong {
+			t.Fatalf("a refused heartbeat in a group wrote %+v", p)
+		}
+		if r := reply(2); r["runnerId"] != other {
+			t.Fatalf("the lone heartbeat answered %v", r)
+		}
+		r := reply(3)
+		if _, ok := r["rsh"]; ok || r["owner"] != "carol" {
+			t.Fatalf("new record answered %v (no shards asked for)", r)
+		}
+		if p := h.presence(fresh); p == nil || string(p.Withheld) != `["w"]` || p.Device != devFresh {
+			t.Fatalf("new record: %+v", p)
+		}
+		owned, err := h.s.Advertised(h.ctx, "carol")
+		if err != nil || len(owned) != 1 {
+			t.Fatalf("the new record is not listed under its owner: %v %v", owned, err)
+		}
+	})
+}
+
+// A shard's group holds at most beatGroupMax heartbeats and, past its
+// first, beatGroupBytes of arguments; groups keep arrival order.
+func TestHeartbeatGroupBounds(t *testing.T) {
+	b := realBackend(t)
+	s := newStore(t, b, Options{Logger: relaytest.Discard()})
+	same, other := sameShardRunners(s, "bnd_", beatGroupMax+6)
+	var calls []*batchedCall
+	for _, id := range same {
+		calls = append(calls, beatCall(t, s, Presence{RunnerID: id, Owner: "o", Device: freshDevice()}, false, false))
+	}
+	calls = append(calls, beatCall(t, s, Presence{RunnerID: other, Owner: "o", Device: freshDevice()}, false, false))
+	groups := groupByShard(calls)
+	if len(groups) != 3 || len(groups[0]) != beatGroupMax || len(groups[1]) != 6 || len(groups[2]) != 1 {
+		t.Fatalf("groups of %d, %d+6 and 1 heartbeats: got %d groups", beatGroupMax, beatGroupMax, len(groups))
+	}
+	if groups[0][0] != calls[0] || groups[1][5] != calls[beatGroupMax+5] || groups[2][0] != calls[len(calls)-1] {
+		t.Fatal("groups out of arrival order")
+	}
+	big := strings.Repeat("x", beatGroupBytes/2-4096) // two fit in a group, three do not
+	var large []*batchedCall
+	for _, id := range same[:5] {
+		c := beatCall(t, s, Presence{RunnerID: id, Owner: "o", Device: freshDevice()}, false, false)
+		c.args[4] = big
+		large = append(large, c)
+	}
+	if groups := groupByShard(large); len(groups) != 3 || len(groups[0]) != 2 || len(groups[1]) != 2 || len(groups[2]) != 1 {
+		t.Fatalf("five half-megabyte heartbeats: %d groups", len(groups))
+	}
+	large[0].args[4] = strings.Repeat("x", 2*beatGroupBytes)
+	if groups := groupByShard(large[:2]); len(groups) != 2 || len(groups[0]) != 1 {
+		t.Fatal("a heartbeat larger than a group's budget goes out alone")
 	}
 }

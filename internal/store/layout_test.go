@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
@@ -165,6 +166,10 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	h.s.AdvanceClock(3_600_000)
 	h.sweep()
 	h.seen("runner_1", "alice", freshDevice(), "[]", "[]")
+	together, _ := sameShardRunners(h.s, "together_", 2)
+	bb := newBeatBatch(h.s, scPresenceSeen, time.Hour)
+	bb.send([]*batchedCall{beatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false, true),
+		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false)})
 	_, _ = h.s.Presence(ctx, "runner_1")
 	_, _ = h.s.PresenceHead(ctx, "runner_1")
 	_, _ = h.s.Everyone(ctx)

@@ -18,48 +18,49 @@ type Script struct {
 // The store's scripts. Every call goes through Store.run with one of these,
 // so every script call, from any caller, is observed the same way.
 var (
-	scAwaiting        = Script{Name: "awaiting", ReadOnly: true}
-	scCancel          = Script{Name: "cancel", ReadOnly: false}
-	scCancelRequests  = Script{Name: "cancel_requests", ReadOnly: true}
-	scClaim           = Script{Name: "claim", ReadOnly: false, Work: true}
-	scComplete        = Script{Name: "complete", ReadOnly: false, Work: true}
-	scEnqueue         = Script{Name: "enqueue", ReadOnly: false, Work: true}
-	scFinished        = Script{Name: "finished", ReadOnly: true}
-	scHolds           = Script{Name: "holds", ReadOnly: false, Work: true}
-	scJob             = Script{Name: "job", ReadOnly: true}
-	scJobsPage        = Script{Name: "jobs_page", ReadOnly: true}
-	scLayout          = Script{Name: "layout", ReadOnly: false}
-	scOpsChurn        = Script{Name: "ops_churn", ReadOnly: true}
-	scOpsDevice       = Script{Name: "ops_device", ReadOnly: true}
-	scOpsPresence     = Script{Name: "ops_presence", ReadOnly: true}
-	scOpsReplicaPut   = Script{Name: "ops_replica_put", ReadOnly: false}
-	scOpsReplicas     = Script{Name: "ops_replicas", ReadOnly: true}
-	scOpsSite         = Script{Name: "ops_site", ReadOnly: true}
-	scOpsTokenDrop    = Script{Name: "ops_token_drop", ReadOnly: false}
-	scOpsTokenGet     = Script{Name: "ops_token_get", ReadOnly: true}
-	scOpsTokenList    = Script{Name: "ops_token_list", ReadOnly: true}
-	scOpsTokenPut     = Script{Name: "ops_token_put", ReadOnly: false}
-	scPairingApprove  = Script{Name: "pairing_approve", ReadOnly: false}
-	scPairingByUser   = Script{Name: "pairing_by_user", ReadOnly: false}
-	scPairingDeny     = Script{Name: "pairing_deny", ReadOnly: false}
-	scPairingDrop     = Script{Name: "pairing_drop", ReadOnly: false}
-	scPairingGet      = Script{Name: "pairing_get", ReadOnly: false}
-	scPairingPut      = Script{Name: "pairing_put", ReadOnly: false}
-	scPairingShow     = Script{Name: "pairing_show", ReadOnly: false}
-	scPendingPage     = Script{Name: "pending_page", ReadOnly: true}
-	scPlace           = Script{Name: "place", ReadOnly: false}
-	scPresenceAll     = Script{Name: "presence_all", ReadOnly: false}
-	scPresenceByOwner = Script{Name: "presence_by_owner", ReadOnly: false}
-	scPresenceDrop    = Script{Name: "presence_drop", ReadOnly: false}
-	scPresenceGet     = Script{Name: "presence_get", ReadOnly: true}
-	scPresenceSeen    = Script{Name: "presence_seen", ReadOnly: false}
-	scRelease         = Script{Name: "release", ReadOnly: false, Work: true}
-	scRenew           = Script{Name: "renew", ReadOnly: false, Work: true}
-	scResultsGet      = Script{Name: "results_get", ReadOnly: true}
-	scResultsPage     = Script{Name: "results_page", ReadOnly: true}
-	scSeal            = Script{Name: "seal", ReadOnly: false, Work: true}
-	scSweep           = Script{Name: "sweep", ReadOnly: false, Work: true}
-	scTake            = Script{Name: "take", ReadOnly: false, Work: true}
+	scAwaiting          = Script{Name: "awaiting", ReadOnly: true}
+	scCancel            = Script{Name: "cancel", ReadOnly: false}
+	scCancelRequests    = Script{Name: "cancel_requests", ReadOnly: true}
+	scClaim             = Script{Name: "claim", ReadOnly: false, Work: true}
+	scComplete          = Script{Name: "complete", ReadOnly: false, Work: true}
+	scEnqueue           = Script{Name: "enqueue", ReadOnly: false, Work: true}
+	scFinished          = Script{Name: "finished", ReadOnly: true}
+	scHolds             = Script{Name: "holds", ReadOnly: false, Work: true}
+	scJob               = Script{Name: "job", ReadOnly: true}
+	scJobsPage          = Script{Name: "jobs_page", ReadOnly: true}
+	scLayout            = Script{Name: "layout", ReadOnly: false}
+	scOpsChurn          = Script{Name: "ops_churn", ReadOnly: true}
+	scOpsDevice         = Script{Name: "ops_device", ReadOnly: true}
+	scOpsPresence       = Script{Name: "ops_presence", ReadOnly: true}
+	scOpsReplicaPut     = Script{Name: "ops_replica_put", ReadOnly: false}
+	scOpsReplicas       = Script{Name: "ops_replicas", ReadOnly: true}
+	scOpsSite           = Script{Name: "ops_site", ReadOnly: true}
+	scOpsTokenDrop      = Script{Name: "ops_token_drop", ReadOnly: false}
+	scOpsTokenGet       = Script{Name: "ops_token_get", ReadOnly: true}
+	scOpsTokenList      = Script{Name: "ops_token_list", ReadOnly: true}
+	scOpsTokenPut       = Script{Name: "ops_token_put", ReadOnly: false}
+	scPairingApprove    = Script{Name: "pairing_approve", ReadOnly: false}
+	scPairingByUser     = Script{Name: "pairing_by_user", ReadOnly: false}
+	scPairingDeny       = Script{Name: "pairing_deny", ReadOnly: false}
+	scPairingDrop       = Script{Name: "pairing_drop", ReadOnly: false}
+	scPairingGet        = Script{Name: "pairing_get", ReadOnly: false}
+	scPairingPut        = Script{Name: "pairing_put", ReadOnly: false}
+	scPairingShow       = Script{Name: "pairing_show", ReadOnly: false}
+	scPendingPage       = Script{Name: "pending_page", ReadOnly: true}
+	scPlace             = Script{Name: "place", ReadOnly: false}
+	scPresenceAll       = Script{Name: "presence_all", ReadOnly: false}
+	scPresenceByOwner   = Script{Name: "presence_by_owner", ReadOnly: false}
+	scPresenceDrop      = Script{Name: "presence_drop", ReadOnly: false}
+	scPresenceGet       = Script{Name: "presence_get", ReadOnly: true}
+	scPresenceSeen      = Script{Name: "presence_seen", ReadOnly: false}
+	scPresenceSeenBatch = Script{Name: "presence_seen_batch", ReadOnly: false}
+	scRelease           = Script{Name: "release", ReadOnly: false, Work: true}
+	scRenew             = Script{Name: "renew", ReadOnly: false, Work: true}
+	scResultsGet        = Script{Name: "results_get", ReadOnly: true}
+	scResultsPage       = Script{Name: "results_page", ReadOnly: true}
+	scSeal              = Script{Name: "seal", ReadOnly: false, Work: true}
+	scSweep             = Script{Name: "sweep", ReadOnly: false, Work: true}
+	scTake              = Script{Name: "take", ReadOnly: false, Work: true}
 )
 
 // Scripts is every script the store runs.
@@ -99,6 +100,7 @@ var Scripts = []Script{
 	scPresenceDrop,
 	scPresenceGet,
 	scPresenceSeen,
+	scPresenceSeenBatch,
 	scRelease,
 	scRenew,
 	scResultsGet,

@@ -1,0 +1,41 @@
+-- presence_seen_batch: several heartbeats of one shard in one call, each
+-- exactly what presence_seen would do with it (seen_record, lib/presence.lua),
+-- decided on its own: one record's failed condition leaves the others
+-- written. The batch shares one clock reading and the script call's own
+-- overhead, which on an idle fleet is most of a heartbeat's server cost.
+-- Store's heartbeat batch (internal/store/batch.go) sends it.
+--
+-- mode: write
+-- lib: presence
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  pidx (eR -> insertion counter)   KEYS[2]  pseq
+-- then per record i (from 0), 3 keys at KEYS[3+3i..5+3i]:
+--          p:<eR>, po:<eO>, rsh:<eR> (rsh is read only when the record's
+--          ARGV flag below is "1")
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  n, the number of records (1..64)
+-- then per record i, 10 values at ARGV[5+10i..14+10i]:
+--          eR, runnerId, owner, device (raw JSON), capabilities (raw JSON),
+--          withheld (raw JSON), ttl ms ("0": no expiry), digest of the two
+--          lists, condition ("1": must exist with this owner and device,
+--          else ""), "1" to answer the rsh record (else "")
+-- Reply: one entry per record, in order: presence_seen's reply for it
+-- (empty when its condition does not hold).
+
+local n = tonumber(ARGV[4])
+if not n or n < 1 or n > 64 or #KEYS ~= 2 + 3 * n or #ARGV ~= 4 + 10 * n then
+  return redis.error_reply('ERR relay: presence_seen_batch: KEYS and ARGV do not hold n records')
+end
+local now = fmt(clock())
+local out = {}
+for i = 0, n - 1 do
+  local k, a = 3 + 3 * i, 5 + 10 * i
+  local rsh = nil
+  if ARGV[a + 9] == '1' then
+    rsh = KEYS[k + 2]
+  end
+  out[i + 1] = seen_record({KEYS[k], KEYS[1], KEYS[2], KEYS[k + 1], rsh},
+    {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]},
+    now)
+end
+return out
