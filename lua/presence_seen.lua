@@ -27,9 +27,10 @@
 --          (optional)
 -- Reply: the record as a flat hash without capabilities and withheld (the
 -- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
--- copy its own lists back; with KEYS[5], one more field "rsh": the shard
--- indexes of that record, space-separated. Empty when ARGV[12]'s condition
--- does not hold.
+-- copy its own lists back; under ARGV[12]'s condition only lastSeenAt
+-- (runnerId, owner and device are the caller's own); with KEYS[5], one
+-- more field "rsh": the shard indexes of that record, space-separated.
+-- Empty when ARGV[12]'s condition does not hold.
 
 return seen_record({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
   {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]},

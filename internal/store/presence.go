@@ -106,8 +106,15 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched b
 		}
 		return Presence{}, nil, fmt.Errorf("record: %w: empty reply", ErrUnexpectedReply)
 	}
-	rec, err := parsePresence(msg)
-	if err != nil || rec == nil {
+	var rec *Presence
+	if require {
+		// The condition held, so the record holds exactly p's runner id,
+		// owner and device: the script answered only lastSeenAt.
+		rec = &Presence{RunnerID: p.RunnerID, Owner: p.Owner, Device: p.Device}
+		if rec.LastSeenAt, err = strconv.ParseInt(h["lastSeenAt"], 10, 64); err != nil {
+			return Presence{}, nil, fmt.Errorf("record lastSeenAt: %w", err)
+		}
+	} else if rec, err = parsePresence(msg); err != nil || rec == nil {
 		return Presence{}, nil, fmt.Errorf("record: %v", err)
 	}
 	rec.Capabilities, rec.Withheld = caps, withheld

@@ -14,8 +14,9 @@
 -- {eR, runnerId, owner, device, capabilities, withheld, ttl ms, digest,
 -- condition}. With condition "1" the record must already exist holding
 -- exactly owner and device, else nothing is written and the reply is {}.
--- Reply: the record as a flat array without its two lists, plus
--- "rsh" and the shard indexes of k[5] when k[5] is given.
+-- Reply: the record as a flat array without its two lists (under the
+-- condition only lastSeenAt: the caller sent the rest, and the condition
+-- held), plus "rsh" and the shard indexes of k[5] when k[5] is given.
 local function seen_record(k, a, now)
   -- One read is both the existence check and the reply's fields: a record
   -- always has runnerId.
@@ -45,10 +46,15 @@ local function seen_record(k, a, now)
   if a[7] ~= '0' then
     redis.call('PEXPIRE', k[1], a[7])
   end
-  local out = {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', now}
+  local out
+  if a[9] == '1' then
+    out = {'lastSeenAt', now}
+  else
+    out = {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', now}
+  end
   if k[5] then
-    out[9] = 'rsh'
-    out[10] = table.concat(redis.call('ZRANGE', k[5], 0, -1), ' ')
+    out[#out + 1] = 'rsh'
+    out[#out + 1] = table.concat(redis.call('ZRANGE', k[5], 0, -1), ' ')
   end
   return out
 end
