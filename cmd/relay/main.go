@@ -149,6 +149,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		PairingsPerSource: cfg.PairingsPerAddress,
 		SiteLimits:        cfg.SiteLimits,
 		HeartbeatBatch:    cfg.DaemonHeartbeatBatch,
+		WorkViewQueues:    cfg.WorkViewQueues,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			activity.Churned(r)

@@ -96,6 +96,9 @@ type Config struct {
 	// may wait to share its Valkey round trip with others
 	// (store.Options.HeartbeatBatch); 0 writes each at once.
 	DaemonHeartbeatBatch time.Duration
+	// WorkViewQueues bounds the empty queues this replica's work view
+	// remembers per shard (store.Options.WorkViewQueues).
+	WorkViewQueues int
 	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration
 	// DrainPeriod is how long after SIGTERM readiness fails while both
@@ -245,6 +248,7 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.Duration("storeTimeout", c.StoreTimeout),
 		slog.Duration("daemonHeartbeatBatch", c.DaemonHeartbeatBatch),
+		slog.Int("workViewQueues", c.WorkViewQueues),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 		slog.Int("maxConns", c.MaxConns),
 		slog.Int64("bodyBytesInFlight", c.BodyBytesInFlight),
@@ -502,6 +506,14 @@ var options = []option{
 			return fmt.Errorf(`%q is not a usable batch window; write a Go duration up to %v, e.g. 100ms, or "off"`, v, maxDaemonHeartbeatBatch)
 		}
 		c.DaemonHeartbeatBatch = d
+		return nil
+	}},
+	{env: "RELAY_WORK_VIEW_QUEUES", flag: "work-view-queues", def: strconv.Itoa(store.DefaultWorkViewQueues), usage: "empty queues this replica remembers per shard so an idle claim asks Valkey nothing (about 80 B each; a device adds about three per site it serves); a shard with more forgets some and sends their claims to Valkey", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1024 || n > 1<<24 {
+			return fmt.Errorf("%q is not a queue count; use a whole number from 1024 to 16777216, e.g. 65536 (about 5 MB a shard)", v)
+		}
+		c.WorkViewQueues = n
 		return nil
 	}},
 	{env: "RELAY_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long SIGINT/SIGTERM waits for in-flight requests before closing them", apply: func(c *Config, v string) error {

@@ -259,8 +259,10 @@
 // lost announcement costs at most that much latency); due heads are re-read
 // every second and after this replica's work writes on the shard. The view
 // only decides whether to ask Valkey: a stale view delays a grant, never
-// makes one. It keeps at most workViewQueues empty queues per shard, so a
-// fleet with more queues than that still reads some queue heads.
+// makes one. It keeps at most Options.WorkViewQueues empty queues per
+// shard (default 65,536, each as a 64-bit hash of its name, about 80 B),
+// forgetting an eighth at random when full, so a fleet with more queues
+// than that on a shard reads some queue heads, in proportion.
 //
 // A daemon's idle heartbeat is one script on the runner's shard
 // (presence_seen through Heartbeat): it checks that the presence record
@@ -269,9 +271,14 @@
 // the runner's record of shards (rsh:⟨R⟩) for the cancel requests, which
 // read further only on shards where the runner holds grants. With
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
-// heartbeats arriving within the window go out as one pipelined DoMulti,
-// still one script each (batch.go): the server's cost of a round trip is
-// shared. An idle claim the view rules out reads nothing at all, not even
+// heartbeats arriving within the window go out as one pipelined DoMulti
+// in which the heartbeats of one shard share one presence_seen_batch call
+// (batch.go; at most 64 records and 1 MiB of arguments a call): the
+// server's cost of a round trip is shared per node, and the script call's
+// own setup, about as costly as the record's commands, per shard. Each
+// record is still decided alone (its condition, its write, its answer);
+// under the condition the script answers only lastSeenAt, since the
+// caller sent the rest. An idle claim the view rules out reads nothing at all, not even
 // the presence record its grants would be checked against (nothing is
 // granted; a lost record is rebuilt by the next heartbeat); a claim that
 // reads queue heads reads the record in the same pipelined batch

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -120,6 +121,10 @@ type Options struct {
 	// the server pays about one round trip per batch instead of one per
 	// heartbeat. Zero writes each heartbeat at once.
 	HeartbeatBatch time.Duration
+	// WorkViewQueues bounds the empty queues the work view remembers per
+	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
+	// more queues on a shard than this sends some empty claims to Valkey.
+	WorkViewQueues int
 
 	// migrating lets Migrate's own Store open a namespace of the older
 	// layout it is about to move (loadLayout refuses it otherwise).
@@ -250,7 +255,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s.view = newWorkView(s.k.shards)
+	s.view = newWorkView(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues))
 	// The embedded store has no SPUBLISH: no announcements, no view (and
 	// one replica, nobody to tell).
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil

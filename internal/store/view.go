@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,19 @@ type workView struct {
 	live   []bool
 	sh     []shardView
 	shards map[string]int // shard prefix -> index
+	// maxQueues bounds the empty queues remembered per shard
+	// (Options.WorkViewQueues); past it an eighth of them, chosen at
+	// random, is forgotten, so a fleet with more queues than that loses a
+	// share of its empty claims to reads instead of all of them.
+	maxQueues int
+	// seed keys the remembered queues: each is kept as a 64-bit hash of
+	// its name, about 80 B an entry with the map's slack, where the name
+	// alone was 100. A collision (two of a million queues: about 3 in
+	// 10^8, and seeded per process, so it cannot be aimed at) makes a
+	// queue look empty until its next announcement or the re-check:
+	// latency, never a job.
+	seed  maphash.Seed
+	epoch time.Time // emptySeen.at counts from here (monotonic)
 }
 
 // shardView is one shard's part of the view.
@@ -61,17 +75,17 @@ type shardView struct {
 	fence   string // the fence in flight ("" when none)
 	fenceT  uint64 // own when it was sent
 	fenceAt time.Time
-	ann     uint64            // announcements received
-	recent  map[string]uint64 // queue -> number of its last announcement
-	floor   uint64            // reads sent before this number are not recorded
-	empty   map[string]emptySeen
+	ann     uint64               // announcements received
+	recent  map[string]uint64    // queue -> number of its last announcement
+	floor   uint64               // reads sent before this number are not recorded
+	empty   map[uint64]emptySeen // queueKey -> when it was seen empty
 	due     dueSeen
 }
 
 type emptySeen struct {
-	ver uint64
-	own uint64 // this Store's writes on the shard when the read was sent
-	at  time.Time
+	own uint64        // this Store's writes on the shard when the read was sent
+	at  time.Duration // when the read was sent, from workView.epoch
+	ver uint32        // shardView.ver then (low bits; it changes only when the view goes live or off)
 }
 
 type dueSeen struct {
@@ -103,10 +117,11 @@ const (
 	// second claim re-read its queues; at ten, one in twenty.
 	workViewEmptyTTL = 10 * time.Minute
 	workViewDueTTL   = time.Second
-	// workViewQueues bounds the queues remembered per shard (each device
-	// adds its sticky queues): past it the shard's entries are dropped and
-	// refilled by the next reads.
-	workViewQueues = 16384
+	// DefaultWorkViewQueues is Options.WorkViewQueues' default: the empty
+	// queues remembered per shard (each device adds its own queues: about
+	// three per consenting owner and site). 65,536 a shard is at most
+	// about 84 MB over 16 shards, reached only by a fleet that large.
+	DefaultWorkViewQueues = 65536
 	// workViewRecent bounds the recently announced queues kept per shard.
 	workViewRecent = 4096
 	// workViewFenceWait: a fence not back by then is sent again.
@@ -114,12 +129,13 @@ const (
 	maxScore          = int64(1) << 62
 )
 
-func newWorkView(shards []string) *workView {
+func newWorkView(shards []string, maxQueues int) *workView {
 	v := &workView{live: make([]bool, len(shards)), sh: make([]shardView, len(shards)),
-		shards: make(map[string]int, len(shards))}
+		shards: make(map[string]int, len(shards)), maxQueues: max(maxQueues, 8),
+		seed: maphash.MakeSeed(), epoch: time.Now()}
 	for i, p := range shards {
 		v.shards[p] = i
-		v.sh[i].empty = map[string]emptySeen{}
+		v.sh[i].empty = map[uint64]emptySeen{}
 		v.sh[i].recent = map[string]uint64{}
 	}
 	return v
@@ -151,7 +167,7 @@ func (v *workView) announced(i int, queue string) {
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
 	sv.ann++
-	delete(sv.empty, queue)
+	delete(sv.empty, maphash.String(v.seed, queue))
 	if len(sv.recent) >= workViewRecent {
 		clear(sv.recent)
 		sv.floor = sv.ann
@@ -194,8 +210,8 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool
 	sv := &v.sh[i]
 	unfenced := false
 	for _, q := range queues {
-		e, ok := sv.empty[q]
-		if !ok || e.ver != sv.ver || at.Sub(e.at) > workViewEmptyTTL {
+		e, ok := sv.empty[maphash.String(v.seed, q)]
+		if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL {
 			return false, ""
 		}
 		if e.own != sv.own && sv.fenced < sv.own {
@@ -232,10 +248,18 @@ func (v *workView) sawEmpty(i int, st viewStamp, queue string, at time.Time) {
 	if !v.live[i] || sv.ver != st.ver || st.ann < sv.floor || sv.recent[queue] > st.ann {
 		return
 	}
-	if len(sv.empty) >= workViewQueues {
-		clear(sv.empty)
+	if len(sv.empty) >= v.maxQueues {
+		// Map iteration starts at a random place: this forgets an
+		// arbitrary eighth.
+		n := v.maxQueues/8 + 1
+		for k := range sv.empty {
+			delete(sv.empty, k)
+			if n--; n == 0 {
+				break
+			}
+		}
 	}
-	sv.empty[queue] = emptySeen{ver: st.ver, own: st.own, at: at}
+	sv.empty[maphash.String(v.seed, queue)] = emptySeen{ver: uint32(st.ver), own: st.own, at: at.Sub(v.epoch)}
 }
 
 // notDue: is shard i known to hold nothing due at the store clock, offset

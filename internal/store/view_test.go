@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -231,7 +232,7 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 // sent before this Store's own write is trusted only once the fence sent
 // after the write came back.
 func TestWorkViewOrdering(t *testing.T) {
-	v := newWorkView([]string{"p:"})
+	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	at := time.Now()
 	q := []string{"p:q"}
@@ -277,7 +278,7 @@ func TestWorkViewOrdering(t *testing.T) {
 // busy replica does not send every concurrent request to Valkey at once.
 // A due instant the last reading shows passed is never hidden.
 func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
-	v := newWorkView([]string{"p:"})
+	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	t0 := time.Now()
 	v.sawDue(0, v.stamp(0), t0, 1_000_000, 1_000_000+10*workViewDueTTL.Milliseconds())
@@ -300,5 +301,43 @@ func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
 	v.touched("p:")
 	if v.notDue(0, t0, 0) {
 		t.Fatal("trusted after this Store's work write")
+	}
+}
+
+// Past Options.WorkViewQueues a shard's view forgets an eighth of its empty
+// queues, not all of them: with a fleet one and a half times the bound,
+// most queues stay known empty, the newest reading always among them, and
+// a queue never read is never taken for empty (the names are hashed).
+func TestWorkViewBoundForgetsAShare(t *testing.T) {
+	const bound = 1024
+	v := newWorkView([]string{"p:"}, bound)
+	v.setLive(0, true)
+	at := v.now()
+	const n = bound * 3 / 2
+	for i := range n {
+		v.sawEmpty(0, v.stamp(0), fmt.Sprint("p:q", i), at)
+		if empty, _ := v.queuesEmpty(0, []string{fmt.Sprint("p:q", i)}, at); !empty {
+			t.Fatalf("queue %d, just read empty, is not known empty", i)
+		}
+		if len(v.sh[0].empty) > bound {
+			t.Fatalf("%d queues remembered, bound %d", len(v.sh[0].empty), bound)
+		}
+	}
+	known := 0
+	for i := range n {
+		if empty, _ := v.queuesEmpty(0, []string{fmt.Sprint("p:q", i)}, at); empty {
+			known++
+		}
+	}
+	if known < bound-bound/8-1 || known > bound {
+		t.Fatalf("%d of %d queues known empty under a bound of %d; clearing everything would leave about %d", known, n, bound, n-bound)
+	}
+	for _, q := range []string{"p:never", "p:", "", "p:q" + fmt.Sprint(n), "p:q0 ", "p:Q1", "p:q１"} {
+		if empty, _ := v.queuesEmpty(0, []string{q}, at); empty {
+			t.Fatalf("queue %q was never read yet counts as empty", q)
+		}
+	}
+	if empty, _ := v.queuesEmpty(0, nil, at); !empty {
+		t.Fatal("no queues at all: nothing to read")
 	}
 }

@@ -15,6 +15,14 @@
 #   cpu_ticks PID...  utime+stime of the pids, in clock ticks
 #   free_port         a free loopback port
 #   scripts           Lua script calls so far on the server at VPORT
+#   start_relays NS [N]   N (default 3) relays of $BIN on CLUSTER_URL in
+#                     namespace NS; sets URLS, ADMINS, ADMIN (the first),
+#                     RELAY_PIDS
+#   snapshot          one JSON line: time, relay CPU ticks of RELAY_PIDS,
+#                     and per server of PRIMARIES its CPU, scripts, commands,
+#                     read events and calls by command; with
+#                     SNAPSHOT_REQUESTS=1 also the heartbeats and claims the
+#                     relays have answered (one /metrics read each)
 
 bench_init() {
   BENCH_NAME=$1
@@ -73,3 +81,69 @@ cpu_ticks() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 scripts() { redis-cli -p "$VPORT" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(eval|fcall)/ {n += $3} END {print n + 0}'; }
+
+# snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
+# primary its CPU seconds, script calls and the commands clients sent (one
+# INFO per sample included).
+snapshot() {
+  local nodes="" p
+  for p in "${PRIMARIES[@]}"; do
+    nodes+=$(redis-cli -p "$p" info everything | tr -d '\r' | python3 -c '
+import sys, json
+cpu = 0.0; scripts = 0; calls = 0; reads = 0; bycmd = {}
+for line in sys.stdin:
+    if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
+        cpu += float(line.split(":")[1])
+    elif line.startswith("total_reads_processed:"):
+        reads = int(line.split(":")[1])  # read events: round trips (a pipelined batch is one)
+    elif line.startswith("total_commands_processed:"):
+        calls = int(line.split(":")[1])  # every command run, those scripts ran included
+    elif line.startswith("cmdstat_"):
+        name, rest = line[8:].split(":", 1)
+        n = int(rest.split("calls=")[1].split(",")[0])
+        bycmd[name] = n
+        if name.startswith(("eval", "fcall")):
+            scripts += n
+print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "calls": calls, "reads": reads, "bycmd": bycmd}))' "$p"),
+  done
+  local t ticks; t=$(date +%s.%N); ticks=$(cpu_ticks "${RELAY_PIDS[@]}")
+  # The replicas' request counts only when asked (SNAPSHOT_REQUESTS=1): a
+  # /metrics scrape runs store reads of its own (job counts per shard).
+  local reqs='{}'
+  [ "${SNAPSHOT_REQUESTS:-0}" = 1 ] && reqs=$(daemon_requests)
+  printf '{"t": %s, "relayTicks": %s, "daemonRequests": %s, "nodes": [%s]}\n' "$t" "$ticks" "$reqs" "${nodes%,}"
+}
+
+# daemon_requests: heartbeats and claims the replicas have answered so far,
+# from each one's /metrics, as {"heartbeat": n, "claim": n}.
+daemon_requests() {
+  local a
+  for a in "${ADMINS[@]}"; do
+    curl -s -H "Authorization: Bearer $TOKEN" "$a/metrics" || true
+  done | python3 -c '
+import sys, json, re
+n = {"heartbeat": 0, "claim": 0}
+for line in sys.stdin:
+    if line.startswith("relay_http_requests_total{"):
+        m = re.search(r"route=\"[^\"]*/(heartbeat|claim)\"", line)
+        if m:
+            n[m.group(1)] += float(line.rsplit(" ", 1)[1])
+print(json.dumps(n))'
+}
+
+start_relays() {
+  local ns=$1 n=${2:-3} i outf
+  URLS=() RELAY_PIDS=() ADMIN="" ADMINS=()
+  for i in $(seq 1 "$n"); do
+    outf=$OUT/cluster-$ns-r$i.stdout
+    RELAY_VALKEY_URL=$CLUSTER_URL RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
+      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
+      "$BIN/relay" >"$outf" 2>"$OUT/cluster-$ns-r$i.log" &
+    STARTED+=($!); RELAY_PIDS+=($!)
+    for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
+    [ -s "$outf" ] || { log "relay not ready"; cat "$OUT/cluster-$ns-r$i.log" >&2; exit 1; }
+    URLS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["listen"])' "$outf")")
+    ADMINS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")")
+    [ -n "$ADMIN" ] || ADMIN="http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")"
+  done
+}
