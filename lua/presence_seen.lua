@@ -32,6 +32,4 @@
 -- more field "rsh": the shard indexes of that record, space-separated.
 -- Empty when ARGV[12]'s condition does not hold.
 
-return seen_record({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
-  {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]},
-  fmt(clock()))
+return seen_record(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], 4, fmt(clock()))

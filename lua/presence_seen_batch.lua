@@ -34,8 +34,6 @@ for i = 0, n - 1 do
   if ARGV[a + 9] == '1' then
     rsh = KEYS[k + 2]
   end
-  out[i + 1] = seen_record({KEYS[k], KEYS[1], KEYS[2], KEYS[k + 1], rsh},
-    {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]},
-    now)
+  out[i + 1] = seen_record(KEYS[k], KEYS[1], KEYS[2], KEYS[k + 1], rsh, a, now)
 end
 return out

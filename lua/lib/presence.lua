@@ -10,51 +10,56 @@
 -- without ld (written before it existed) differs from every digest, so its
 -- lists are rewritten once.
 --
--- k: the record's keys {p, pidx, pseq, po, rsh (or nil)}; a: its values
--- {eR, runnerId, owner, device, capabilities, withheld, ttl ms, digest,
--- condition}. With condition "1" the record must already exist holding
--- exactly owner and device, else nothing is written and the reply is {}.
+-- seen_record(p, pidx, pseq, po, rsh, i, now): the record's keys (rsh may
+-- be nil: not read) and, from ARGV[i], its nine values: eR, runnerId,
+-- owner, device, capabilities, withheld, ttl ms, digest, condition. Read
+-- from ARGV in place rather than copied into tables: this runs once per
+-- heartbeat of an idle fleet. With condition "1" the record must already
+-- exist holding exactly owner and device, else nothing is written and the
+-- reply is {}.
 -- Reply: the record as a flat array without its two lists (under the
 -- condition only lastSeenAt: the caller sent the rest, and the condition
--- held), plus "rsh" and the shard indexes of k[5] when k[5] is given.
-local function seen_record(k, a, now)
-  -- One read is both the existence check and the reply's fields: a record
-  -- always has runnerId.
-  local r = redis.call('HMGET', k[1], 'runnerId', 'owner', 'device', 'ld')
-  if a[9] == '1' and (not r[1] or r[2] ~= a[3] or r[3] ~= a[4]) then
+-- held), plus "rsh" and the shard indexes read from rsh when it is given.
+local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
+  -- One read is both the existence check and the reply's fields: a
+  -- record always has an owner (presence_seen is its only writer), and
+  -- its runnerId is the one its key names, ARGV[i + 1].
+  local r = redis.call('HMGET', kp, 'owner', 'device', 'ld')
+  local cond = ARGV[i + 8] == '1'
+  if cond and (r[1] ~= ARGV[i + 2] or r[2] ~= ARGV[i + 3]) then
     return {}
   end
   if r[1] then
-    if r[4] == a[8] then
+    if r[3] == ARGV[i + 7] then
       -- Same lists: the owner's index already names this record (it was
       -- added with the record or with the lists, and only a gone record or
       -- another owner's entry is ever dropped from it).
-      redis.call('HSET', k[1], 'lastSeenAt', now)
+      redis.call('HSET', kp, 'lastSeenAt', now)
     else
-      redis.call('HSET', k[1], 'lastSeenAt', now, 'capabilities', a[5], 'withheld', a[6], 'ld', a[8])
-      redis.call('SADD', k[4], a[1])
+      redis.call('HSET', kp, 'lastSeenAt', now, 'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', ARGV[i + 7])
+      redis.call('SADD', kpo, ARGV[i])
     end
   else
-    redis.call('HSET', k[1], 'runnerId', a[2], 'owner', a[3], 'device', a[4],
-      'capabilities', a[5], 'withheld', a[6], 'ld', a[8], 'lastSeenAt', now)
+    redis.call('HSET', kp, 'runnerId', ARGV[i + 1], 'owner', ARGV[i + 2], 'device', ARGV[i + 3],
+      'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', ARGV[i + 7], 'lastSeenAt', now)
     -- A new record goes to the end of the listing, even if an index entry
     -- of a lost record lingers (everyone() cleans those).
-    redis.call('ZADD', k[2], next_seq(k[3]), a[1])
-    r = {a[2], a[3], a[4]}
-    redis.call('SADD', k[4], a[1])
+    redis.call('ZADD', kidx, next_seq(kseq), ARGV[i])
+    r = {ARGV[i + 2], ARGV[i + 3]}
+    redis.call('SADD', kpo, ARGV[i])
   end
-  if a[7] ~= '0' then
-    redis.call('PEXPIRE', k[1], a[7])
+  if ARGV[i + 6] ~= '0' then
+    redis.call('PEXPIRE', kp, ARGV[i + 6])
   end
-  local out
-  if a[9] == '1' then
-    out = {'lastSeenAt', now}
-  else
-    out = {'runnerId', r[1], 'owner', r[2], 'device', r[3], 'lastSeenAt', now}
+  local rsh = krsh and table.concat(redis.call('ZRANGE', krsh, 0, -1), ' ')
+  if cond then
+    if rsh then
+      return {'lastSeenAt', now, 'rsh', rsh}
+    end
+    return {'lastSeenAt', now}
   end
-  if k[5] then
-    out[#out + 1] = 'rsh'
-    out[#out + 1] = table.concat(redis.call('ZRANGE', k[5], 0, -1), ' ')
+  if rsh then
+    return {'runnerId', ARGV[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now, 'rsh', rsh}
   end
-  return out
+  return {'runnerId', ARGV[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now}
 end
