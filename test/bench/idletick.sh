@@ -9,6 +9,7 @@
 #   BENCH_VALKEY=cluster test/bench/idletick.sh    # 3 replicas on a 3-primary cluster (.ci/cluster)
 #   REPLICAS=1 test/bench/idletick.sh              # one replica
 #   RELAY_BIN_DIR=dir test/bench/idletick.sh       # relay and loadgen built elsewhere (another revision)
+#   VALKEY_CPU=1 taskset -c 0 test/bench/idletick.sh   # the server on CPU 1 alone, everything else on CPU 0
 #
 # Fleet A (FLEET_A daemons, default 1,000) ticks for the whole run; fleet B
 # (FLEET_B more, default 3,000) is added and taken away again, ROUNDS times
@@ -47,9 +48,13 @@ else
   PRIMARIES=("$CLUSTER_BASE_PORT")
   redis-server --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/idletick-valkey.log" 2>&1 &
   STARTED+=($!)
+  if [ -n "${VALKEY_CPU:-}" ]; then
+    taskset -pc "$VALKEY_CPU" $! >/dev/null
+    WHERE_CPU=", the server alone on CPU $VALKEY_CPU, relays and load generators on CPU $(taskset -pc $$ | sed 's/.*: //')"
+  fi
   for _ in $(seq 1 50); do redis-cli -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   CLUSTER_URL=redis://127.0.0.1:$CLUSTER_BASE_PORT/0
-  WHERE="one redis-server"
+  WHERE="one redis-server${WHERE_CPU:-}"
 fi
 if [ -n "${RELAY_BIN_DIR:-}" ]; then
   BIN=$RELAY_BIN_DIR
