@@ -227,18 +227,8 @@ func beatCall(t testing.TB, s *Store, p Presence, require, shards bool) *batched
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps, withheld := orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld)
-	keys := s.presenceSeenKeys(p.RunnerID, p.Owner)
-	if shards {
-		keys = append(keys, s.k.runnerShards(p.RunnerID))
-	}
-	cond := ""
-	if require {
-		cond = "1"
-	}
-	return &batchedCall{ctx: context.Background(), done: make(chan struct{}), keys: keys,
-		args: []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-			"60000", listsDigest(caps, withheld), cond}}
+	keys, args := s.seenCall(p, device, orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld), require, shards)
+	return &batchedCall{ctx: context.Background(), done: make(chan struct{}), keys: keys, args: args}
 }
 
 // The heartbeats of one batch that share a shard share one script call

@@ -74,16 +74,7 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched b
 		return Presence{}, nil, fmt.Errorf("%w: capabilities and withheld are %d bytes, the limit is %d",
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
-	keys := s.presenceSeenKeys(p.RunnerID, p.Owner)
-	if shards {
-		keys = append(keys, s.k.runnerShards(p.RunnerID))
-	}
-	cond := ""
-	if require {
-		cond = "1"
-	}
-	args := []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond}
+	keys, args := s.seenCall(p, device, caps, withheld, require, shards)
 	var msg valkey.ValkeyMessage
 	if batched && s.beats != nil {
 		msg, err = s.beats.run(ctx, keys, args...)
@@ -123,6 +114,23 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched b
 		in = s.shardList(strings.Fields(h["rsh"]))
 	}
 	return *rec, in, nil
+}
+
+// seenCall is presence_seen's keys and op-specific args for p (its device
+// and lists already encoded and checked): under require, the condition;
+// with shards, the runner's record of shards.
+func (s *Store) seenCall(p Presence, device, caps, withheld []byte, require, shards bool) (keys, args []string) {
+	keys = s.presenceSeenKeys(p.RunnerID, p.Owner)
+	if shards {
+		keys = append(keys, s.k.runnerShards(p.RunnerID))
+	}
+	cond := ""
+	if require {
+		cond = "1"
+	}
+	args = []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond}
+	return keys, args
 }
 
 // listsDigest names a heartbeat's two lists for presence_seen, which

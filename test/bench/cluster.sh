@@ -50,14 +50,7 @@ else
 fi
 
 PARTS=${BENCH_PARTS:-load,idle}
-if [ -n "${RELAY_BIN_DIR:-}" ]; then
-  BIN=$RELAY_BIN_DIR
-  log "relay and loadgen from $BIN"
-else
-  log "building relay and loadgen"
-  go build -o "$BIN/relay" ./cmd/relay
-  go build -o "$BIN/loadgen" ./cmd/loadgen
-fi
+relay_bins
 log "starting the cluster on ports ${PRIMARIES[*]}"
 if [ "$SINGLE" = 1 ]; then
   redis-server --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/cluster-single.log" 2>&1 &

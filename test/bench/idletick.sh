@@ -56,14 +56,7 @@ else
   CLUSTER_URL=redis://127.0.0.1:$CLUSTER_BASE_PORT/0
   WHERE="one redis-server${WHERE_CPU:-}"
 fi
-if [ -n "${RELAY_BIN_DIR:-}" ]; then
-  BIN=$RELAY_BIN_DIR
-  log "relay and loadgen from $BIN"
-else
-  log "building relay and loadgen"
-  go build -o "$BIN/relay" ./cmd/relay
-  go build -o "$BIN/loadgen" ./cmd/loadgen
-fi
+relay_bins
 
 NS="itick-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS" "$REPLICAS"

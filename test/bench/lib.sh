@@ -15,6 +15,8 @@
 #   cpu_ticks PID...  utime+stime of the pids, in clock ticks
 #   free_port         a free loopback port
 #   scripts           Lua script calls so far on the server at VPORT
+#   relay_bins        BIN from RELAY_BIN_DIR (another revision's relay and
+#                     loadgen), else this tree's built into it
 #   start_relays NS [N]   N (default 3) relays of $BIN on CLUSTER_URL in
 #                     namespace NS; sets URLS, ADMINS, ADMIN (the first),
 #                     RELAY_PIDS
@@ -146,4 +148,15 @@ start_relays() {
     ADMINS+=("http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")")
     [ -n "$ADMIN" ] || ADMIN="http://$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["admin"])' "$outf")"
   done
+}
+
+relay_bins() {
+  if [ -n "${RELAY_BIN_DIR:-}" ]; then
+    BIN=$RELAY_BIN_DIR
+    log "relay and loadgen from $BIN"
+  else
+    log "building relay and loadgen"
+    go build -o "$BIN/relay" ./cmd/relay
+    go build -o "$BIN/loadgen" ./cmd/loadgen
+  fi
 }
