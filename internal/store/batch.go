@@ -44,7 +44,6 @@ const beatBatchNoDeadline = 10 * time.Second
 // Nothing else is batched: a claim, a seal or a fetch goes out at once.
 type beatBatch struct {
 	s      *Store
-	script Script // presence_seen: what each call is, for observation and a lone call
 	window time.Duration
 
 	mu      sync.Mutex
@@ -64,8 +63,8 @@ type batchedCall struct {
 	err        error
 }
 
-func newBeatBatch(s *Store, script Script, window time.Duration) *beatBatch {
-	return &beatBatch{s: s, script: script, window: window}
+func newBeatBatch(s *Store, window time.Duration) *beatBatch {
+	return &beatBatch{s: s, window: window}
 }
 
 // run queues one call and waits for its reply, or for ctx to end (the
@@ -143,32 +142,35 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	groups := groupByShard(live)
 	b.calls.Add(int64(len(groups)))
 	s := b.s
+	// Each heartbeat is observed as the presence_seen it stands for.
 	ends := make([]func(error), len(live))
 	for i, c := range live {
 		if obs := s.opts.ObserveScript; obs != nil {
-			_, ends[i] = obs(c.ctx, b.script.Name)
+			_, ends[i] = obs(c.ctx, scPresenceSeen.Name)
 		}
 	}
+	type groupCall struct {
+		script     Script
+		keys, args []string // as sent: guard and common ARGV included
+	}
+	sends := make([]groupCall, len(groups))
 	cmds := make(valkey.Commands, len(groups))
-	execs := make([]func(context.Context) valkey.ValkeyResult, len(groups))
 	for i, g := range groups {
-		script, keys, args := b.script, g[0].keys, g[0].args
+		gc := groupCall{scPresenceSeen, g[0].keys, g[0].args}
 		if len(g) > 1 {
-			script, keys, args = scPresenceSeenBatch, batchKeys(g), batchArgs(g)
+			gc = groupCall{scPresenceSeenBatch, batchKeys(g), batchArgs(g)}
 		}
-		withGuard, all, err := s.scriptArgs(script, keys, args)
-		if err != nil { // not reached: every call has keys
-			panic(err)
-		}
-		cmds[i] = s.c.B().Evalsha().Sha1(s.sha1[script.Name]).Numkeys(int64(len(withGuard))).Key(withGuard...).Arg(all...).Build()
-		sc := s.scripts[script.Name]
-		execs[i] = func(ctx context.Context) valkey.ValkeyResult { return sc.Exec(ctx, s.c, withGuard, all) }
+		// scriptArgs fails only without keys, and run refuses those.
+		gc.keys, gc.args, _ = s.scriptArgs(gc.script, gc.keys, gc.args)
+		sends[i] = gc
+		cmds[i] = s.c.B().Evalsha().Sha1(s.sha1[gc.script.Name]).Numkeys(int64(len(gc.keys))).Key(gc.keys...).Arg(gc.args...).Build()
 	}
 	res := s.c.DoMulti(ctx, cmds...)
 	for i, g := range groups {
 		msg, err := res[i].ToMessage()
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			msg, err = execs[i](ctx).ToMessage()
+			gc := sends[i]
+			msg, err = s.scripts[gc.script.Name].Exec(ctx, s.c, gc.keys, gc.args).ToMessage()
 		}
 		if err != nil && valkey.IsValkeyNil(err) {
 			err = nil
@@ -201,26 +203,23 @@ func (b *beatBatch) send(calls []*batchedCall) {
 // the calls of one shard (one slot: their keys share its prefix), in
 // arrival order, at most beatGroupMax and beatGroupBytes each.
 func groupByShard(calls []*batchedCall) [][]*batchedCall {
+	type openGroup struct{ i, bytes int }
 	var groups [][]*batchedCall
-	open := map[string]int{} // shard prefix -> index of its open group
-	size := map[string]int{}
+	open := map[string]*openGroup{} // shard prefix -> its group still taking calls
 	for _, c := range calls {
 		p := prefixOf(c.keys[0])
 		n := 0
 		for _, a := range c.args {
 			n += len(a)
 		}
-		i, ok := open[p]
-		if ok && (len(groups[i]) >= beatGroupMax || size[p]+n > beatGroupBytes) {
-			ok = false
-		}
-		if !ok {
+		g := open[p]
+		if g == nil || len(groups[g.i]) >= beatGroupMax || g.bytes+n > beatGroupBytes {
 			groups = append(groups, nil)
-			i = len(groups) - 1
-			open[p], size[p] = i, 0
+			g = &openGroup{i: len(groups) - 1}
+			open[p] = g
 		}
-		groups[i] = append(groups[i], c)
-		size[p] += n
+		groups[g.i] = append(groups[g.i], c)
+		g.bytes += n
 	}
 	return groups
 }

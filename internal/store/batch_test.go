@@ -252,7 +252,7 @@ func TestHeartbeatBatchGroupsByShard(t *testing.T) {
 			beatCall(t, h.s, Presence{RunnerID: other, Owner: "bob", Device: devOther, Capabilities: json.RawMessage(`["o"]`)}, true, true),
 			beatCall(t, h.s, Presence{RunnerID: fresh, Owner: "carol", Device: devFresh, Capabilities: json.RawMessage(`[{"kind":"generate"}]`), Withheld: json.RawMessage(`["w"]`)}, false, false),
 		}
-		bb := newBeatBatch(h.s, scPresenceSeen, time.Hour)
+		bb := newBeatBatch(h.s, time.Hour)
 		bb.send(append([]*batchedCall(nil), calls...))
 		if got := bb.calls.Load(); got != 2 {
 			t.Fatalf("4 heartbeats on 2 shards went out as %d script calls, want 2", got)

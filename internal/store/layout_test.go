@@ -167,7 +167,7 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	h.sweep()
 	h.seen("runner_1", "alice", freshDevice(), "[]", "[]")
 	together, _ := sameShardRunners(h.s, "together_", 2)
-	bb := newBeatBatch(h.s, scPresenceSeen, time.Hour)
+	bb := newBeatBatch(h.s, time.Hour)
 	bb.send([]*batchedCall{beatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false, true),
 		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false)})
 	_, _ = h.s.Presence(ctx, "runner_1")

@@ -230,7 +230,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources)),
 		sha1: make(map[string]string, len(sources))}
 	if opts.HeartbeatBatch > 0 {
-		s.beats = newBeatBatch(s, scPresenceSeen, opts.HeartbeatBatch)
+		s.beats = newBeatBatch(s, opts.HeartbeatBatch)
 	}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
 	var seed [12]byte
