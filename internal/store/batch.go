@@ -120,9 +120,9 @@ func (b *beatBatch) flush() {
 // send runs the calls as one DoMulti (the client splits it by node and
 // writes each node's part at once): one presence_seen_batch call per shard
 // group (groups), or presence_seen for a call alone on its shard. A call
-// whose caller has already given up is not sent. A NOSCRIPT reply (a
-// restarted or new node) is retried with the script loader (EVALSHA, then
-// EVAL).
+// whose caller has already given up is not sent. A node that lacks the
+// script (NOSCRIPT) or the functions library (a restarted or new node) is
+// given it and the call is made again on its own (Store.resend).
 func (b *beatBatch) send(calls []*batchedCall) {
 	live := calls[:0]
 	for _, c := range calls {
@@ -163,14 +163,14 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		// scriptArgs fails only without keys, and run refuses those.
 		gc.keys, gc.args, _ = s.scriptArgs(gc.script, gc.keys, gc.args)
 		sends[i] = gc
-		cmds[i] = s.c.B().Evalsha().Sha1(s.sha1[gc.script.Name]).Numkeys(int64(len(gc.keys))).Key(gc.keys...).Arg(gc.args...).Build()
+		cmds[i] = s.command(gc.script, gc.keys, gc.args)
 	}
 	res := s.c.DoMulti(ctx, cmds...)
 	for i, g := range groups {
 		msg, err := res[i].ToMessage()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || isFunctionMissing(err)) {
 			gc := sends[i]
-			msg, err = s.scripts[gc.script.Name].Exec(ctx, s.c, gc.keys, gc.args).ToMessage()
+			msg, err = s.resend(ctx, gc.script, gc.keys, gc.args)
 		}
 		if err != nil && valkey.IsValkeyNil(err) {
 			err = nil

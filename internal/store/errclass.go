@@ -99,6 +99,12 @@ func Classify(err error) ErrorClass {
 				return ClassUnavailable
 			}
 		}
+		// A node still without the functions library after the store
+		// loaded it (it was replaced or flushed in between): the next call
+		// loads it again.
+		if isFunctionMissing(err) {
+			return ClassUnavailable
+		}
 	}
 	return ClassBug
 }

@@ -112,7 +112,7 @@ func benchIdleTick(b *testing.B, view bool, parallel int) {
 	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/op")
 }
 
-// serverCost is the server's CPU seconds, EVALSHA/EVAL calls and all calls
+// serverCost is the server's CPU seconds, script calls (EVAL*, FCALL*) and all calls
 // so far (server-wide).
 func serverCost(b *testing.B, c valkey.Client) (cpu float64, scripts, cmds int64) {
 	info, err := c.Do(context.Background(), c.B().Info().Section("all").Build()).ToString()
@@ -133,7 +133,7 @@ func serverCost(b *testing.B, c valkey.Client) (cpu float64, scripts, cmds int64
 			calls := strings.TrimPrefix(strings.Split(stats, ",")[0], "calls=")
 			n, _ := strconv.ParseInt(calls, 10, 64)
 			cmds += n
-			if strings.HasPrefix(name, "eval") {
+			if strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall") {
 				scripts += n
 			}
 		}

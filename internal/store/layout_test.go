@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,12 +120,30 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 
 // Every script call, and every command a script runs inside, stays on one
 // slot: MONITOR shows both (script-issued commands as "[0 lua]"), and the
-// workload below runs every Script the store has.
+// workload below runs every Script the store has, once as the functions
+// library (FCALL) and once as scripts (EVALSHA).
 func TestEveryScriptStaysOnOneSlot(t *testing.T) {
+	for _, evalScripts := range []bool{false, true} {
+		t.Run(map[bool]string{false: "functions", true: "scripts"}[evalScripts], func(t *testing.T) {
+			everyScriptStaysOnOneSlot(t, evalScripts)
+		})
+	}
+}
+
+func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	b := realBackend(t)
 	m := startMonitor(t)
-	h := newH(t, b, Options{OnChurn: func(ChurnReport) {}})
+	h := newH(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
+	if h.s.RunsFunctions() == evalScripts {
+		t.Fatalf("RunsFunctions() = %v with EvalScripts %v", h.s.RunsFunctions(), evalScripts)
+	}
 	ctx := context.Background()
+	byFunction := map[string]string{}
+	if h.s.fns != nil {
+		for op, fn := range h.s.fns.lib.fn {
+			byFunction[fn] = op
+		}
+	}
 
 	byHash := map[string]string{}
 	sources, err := loadScripts(lua.FS)
@@ -187,7 +206,7 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	_, _ = h.s.PutPairing(ctx, p)
 	_ = h.s.DenyPairing(ctx, "WXYZ-WXYZ")
 	_ = h.s.DropPairing(ctx, "dc1")
-	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()}); err != nil {
+	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard(), EvalScripts: evalScripts}); err != nil {
 		t.Fatal(err) // the layout script, on a namespace that has its record
 	}
 	// The operations view's reads and records (opsview.go).
@@ -247,16 +266,27 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 			continue
 		}
 		current = ""
-		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" {
+		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" && cmd != "fcall" && cmd != "fcall_ro" {
 			continue
 		}
 		if len(toks) < 4 || !strings.HasPrefix(toks[3], ns) {
 			continue
 		}
 		name := byHash[toks[1]]
-		if cmd == "eval" || cmd == "eval_ro" {
+		switch cmd {
+		case "eval", "eval_ro":
 			sum := sha1.Sum([]byte(toks[1]))
 			name = byHash[hex.EncodeToString(sum[:])]
+		case "fcall", "fcall_ro":
+			name = byFunction[toks[1]]
+			if ro := Scripts[slices.IndexFunc(Scripts, func(sc Script) bool { return sc.Name == name })].ReadOnly; ro != (cmd == "fcall_ro") {
+				t.Errorf("%s: called with %s, read-only %v", name, cmd, ro)
+			}
+		}
+		// The store's own operations run as it says; RunJobScript's (test
+		// hooks from outside lua/) are always scripts.
+		if fcall := strings.HasPrefix(cmd, "fcall"); fcall == evalScripts && name != "" {
+			t.Fatalf("%s ran with %s in a store whose RunsFunctions() is %v", name, cmd, h.s.RunsFunctions())
 		}
 		var n int
 		fmt.Sscan(toks[2], &n)

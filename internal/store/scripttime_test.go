@@ -345,7 +345,7 @@ const slowlogThresholdUs = "50"
 
 // armSlowlog logs commands of 50 µs or more; the returned stop reads the log
 // back (per script, the calls naming prefix) with the commandstats totals of
-// EVALSHA and EVALSHA_RO since arming, and restores the server's settings.
+// EVALSHA, FCALL and their _RO forms since arming, and restores the server's settings.
 func armSlowlog(tb testing.TB, c valkey.Client) func(prefix string) scriptTimes {
 	tb.Helper()
 	ctx := context.Background()
@@ -366,7 +366,7 @@ func armSlowlog(tb testing.TB, c valkey.Client) func(prefix string) scriptTimes 
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for _, name := range []string{"evalsha", "evalsha_ro"} {
+		for _, name := range []string{"evalsha", "evalsha_ro", "fcall", "fcall_ro"} {
 			calls, usec = calls+all[name].Calls, usec+all[name].Usec
 		}
 		return calls, usec
@@ -407,10 +407,13 @@ func armSlowlog(tb testing.TB, c valkey.Client) func(prefix string) scriptTimes 
 				continue
 			}
 			cmd := strings.ToLower(args[0])
-			if cmd != "evalsha" && cmd != "evalsha_ro" {
+			if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "fcall" && cmd != "fcall_ro" {
 				continue
 			}
 			name := names[args[1]]
+			if strings.HasPrefix(cmd, "fcall") {
+				name, _ = FunctionScript(args[1])
+			}
 			if name == "" {
 				name = "sha:" + args[1][:12]
 			}

@@ -121,6 +121,11 @@ type Options struct {
 	// the server pays about one round trip per batch instead of one per
 	// heartbeat. Zero writes each heartbeat at once.
 	HeartbeatBatch time.Duration
+	// EvalScripts runs every operation with EVALSHA even when the server
+	// has FUNCTION (see library): for benchmarks that compare the two in
+	// one run. A server without FUNCTION, or one that refuses to load the
+	// library, gets EVALSHA whatever this says.
+	EvalScripts bool
 	// WorkViewQueues bounds the empty queues the work view remembers per
 	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
 	// more queues on a shard than this sends some empty claims to Valkey.
@@ -181,6 +186,9 @@ type Store struct {
 	log     *slog.Logger
 	offset  atomic.Int64
 	scripts map[string]*valkey.Lua
+	// fns runs the operations as Valkey Functions (library.go); nil when
+	// they run as scripts (EVALSHA).
+	fns *functions
 	// sha1 of each script's source, for batches sent with DoMulti.
 	sha1  map[string]string
 	beats *beatBatch
@@ -212,8 +220,9 @@ func (s *Store) epochCandidate() string {
 	return s.epochSeed + "." + strconv.FormatUint(s.epochN.Add(1), 36)
 }
 
-// New checks the options and prepares the scripts. It does not talk to
-// Valkey; scripts are loaded on first use (EVALSHA, EVAL on NOSCRIPT).
+// New checks the options, loads the operations as a Valkey Functions
+// library where the server takes one (else they are scripts, loaded on
+// first use: EVALSHA, EVAL on NOSCRIPT) and reads the namespace's layout.
 func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("store: nil valkey client")
@@ -252,6 +261,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 			s.scripts[sc.Name] = valkey.NewLuaScript(src)
 		}
 	}
+	if !opts.EvalScripts {
+		if err := s.loadFunctions(ctx); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -261,6 +275,34 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil
 	return s, nil
 }
+
+// loadFunctions builds the library and loads it. A server that refuses
+// it (no FUNCTION command, an ACL, a full server) leaves the store on
+// EVALSHA, said once in the log.
+func (s *Store) loadFunctions(ctx context.Context) error {
+	lib, err := buildLibrary(lua.FS, Scripts)
+	if err != nil {
+		return err
+	}
+	f := &functions{lib: lib}
+	if err := f.load(ctx, s.c); err != nil {
+		if errors.Is(err, errNoFunctions) {
+			reason := err.Error()
+			if len(reason) > 160 { // a server may echo the library back
+				reason = reason[:160] + "…"
+			}
+			s.log.Info("store: operations run as scripts (EVALSHA), not as a functions library", "reason", reason)
+			return nil
+		}
+		return err
+	}
+	s.fns = f
+	return nil
+}
+
+// RunsFunctions says whether operations run as the Valkey Functions
+// library (FCALL) rather than as scripts (EVALSHA).
+func (s *Store) RunsFunctions() bool { return s.fns != nil }
 
 // loadScripts assembles every operation: lib/common.lua, then each library
 // named on a "-- lib: <name>" header line, then the operation itself.
@@ -286,10 +328,12 @@ func loadScripts(fsys fs.FS) (map[string]string, error) {
 	return out, nil
 }
 
-// assemble is one operation's source as it runs: common, each library its
-// header names (from fsys's lib/), then body.
+// assemble is one operation's source as a script (EVAL): the globals
+// bound, common, each library its header names (from fsys's lib/), the
+// call's start, then body.
 func assemble(fsys fs.FS, common []byte, body string) (string, error) {
 	var b strings.Builder
+	b.WriteString(evalPrelude)
 	b.Write(common)
 	for _, line := range strings.Split(body, "\n") {
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "-- lib:")
@@ -302,6 +346,7 @@ func assemble(fsys fs.FS, common []byte, body string) (string, error) {
 		}
 		b.Write(lib)
 	}
+	b.WriteString(callStart)
 	b.WriteString(body)
 	return b.String(), nil
 }
@@ -357,10 +402,14 @@ func (s *Store) run(ctx context.Context, script Script, keys []string, args ...s
 	if !ok {
 		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", script.Name)
 	}
+	if s.fns != nil {
+		sc = nil
+	}
 	return s.exec(ctx, script, sc, keys, args...)
 }
 
-// exec runs sc as script (run and RunJobScript).
+// exec runs sc as script (run and RunJobScript), or, with sc nil, the
+// library's function of that name.
 func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []string, args ...string) (msg valkey.ValkeyMessage, err error) {
 	if obs := s.opts.ObserveScript; obs != nil {
 		var end func(error)
@@ -374,11 +423,46 @@ func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []
 	if script.Work {
 		defer s.view.touched(prefixOf(keys[0]))
 	}
-	msg, err = sc.Exec(ctx, s.c, withGuard, all).ToMessage()
+	if sc == nil {
+		msg, err = s.fcall(ctx, script, withGuard, all)
+	} else {
+		msg, err = sc.Exec(ctx, s.c, withGuard, all).ToMessage()
+	}
 	if err != nil && !valkey.IsValkeyNil(err) {
 		return msg, err
 	}
 	return msg, nil
+}
+
+// fcall runs script's function with keys and args as sent. A node without
+// the library gets it (load) and the call is made once more.
+func (s *Store) fcall(ctx context.Context, script Script, keys, args []string) (valkey.ValkeyMessage, error) {
+	msg, err := s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
+	if !isFunctionMissing(err) {
+		return msg, err
+	}
+	if lerr := s.fns.load(ctx, s.c); lerr != nil {
+		return msg, fmt.Errorf("%s: reload functions: %w", script.Name, lerr)
+	}
+	return s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
+}
+
+// resend runs a call made in a batch once more on its own after its
+// node lacked the script or the library.
+func (s *Store) resend(ctx context.Context, script Script, keys, args []string) (valkey.ValkeyMessage, error) {
+	if s.fns != nil {
+		return s.fcall(ctx, script, keys, args)
+	}
+	return s.scripts[script.Name].Exec(ctx, s.c, keys, args).ToMessage()
+}
+
+// command is script's call with keys and args as sent, for a batch:
+// FCALL, or EVALSHA of the script's digest.
+func (s *Store) command(script Script, keys, args []string) valkey.Completed {
+	if s.fns != nil {
+		return s.fns.command(s.c, script, keys, args)
+	}
+	return s.c.B().Evalsha().Sha1(s.sha1[script.Name]).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // scriptArgs is what a script call sends: the caller's keys with the

@@ -14,18 +14,42 @@
 -- and Lua 5.1's tostring keeps only 14 significant digits, so fmt() is the
 -- only way a computed instant is written anywhere.
 
+-- How a script is built (internal/store library.go): the relay loads every
+-- operation as one Valkey Functions library (FUNCTION LOAD; FCALL and
+-- FCALL_RO run them), so this file and the libraries after it are
+-- defined once when the library loads, not on every call; a server
+-- without FUNCTION gets each operation as its own script (EVALSHA), the
+-- same code after a first line that binds the globals. Either way the
+-- locals below are the call's own: begin() sets them first thing in
+-- every call, before the operation's body runs. Nothing else here may
+-- read KEYS, ARGV or a library function at load time (a library loads
+-- without string, table and the rest of Lua's standard library).
+--
+--   KEYS, ARGV  the call's keys and args (declared by the first line)
+--   P           KEYS[1]'s prefix, checked against ARGV[1]
+--   REPORTS     churn reports raised during the call (lib/store.lua
+--               note_churn): {siteId, owner, count}; every settling
+--               script returns them so Go can call OnChurn after the write
+local P, REPORTS
+
+-- begin(keys, argv) starts a call: nil, or the error reply to return.
 -- KEYS' last entry is the migration guard P .. 'mguard', a key never
 -- written (internal/store GuardKey): declaring it makes a cluster refuse
--- the whole script up front while its slot migrates, instead of aborting
+-- the whole call up front while its slot migrates, instead of aborting
 -- it half-way at the first undeclared key already moved. It is taken off
 -- here, before any script body looks at KEYS or #KEYS.
-local G = table.remove(KEYS)
-local P = KEYS[1] and string.match(KEYS[1], '^[^{]*{[^}]*}:')
-if not P or P ~= ARGV[1] then
-  return redis.error_reply('ERR relay: ARGV[1] is not the prefix of KEYS[1]')
-end
-if G ~= P .. 'mguard' then
-  return redis.error_reply('ERR relay: the last key is not the migration guard of KEYS[1]\'s prefix')
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  local guard = table.remove(KEYS)
+  P = KEYS[1] and string.match(KEYS[1], '^[^{]*{[^}]*}:')
+  if not P or P ~= ARGV[1] then
+    return redis.error_reply('ERR relay: ARGV[1] is not the prefix of KEYS[1]')
+  end
+  if guard ~= P .. 'mguard' then
+    return redis.error_reply('ERR relay: the last key is not the migration guard of KEYS[1]\'s prefix')
+  end
+  REPORTS = {}
+  return nil
 end
 
 local function fmt(x)

@@ -13,34 +13,32 @@
 --          live ones are counted against the per-source limit)
 --   pc:ok  HASH deviceCode -> runnerId          (approved through the admin API)
 
-local PC = P .. 'pc:'
-
 local function remove_code(dc)
-  local identity = redis.call('HGET', PC .. 'mi', dc)
-  local user_code = redis.call('HGET', PC .. 'mu', dc)
-  local source = redis.call('HGET', PC .. 'ms', dc)
-  redis.call('HDEL', PC .. 'd', dc)
-  redis.call('ZREM', PC .. 'x', dc)
-  redis.call('HDEL', PC .. 'mi', dc)
-  redis.call('HDEL', PC .. 'mu', dc)
+  local identity = redis.call('HGET', P .. 'pc:mi', dc)
+  local user_code = redis.call('HGET', P .. 'pc:mu', dc)
+  local source = redis.call('HGET', P .. 'pc:ms', dc)
+  redis.call('HDEL', P .. 'pc:d', dc)
+  redis.call('ZREM', P .. 'pc:x', dc)
+  redis.call('HDEL', P .. 'pc:mi', dc)
+  redis.call('HDEL', P .. 'pc:mu', dc)
   if source then
-    redis.call('HDEL', PC .. 'ms', dc)
-    redis.call('ZREM', PC .. 'a:' .. source, dc)
+    redis.call('HDEL', P .. 'pc:ms', dc)
+    redis.call('ZREM', P .. 'pc:a:' .. source, dc)
   end
-  redis.call('HDEL', PC .. 'ok', dc)
-  if identity and redis.call('HGET', PC .. 'i', identity) == dc then
-    redis.call('HDEL', PC .. 'i', identity)
+  redis.call('HDEL', P .. 'pc:ok', dc)
+  if identity and redis.call('HGET', P .. 'pc:i', identity) == dc then
+    redis.call('HDEL', P .. 'pc:i', identity)
   end
-  if user_code and redis.call('HGET', PC .. 'u', user_code) == dc then
-    redis.call('HDEL', PC .. 'u', user_code)
+  if user_code and redis.call('HGET', P .. 'pc:u', user_code) == dc then
+    redis.call('HDEL', P .. 'pc:u', user_code)
   end
 end
 
 -- The pending JSON of a live code (expiresAt > now), else false. Reads only.
 local function live_code(dc, now)
-  local exp = redis.call('ZSCORE', PC .. 'x', dc)
+  local exp = redis.call('ZSCORE', P .. 'pc:x', dc)
   if not exp or tonumber(exp) <= now then
     return false
   end
-  return redis.call('HGET', PC .. 'd', dc)
+  return redis.call('HGET', P .. 'pc:d', dc)
 end

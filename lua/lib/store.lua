@@ -22,9 +22,16 @@ local READY = 'ready'
 local RUNNING = 'running'
 local DONE = 'done'
 
-local CHURN_ON = string.sub(ARGV[3], 1, 1) == '1'
-local ANNOUNCE = string.sub(ARGV[3], 2, 2) == '1'
-local V2_STATES = string.sub(ARGV[3], 3, 3) == '1'
+-- The call's flags (ARGV[3], lib/common.lua): read per call, never at load.
+local function churn_on()
+  return string.sub(ARGV[3], 1, 1) == '1'
+end
+local function announcing()
+  return string.sub(ARGV[3], 2, 2) == '1'
+end
+local function v2_states()
+  return string.sub(ARGV[3], 3, 3) == '1'
+end
 
 -- announce(qk): a queue of this shard gained an entry. Replicas' work
 -- views (internal/store workView) learn it from the shard's channel
@@ -32,14 +39,10 @@ local V2_STATES = string.sub(ARGV[3], 3, 3) == '1'
 -- pub/sub, SPUBLISH). The message is the queue key after the prefix. Off
 -- when the server has no SPUBLISH (the embedded store).
 local function announce(qk)
-  if ANNOUNCE then
+  if announcing() then
     redis.call('SPUBLISH', P .. 'work', string.sub(qk, #P + 1))
   end
 end
-
--- Churn reports raised by settle() during this call: {siteId, owner, count}.
--- Every settling script returns them so Go can call OnChurn after the write.
-local REPORTS = {}
 
 local function jkey(m)
   return P .. 'j:' .. m
@@ -150,11 +153,11 @@ end
 -- in the script that makes it, so the counts are exact by construction
 -- (TestStateCountsMatchRecords). Before layout v3 they were sets of members
 -- st:<state> (about 130 B a job); in a namespace moved from v2 (flag
--- V2_STATES) a job still counted in such a set leaves it here instead of
+-- v2_states()) a job still counted in such a set leaves it here instead of
 -- the counter, so Counts (counter plus SCARD) stays exact while old jobs
 -- drain. from or to may be nil (enqueue, forget).
 local function move_state(m, from, to)
-  if from and not (V2_STATES and redis.call('SREM', P .. 'st:' .. from, m) == 1) then
+  if from and not (v2_states() and redis.call('SREM', P .. 'st:' .. from, m) == 1) then
     redis.call('HINCRBY', P .. 'stc', from, -1)
   end
   if to then
@@ -262,7 +265,7 @@ end
 -- ever be noted once. The report state lives in Valkey, which makes "at most
 -- one report per pair per hour" hold across every replica.
 local function note_churn(m, h, now)
-  if not CHURN_ON then
+  if not churn_on() then
     return
   end
   local ck = P .. 'churn:' .. h.eS .. ':' .. h.eO

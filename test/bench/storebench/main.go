@@ -109,7 +109,7 @@ func fail(err error) {
 
 // Stats is the server-wide state the bench reads before and after a phase.
 type Stats struct {
-	EvalCalls  int64 `json:"evalCalls"`  // EVAL, EVALSHA and their _RO forms
+	EvalCalls  int64 `json:"evalCalls"`  // EVAL, EVALSHA, FCALL and their _RO forms
 	EvalUsec   int64 `json:"evalUsec"`   // time Valkey spent in them
 	UsedMemory int64 `json:"usedMemory"` // INFO memory used_memory
 	Keys       int64 `json:"keys"`       // DBSIZE
@@ -147,7 +147,7 @@ func serverStats(ctx context.Context, c valkey.Client) (Stats, error) {
 		return st, err
 	}
 	for name, cs := range cmds {
-		if strings.HasPrefix(name, "eval") {
+		if strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall") {
 			st.EvalCalls += cs.Calls
 			st.EvalUsec += cs.Usec
 		}
@@ -248,10 +248,16 @@ func sha1Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// scriptName names the script of an EVAL/EVALSHA entry. SLOWLOG truncates
+// scriptName names the script of an EVAL/EVALSHA/FCALL entry. SLOWLOG truncates
 // long arguments, so an EVAL body (first run, before the script cache) is
 // recognised by its opening text when its digest cannot be recomputed.
 func scriptName(names map[string]string, cmd, arg string) string {
+	if cmd == "FCALL" || cmd == "FCALL_RO" {
+		if n, ok := store.FunctionScript(arg); ok {
+			return n
+		}
+		return "function:" + arg
+	}
 	if cmd == "EVALSHA" || cmd == "EVALSHA_RO" {
 		if n, ok := names[strings.ToLower(arg)]; ok {
 			return n
@@ -303,7 +309,7 @@ func slowlogReport(ctx context.Context, c valkey.Client) (Slowlog, error) {
 			continue
 		}
 		r.Entries++
-		if strings.HasPrefix(cmd, "EVAL") && len(args) > 1 {
+		if (strings.HasPrefix(cmd, "EVAL") || strings.HasPrefix(cmd, "FCALL")) && len(args) > 1 {
 			name := scriptName(names, cmd, args[1])
 			times[name] = append(times[name], us)
 			if us > 1000 {
