@@ -159,6 +159,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	tel.SetScriptCommand(st.ScriptCommand())
 	// The work view: idle claims and sweeps ask Valkey nothing while every
 	// shard's announcements reach this replica (store.RunWorkView).
 	go st.RunWorkView(bg)
@@ -238,8 +239,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	checker := health.New(health.Options{Logger: log})
 	checker.Add("valkey", health.ValkeyPing(client))
 	checker.Add("scripts", func(ctx context.Context) error {
-		// A read-only script on an absent key: proves EVALSHA works (and
-		// loads the script after a Valkey restart flushed it).
+		// A read-only operation on an absent key: proves the store's
+		// operations run (and loads the functions library, or the script,
+		// again after a Valkey restart lost it).
 		_, err := st.Presence(ctx, "readyz-probe")
 		return err
 	})
@@ -418,7 +420,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	planesAddr := planesSrv.Addr().String()
 	log.Info("relay ready", slog.String("listen", planesAddr), slog.String("admin", orOff(adminAddr)),
-		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", !embedded))
+		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", !embedded),
+		slog.String("operations", st.ScriptCommand()))
 	// One machine-readable line on stdout, the same shape as the reference
 	// host's (test/reference/server.mjs), for harnesses that bind port 0.
 	ready, _ := json.Marshal(map[string]any{"ready": true, "listen": planesAddr, "admin": adminAddr, "pid": os.Getpid()})

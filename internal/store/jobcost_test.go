@@ -29,15 +29,21 @@ import (
 // results read lists all b.N of them by the end (as a site that never lets
 // its results expire); "view-site64" moves to a new site every 64 jobs, so
 // a results read lists at most 64, and the figure is a job's own cost.
+// "view-site64-scripts" is that with the operations sent as scripts
+// (EVALSHA, Options.EvalScripts) instead of the functions library.
 func BenchmarkJobCost(b *testing.B) {
-	b.Run("direct", func(b *testing.B) { benchJobCost(b, false, 0) })
-	b.Run("view", func(b *testing.B) { benchJobCost(b, true, 0) })
-	b.Run("view-site64", func(b *testing.B) { benchJobCost(b, true, 64) })
+	b.Run("direct", func(b *testing.B) { benchJobCost(b, false, 0, false) })
+	b.Run("view", func(b *testing.B) { benchJobCost(b, true, 0, false) })
+	b.Run("view-site64", func(b *testing.B) { benchJobCost(b, true, 64, false) })
+	b.Run("view-site64-scripts", func(b *testing.B) { benchJobCost(b, true, 64, true) })
 }
 
-func benchJobCost(b *testing.B, view bool, perSite int) {
+func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: relaytest.Discard()})
+	s := newStore(b, be, Options{Logger: relaytest.Discard(), EvalScripts: evalScripts})
+	if s.RunsFunctions() == evalScripts {
+		b.Fatalf("RunsFunctions() = %v with EvalScripts %v", s.RunsFunctions(), evalScripts)
+	}
 	ctx := context.Background()
 	if view {
 		withView(b, s)

@@ -304,6 +304,15 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 // library (FCALL) rather than as scripts (EVALSHA).
 func (s *Store) RunsFunctions() bool { return s.fns != nil }
 
+// ScriptCommand is how operations are sent: "FCALL" or "EVALSHA" (the
+// read-only ones with the _RO form).
+func (s *Store) ScriptCommand() string {
+	if s.fns != nil {
+		return "FCALL"
+	}
+	return "EVALSHA"
+}
+
 // loadScripts assembles every operation: lib/common.lua, then each library
 // named on a "-- lib: <name>" header line, then the operation itself.
 func loadScripts(fsys fs.FS) (map[string]string, error) {

@@ -29,7 +29,7 @@ func (t *Telemetry) ScriptObserver() ScriptObserver {
 			trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(
 				attribute.String("db.system.name", "valkey"),
-				attribute.String("db.operation.name", "EVALSHA"),
+				attribute.String("db.operation.name", t.scriptCommand()),
 				attribute.String("relay.script", op),
 			))
 		return ctx, func(err error) {
@@ -45,3 +45,15 @@ func (t *Telemetry) ScriptObserver() ScriptObserver {
 }
 
 func withSet(s attribute.Set) metric.AddOption { return metric.WithAttributeSet(s) }
+
+// SetScriptCommand names the command store operations are sent with
+// ("FCALL" or "EVALSHA", store.ScriptCommand), for the spans' operation
+// name; "EVALSHA" until it is called.
+func (t *Telemetry) SetScriptCommand(cmd string) { t.scriptCmd.Store(cmd) }
+
+func (t *Telemetry) scriptCommand() string {
+	if cmd, ok := t.scriptCmd.Load().(string); ok {
+		return cmd
+	}
+	return "EVALSHA"
+}

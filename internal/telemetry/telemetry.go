@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +82,7 @@ type Telemetry struct {
 	metrics        *Metrics
 	tracing        bool
 	shutdowns      []func(context.Context) error
+	scriptCmd      atomic.Value // string: SetScriptCommand
 }
 
 // EndpointFromEnv returns the OTLP base endpoint named by RELAY_OTLP_ENDPOINT,
