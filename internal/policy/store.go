@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
-	"github.com/byollm/relay-go/lua"
 )
 
 // Store is the policy in Valkey, under the routing store's namespace and
@@ -44,16 +42,12 @@ func NewStore(c valkey.Client, namespace string) (*Store, error) {
 	if err := store.CheckNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("policy store: %w", err)
 	}
-	common, err := fs.ReadFile(lua.FS, "lib/common.lua")
-	if err != nil {
-		return nil, fmt.Errorf("policy store: %w", err)
-	}
 	load := func(name string) (string, error) {
-		body, err := fs.ReadFile(lua.FS, name+".lua")
+		src, err := store.ScriptSource(name)
 		if err != nil {
 			return "", fmt.Errorf("policy store: %w", err)
 		}
-		return string(common) + string(body), nil
+		return src, nil
 	}
 	s := &Store{c: c, p: namespace + ":{" + namespace + "}:"}
 	src, err := load("policy_read")

@@ -337,6 +337,21 @@ func loadScripts(fsys fs.FS) (map[string]string, error) {
 	return out, nil
 }
 
+// ScriptSource is lua/<name>.lua as a script (EVAL), assembled as the
+// store assembles its own: for callers that run an operation of lua/ by
+// themselves (the policy store) or name scripts by digest (storebench).
+func ScriptSource(name string) (string, error) {
+	common, err := fs.ReadFile(lua.FS, "lib/common.lua")
+	if err != nil {
+		return "", err
+	}
+	body, err := fs.ReadFile(lua.FS, name+".lua")
+	if err != nil {
+		return "", err
+	}
+	return assemble(lua.FS, common, string(body))
+}
+
 // assemble is one operation's source as a script (EVAL): the globals
 // bound, common, each library its header names (from fsys's lib/), the
 // call's start, then body.

@@ -214,31 +214,16 @@ type Slowlog struct {
 	Latency        []string       `json:"latencyLatest"` // LATENCY LATEST events
 }
 
-// scriptNames maps script digests to operation names, assembling each
-// script exactly as internal/store does (lib/common.lua, the libraries its
-// "-- lib:" lines name, then the operation).
+// scriptNames maps script digests to operation names, each script
+// assembled as internal/store sends it (store.ScriptSource).
 func scriptNames() map[string]string {
 	out := map[string]string{}
-	common, err := fs.ReadFile(lua.FS, "lib/common.lua")
-	if err != nil {
-		return out
-	}
 	ops, _ := fs.Glob(lua.FS, "*.lua")
 	for _, op := range ops {
-		body, err := fs.ReadFile(lua.FS, op)
-		if err != nil {
-			continue
+		name := strings.TrimSuffix(op, ".lua")
+		if src, err := store.ScriptSource(name); err == nil {
+			out[sha1Hex(src)] = name
 		}
-		var b strings.Builder
-		b.Write(common)
-		for _, line := range strings.Split(string(body), "\n") {
-			if name, ok := strings.CutPrefix(strings.TrimSpace(line), "-- lib:"); ok {
-				lib, _ := fs.ReadFile(lua.FS, "lib/"+strings.TrimSpace(name)+".lua")
-				b.Write(lib)
-			}
-		}
-		b.Write(body)
-		out[sha1Hex(b.String())] = strings.TrimSuffix(op, ".lua")
 	}
 	return out
 }
