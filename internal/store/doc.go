@@ -6,9 +6,15 @@
 // # Atomicity
 //
 // Every operation is one Lua script per shard it touches (lua/*.lua, one
-// file per operation, helpers in lua/lib/), run with EVALSHA and reloaded on
-// NOSCRIPT. Each script is a typed value (Scripts) whose read-only mode its
-// header declares, and every call goes through one runner that observes it
+// file per operation, helpers in lua/lib/). Where the server takes it, all
+// of them are loaded as one Valkey Functions library (library.go: FUNCTION
+// LOAD at New on every node, FCALL or FCALL_RO per call, loaded again on
+// "Function not found"), so the libraries are built once per load instead
+// of on every call; otherwise (the embedded miniredis, an ACL without
+// FUNCTION) each runs as a script with EVALSHA, reloaded on NOSCRIPT. Each
+// script is a typed value (Scripts) whose read-only mode its header
+// declares (no-writes in the library), and every call goes through one
+// runner that observes it
 // (Options.ObserveScript: span, latency under the script's name, error
 // class). A script
 // is a decision and its write: no caller reads, decides and writes back. So
@@ -397,6 +403,11 @@
 // jobs, or with dropJobs. Pairing codes, the projection, approvals and the
 // policy kept their keys and carry over.
 //
-// Requirements: Redis 7.0+ or Valkey 7.2+ (EVALSHA_RO, effect-replicated
-// scripts calling TIME), or the embedded miniredis of internal/valkeyconn.
+// Requirements: Redis 7.0+ or Valkey 7.2+ (FCALL_RO or EVALSHA_RO,
+// effect-replicated scripts calling TIME), or the embedded miniredis of
+// internal/valkeyconn. The functions library is server-wide (not per
+// database or namespace) and named by a digest of its code
+// (relay_<16 hex>), so replicas of two versions each keep their own during
+// a rolling upgrade; an operator removes an old one with FUNCTION DELETE
+// (a relay that still needs it loads it again).
 package store
