@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -127,37 +128,65 @@ func containsString(list []string, s string) bool {
 // loads the library where it is missing.
 type functions struct {
 	lib library
-	mu  sync.Mutex // one load at a time; callers that waited retry at once
+	mu  sync.Mutex    // one load at a time
+	gen atomic.Uint64 // loads so far; written under mu
 }
 
 // errNoFunctions: the server cannot load the library (no FUNCTION
 // command, an ACL that forbids it, a full server): scripts run with EVALSHA.
 var errNoFunctions = errors.New("valkey functions unavailable")
 
-// load puts the library on every node the client knows (a cluster's
-// replicas refuse with READONLY and get it from their primary). It fails
-// with errNoFunctions when a server answered but would not take it.
+// generation is the number of loads so far: a caller takes it before a
+// call, so that after "Function not found" it reloads only if nobody has
+// since (reload).
+func (f *functions) generation() uint64 { return f.gen.Load() }
+
+// reload loads the library unless another caller did after generation
+// seen: a server that lost it answers every caller at once, and one load
+// serves them all.
+func (f *functions) reload(ctx context.Context, c valkey.Client, seen uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gen.Load() != seen {
+		return nil
+	}
+	return f.loadLocked(ctx, c)
+}
+
+// load puts the library on every node the client knows.
 func (f *functions) load(ctx context.Context, c valkey.Client) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.loadLocked(ctx, c)
+}
+
+// loadLocked sends FUNCTION LOAD to each node: a node that has the library
+// already keeps it (same name, same code: the name is its digest), a
+// cluster's replicas refuse with READONLY and get it from their primary.
+// It fails with errNoFunctions when a server answered but would not take it.
+func (f *functions) loadLocked(ctx context.Context, c valkey.Client) error {
 	loaded := 0
 	for addr, node := range c.Nodes() {
-		err := node.Do(ctx, node.B().FunctionLoad().Replace().FunctionCode(f.lib.src).Build()).Error()
-		if err == nil {
-			loaded++
-			continue
-		}
+		err := node.Do(ctx, node.B().FunctionLoad().FunctionCode(f.lib.src).Build()).Error()
 		if ve, ok := valkey.IsValkeyErr(err); ok {
-			if strings.HasPrefix(ve.Error(), "READONLY") {
+			switch msg := ve.Error(); {
+			case strings.Contains(msg, "already exists"):
+				err = nil
+			case strings.HasPrefix(msg, "READONLY"):
 				continue
+			default:
+				return fmt.Errorf("%w: %s: %v", errNoFunctions, addr, ve)
 			}
-			return fmt.Errorf("%w: %s: %v", errNoFunctions, addr, ve)
 		}
-		return fmt.Errorf("load functions on %s: %w", addr, err)
+		if err != nil {
+			return fmt.Errorf("load functions on %s: %w", addr, err)
+		}
+		loaded++
 	}
 	if loaded == 0 {
 		return fmt.Errorf("load functions: no node took the library")
 	}
+	f.gen.Add(1)
 	return nil
 }
 

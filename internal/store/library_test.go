@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -176,6 +178,37 @@ func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
 		if p := h.presence(r); string(p.Capabilities) != `["after"]` {
 			t.Fatalf("%s: %s", r, p.Capabilities)
 		}
+	}
+
+	// Many callers at once find it gone: one load serves them all.
+	loads := func() int64 {
+		t.Helper()
+		st, err := relaytest.CommandStats(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["function|load"].Calls
+	}
+	flush()
+	before := loads()
+	var wg sync.WaitGroup
+	failed := make(chan error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Presence(ctx, fmt.Sprint("runner_", i%3)); err != nil {
+				failed <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatalf("a call among many after FUNCTION FLUSH: %v", err)
+	}
+	if n := loads() - before; n != 1 {
+		t.Fatalf("32 callers after one flush loaded the library %d times, want 1", n)
 	}
 
 	// A node that still lacks it when asked (flushed between the load and

@@ -461,11 +461,12 @@ func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []
 // fcall runs script's function with keys and args as sent. A node without
 // the library gets it (load) and the call is made once more.
 func (s *Store) fcall(ctx context.Context, script Script, keys, args []string) (valkey.ValkeyMessage, error) {
+	gen := s.fns.generation()
 	msg, err := s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
 	if !isFunctionMissing(err) {
 		return msg, err
 	}
-	if lerr := s.fns.load(ctx, s.c); lerr != nil {
+	if lerr := s.fns.reload(ctx, s.c, gen); lerr != nil {
 		return msg, fmt.Errorf("%s: reload functions: %w", script.Name, lerr)
 	}
 	return s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
