@@ -17,6 +17,12 @@ local STUB_ENUMS = {
 -- stub field may be null, and miniredis' cjson turns null into a missing key
 -- instead of cjson.null, so this is checked on the text.
 local function has_null(raw)
+  -- A null literal is the four bytes null; text without them has none.
+  -- The scan below costs some 100,000 server instructions for a typical
+  -- stub, the plain search about 1,300.
+  if not string.find(raw, 'null', 1, true) then
+    return false
+  end
   local i = 1
   while true do
     local j = string.find(raw, '["n]', i)
