@@ -26,23 +26,27 @@ import (
 //	redis-server --port 6391 --save '' &
 //	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6391/0 go test ./internal/store -run '^$' -bench IdleTick -benchtime 5000x
 //
-// scripts/op and cmds/op count EVALSHA calls and all calls (INFO
+// scripts/op and cmds/op count script calls (EVALSHA, FCALL) and all calls (INFO
 // commandstats) per tick. "view" ticks one device after another, so every
 // store call is its own round trip; "view-batch" ticks 100 devices at once
 // with heartbeats batched (Options.HeartbeatBatch), the way a replica
-// serving many devices sends them.
+// serving many devices sends them. The "-scripts" forms send the same
+// operations as scripts (EVALSHA, Options.EvalScripts) instead of the
+// functions library.
 func BenchmarkIdleTick(b *testing.B) {
-	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false, 0) })
-	b.Run("view", func(b *testing.B) { benchIdleTick(b, true, 0) })
-	b.Run("view-batch", func(b *testing.B) { benchIdleTick(b, true, 100) })
+	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false, 0, false) })
+	b.Run("view", func(b *testing.B) { benchIdleTick(b, true, 0, false) })
+	b.Run("view-scripts", func(b *testing.B) { benchIdleTick(b, true, 0, true) })
+	b.Run("view-batch", func(b *testing.B) { benchIdleTick(b, true, 100, false) })
+	b.Run("view-batch-scripts", func(b *testing.B) { benchIdleTick(b, true, 100, true) })
 }
 
 // benchIdleTick: with view, the Store runs its work view (RunWorkView),
 // as the relay does; with parallel > 0, that many devices tick at once
 // and heartbeats are batched.
-func benchIdleTick(b *testing.B, view bool, parallel int) {
+func benchIdleTick(b *testing.B, view bool, parallel int, evalScripts bool) {
 	be := realBackend(b)
-	opts := Options{Logger: relaytest.Discard()}
+	opts := Options{Logger: relaytest.Discard(), EvalScripts: evalScripts}
 	if parallel > 0 {
 		opts.HeartbeatBatch = 5 * time.Millisecond
 	}
