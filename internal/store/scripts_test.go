@@ -75,3 +75,30 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// core() in lib/store.lua reads CORE's fields with one HMGET and names
+// them in one table constructor by position: both lists must be the same
+// fields in the same order.
+func TestCoreConstructorFollowsCORE(t *testing.T) {
+	body, err := fs.ReadFile(lua.FS, "lib/store.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := regexp.MustCompile(`(?s)local CORE = \{(.*?)\}`).FindStringSubmatch(string(body))
+	if list == nil {
+		t.Fatal("no CORE list in lib/store.lua")
+	}
+	var fields []string
+	for _, m := range regexp.MustCompile(`'([A-Za-z]+)'`).FindAllStringSubmatch(list[1], -1) {
+		fields = append(fields, m[1])
+	}
+	ctor := regexp.MustCompile(`([A-Za-z]+) = v\[(\d+)\] or nil`).FindAllStringSubmatch(string(body), -1)
+	if len(fields) == 0 || len(ctor) != len(fields) {
+		t.Fatalf("CORE has %d fields, the constructor names %d", len(fields), len(ctor))
+	}
+	for i, m := range ctor {
+		if m[1] != fields[i] || m[2] != strconv.Itoa(i+1) {
+			t.Errorf("constructor entry %d is %s = v[%s], CORE says %s at %d", i, m[1], m[2], fields[i], i+1)
+		}
+	}
+}
