@@ -27,7 +27,11 @@ end
 if h.cr ~= runner then
   return {'refused', 'not-holder', REPORTS}
 end
-local payload = get_blob(jkey(m), 'pl', 32)
+-- A job awaiting its payload has none by construction (seal writes it and
+-- leaves that state in one step; requeue drops it), so a daemon polling
+-- before the seal costs no read of the payload's slices: 34 fields the
+-- record lacks, each a scan of the whole listpack.
+local payload = h.state ~= AWAITING and get_blob(jkey(m), 'pl', 32)
 if not payload then
   return {'refused', 'not-ready', REPORTS}
 end
