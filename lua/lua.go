@@ -1,7 +1,10 @@
 // Package lua holds the routing store's Lua scripts, one file per operation,
-// and the helper libraries they share (lib/). internal/store loads them: each
-// script is prepended with lib/common.lua and with every library its header
-// names on a "-- lib: <name>" line, then run with EVALSHA (EVAL on NOSCRIPT).
+// and the helper libraries they share (lib/). internal/store loads them as
+// one Valkey Functions library (every library defined once, one function
+// per operation: FCALL), or, where the server will not take it, as scripts:
+// each prepended with lib/common.lua and with every library its header
+// names on a "-- lib: <name>" line, then run with EVALSHA (EVAL on
+// NOSCRIPT).
 package lua
 
 import "embed"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,7 @@ func buildLibrary(fsys fs.FS, scripts []Script) (library, error) {
 	}
 	for _, l := range libs {
 		name := strings.TrimSuffix(strings.TrimPrefix(l, "lib/"), ".lua")
-		if name != "common" && !containsString(libOrder, name) {
+		if name != "common" && !slices.Contains(libOrder, name) {
 			return library{}, fmt.Errorf("build library: lua/%s is not in libOrder (internal/store/library.go)", l)
 		}
 	}
@@ -113,15 +114,6 @@ func FunctionScript(fname string) (string, bool) {
 		return "", false
 	}
 	return rest[17:], true
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // functions runs the store's operations as the library's functions and

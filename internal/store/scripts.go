@@ -1,8 +1,10 @@
 package store
 
 // Script is one operation of lua/: the file lua/<Name>.lua, run as one
-// atomic EVALSHA. ReadOnly scripts run with EVALSHA_RO (a replica may
-// serve them); the file's header declares the same mode ("-- mode:
+// atomic call, FCALL of its function in the store's library (library.go)
+// or EVALSHA of the script. ReadOnly scripts run with FCALL_RO or
+// EVALSHA_RO (a replica may serve them; their function is flagged
+// no-writes); the file's header declares the same mode ("-- mode:
 // read-only" or "-- mode: write"), which TestScriptsMatchTheirHeaders checks
 // and lua.TestScriptHeaders lints (a read-only script names no write
 // command and never reads the clock: miniredis refuses TIME there).
