@@ -155,9 +155,15 @@ func (f *functions) load(ctx context.Context, c valkey.Client) error {
 // loadLocked sends FUNCTION LOAD to each node: a node that has the library
 // already keeps it (same name, same code: the name is its digest), a
 // cluster's replicas refuse with READONLY and get it from their primary.
-// It fails with errNoFunctions when a server answered but would not take it.
+// A node that cannot be reached now is passed over as long as another
+// took the library: a replica gets it by replication when it is back, a
+// primary that comes back without its data answers "Function not found"
+// and is loaded then (fcall), so one node down does not stop a relay from
+// starting. It fails with errNoFunctions when a server answered but would
+// not take it.
 func (f *functions) loadLocked(ctx context.Context, c valkey.Client) error {
 	loaded := 0
+	var unreachable error
 	for addr, node := range c.Nodes() {
 		err := node.Do(ctx, node.B().FunctionLoad().FunctionCode(f.lib.src).Build()).Error()
 		if ve, ok := valkey.IsValkeyErr(err); ok {
@@ -171,11 +177,15 @@ func (f *functions) loadLocked(ctx context.Context, c valkey.Client) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("load functions on %s: %w", addr, err)
+			unreachable = errors.Join(unreachable, fmt.Errorf("load functions on %s: %w", addr, err))
+			continue
 		}
 		loaded++
 	}
 	if loaded == 0 {
+		if unreachable != nil {
+			return unreachable
+		}
 		return fmt.Errorf("load functions: no node took the library")
 	}
 	f.gen.Add(1)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/lua"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -236,5 +239,55 @@ func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
 	}
 	if _, err := s2.Presence(ctx, "runner_1"); err != nil {
 		t.Fatalf("scripts under that ACL: %v", err)
+	}
+}
+
+// nodesClient is a client whose Nodes() are the given ones: a cluster with
+// one node that cannot be reached, without stopping a real cluster's node.
+type nodesClient struct {
+	valkey.Client
+	nodes map[string]valkey.Client
+}
+
+func (c nodesClient) Nodes() map[string]valkey.Client { return c.nodes }
+
+// A node that cannot be reached when the library loads is passed over
+// while another takes it (a relay starts with one node of its cluster
+// down); with every node unreachable the load fails with the transport's
+// error, not errNoFunctions (a store would not silently fall back to
+// scripts because Valkey was down).
+func TestFunctionsLoadPastAnUnreachableNode(t *testing.T) {
+	ctx := context.Background()
+	live := relaytest.Open(t, relaytest.StartServer(t).URL())
+	downSrv := relaytest.StartServer(t)
+	down := relaytest.Open(t, downSrv.URL())
+	if err := down.Do(ctx, down.B().Ping().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	downSrv.Kill()
+	<-downSrv.Done()
+	lib, err := buildLibrary(lua.FS, Scripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	f := &functions{lib: lib}
+	if err := f.load(short, nodesClient{live, map[string]valkey.Client{"live": live, "down": down}}); err != nil {
+		t.Fatalf("one node of two down: %v", err)
+	}
+	if f.generation() != 1 {
+		t.Fatalf("generation %d after one load", f.generation())
+	}
+	libs, err := live.Do(ctx, live.B().FunctionList().Libraryname(lib.name).Build()).ToArray()
+	if err != nil || len(libs) != 1 {
+		t.Fatalf("the reachable node lacks the library: %d %v", len(libs), err)
+	}
+	err = f.load(short, nodesClient{down, map[string]valkey.Client{"down": down}})
+	if err == nil || errors.Is(err, errNoFunctions) || !strings.Contains(err.Error(), "down") {
+		t.Fatalf("every node down: %v", err)
+	}
+	if f.generation() != 1 {
+		t.Fatalf("a failed load moved the generation to %d", f.generation())
 	}
 }
