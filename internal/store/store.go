@@ -280,7 +280,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 // it (no FUNCTION command, an ACL, a full server) leaves the store on
 // EVALSHA, said once in the log.
 func (s *Store) loadFunctions(ctx context.Context) error {
-	lib, err := buildLibrary(lua.FS, Scripts)
+	lib, err := shippedLibrary()
 	if err != nil {
 		return err
 	}
@@ -299,6 +299,11 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 	s.fns = f
 	return nil
 }
+
+// shippedLibrary is the library of lua/ and Scripts, built once per
+// process: it depends on nothing else, and every Store (a test makes
+// hundreds) would otherwise read and hash the same 97 KB again.
+var shippedLibrary = sync.OnceValues(func() (library, error) { return buildLibrary(lua.FS, Scripts) })
 
 // RunsFunctions says whether operations run as the Valkey Functions
 // library (FCALL) rather than as scripts (EVALSHA).
