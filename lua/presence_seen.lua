@@ -24,7 +24,9 @@
 -- ARGV[10] ttl ms ("0": records never expire, as in the reference)
 -- ARGV[11] digest of ARGV[8] and ARGV[9] (hex; computed by the caller)
 -- ARGV[12] "1": the record must exist with owner ARGV[6] and device ARGV[7]
---          (optional)
+--          (else "")
+-- ARGV[13] digest of ARGV[6] and ARGV[7] (hex; computed by the caller),
+--          kept as od for presence_beat
 -- Reply: the record as a flat hash without capabilities and withheld (the
 -- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
 -- copy its own lists back; under ARGV[12]'s condition only lastSeenAt

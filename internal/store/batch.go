@@ -54,12 +54,15 @@ type beatBatch struct {
 }
 
 // batchedCall is one heartbeat: presence_seen's keys and op-specific args
-// (before scriptArgs adds the guard and the common ARGV).
+// (before scriptArgs adds the guard and the common ARGV), or with beat one
+// record's keys and values of presence_beat, the short form.
 type batchedCall struct {
 	ctx        context.Context
+	beat       bool
 	keys, args []string
 	done       chan struct{}
 	msg        valkey.ValkeyMessage
+	now        string // beat: the call's lastSeenAt
 	err        error
 }
 
@@ -71,10 +74,27 @@ func newBeatBatch(s *Store, window time.Duration) *beatBatch {
 // call may then still run, as an unbatched call cut short by its deadline
 // may have).
 func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (valkey.ValkeyMessage, error) {
-	if len(keys) < 4 || len(keys) > 5 || len(args) != 9 {
+	if len(keys) < 4 || len(keys) > 5 || len(args) != 10 {
 		return valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_seen's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	err := b.wait(c)
+	return c.msg, err
+}
+
+// runBeat is run for one record of presence_beat (Store.beatCall): its
+// entry of the reply and the call's lastSeenAt.
+func (b *beatBatch) runBeat(ctx context.Context, keys, args []string) (string, valkey.ValkeyMessage, error) {
+	if len(keys) != 2 || len(args) != 3 {
+		return "", valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_beat's", len(keys), len(args))
+	}
+	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, done: make(chan struct{})}
+	err := b.wait(c)
+	return c.now, c.msg, err
+}
+
+// wait queues c and waits for its reply, or for c.ctx to end.
+func (b *beatBatch) wait(c *batchedCall) error {
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	switch {
@@ -90,9 +110,9 @@ func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (val
 	}
 	select {
 	case <-c.done:
-		return c.msg, c.err
-	case <-ctx.Done():
-		return valkey.ValkeyMessage{}, ctx.Err()
+		return c.err
+	case <-c.ctx.Done():
+		return c.ctx.Err()
 	}
 }
 
@@ -146,7 +166,11 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	ends := make([]func(error), len(live))
 	for i, c := range live {
 		if obs := s.opts.ObserveScript; obs != nil {
-			_, ends[i] = obs(c.ctx, scPresenceSeen.Name)
+			name := scPresenceSeen.Name
+			if c.beat {
+				name = scPresenceBeat.Name
+			}
+			_, ends[i] = obs(c.ctx, name)
 		}
 	}
 	type groupCall struct {
@@ -156,9 +180,14 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	sends := make([]groupCall, len(groups))
 	cmds := make(valkey.Commands, len(groups))
 	for i, g := range groups {
-		gc := groupCall{scPresenceSeen, g[0].keys, g[0].args}
-		if len(g) > 1 {
+		var gc groupCall
+		switch {
+		case g[0].beat:
+			gc = groupCall{scPresenceBeat, beatKeys(g), beatArgs(s, g)}
+		case len(g) > 1:
 			gc = groupCall{scPresenceSeenBatch, batchKeys(g), batchArgs(g)}
+		default:
+			gc = groupCall{scPresenceSeen, g[0].keys, g[0].args}
 		}
 		// scriptArgs fails only without keys, and run refuses those.
 		gc.keys, gc.args, _ = s.scriptArgs(gc.script, gc.keys, gc.args)
@@ -174,6 +203,24 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		}
 		if err != nil && valkey.IsValkeyNil(err) {
 			err = nil
+		}
+		if g[0].beat {
+			var now string
+			var each []valkey.ValkeyMessage
+			if err == nil {
+				if each, err = msg.ToArray(); err == nil && len(each) != len(g)+1 {
+					err = fmt.Errorf("%w: presence_beat answered %d entries for %d records", ErrUnexpectedReply, len(each), len(g))
+				}
+			}
+			if err == nil {
+				now, err = each[0].ToString()
+			}
+			for j, c := range g {
+				if c.err = err; err == nil {
+					c.now, c.msg = now, each[j+1]
+				}
+			}
+			continue
 		}
 		if len(g) == 1 {
 			g[0].msg, g[0].err = msg, err
@@ -200,14 +247,19 @@ func (b *beatBatch) send(calls []*batchedCall) {
 }
 
 // groupByShard splits calls into the groups that share one script call:
-// the calls of one shard (one slot: their keys share its prefix), in
-// arrival order, at most beatGroupMax and beatGroupBytes each.
+// the calls of one shard (one slot: their keys share its prefix) and one
+// form (full or short), in arrival order, at most beatGroupMax and
+// beatGroupBytes each.
 func groupByShard(calls []*batchedCall) [][]*batchedCall {
 	type openGroup struct{ i, bytes int }
+	type groupKey struct {
+		prefix string
+		beat   bool
+	}
 	var groups [][]*batchedCall
-	open := map[string]*openGroup{} // shard prefix -> its group still taking calls
+	open := map[groupKey]*openGroup{} // shard and form -> its group still taking calls
 	for _, c := range calls {
-		p := prefixOf(c.keys[0])
+		p := groupKey{prefixOf(c.keys[0]), c.beat}
 		n := 0
 		for _, a := range c.args {
 			n += len(a)
@@ -250,6 +302,24 @@ func batchArgs(g []*batchedCall) []string {
 		}
 		args = append(args, c.args...)
 		args = append(args, withShards)
+	}
+	return args
+}
+
+// beatKeys and beatArgs are presence_beat's KEYS and op-specific ARGV
+// for the short-form calls of one shard.
+func beatKeys(g []*batchedCall) []string {
+	keys := make([]string, 0, 2*len(g))
+	for _, c := range g {
+		keys = append(keys, c.keys...)
+	}
+	return keys
+}
+
+func beatArgs(s *Store, g []*batchedCall) []string {
+	args := append(make([]string, 0, 2+3*len(g)), s.beatCallArgs()...)
+	for _, c := range g {
+		args = append(args, c.args...)
 	}
 	return args
 }

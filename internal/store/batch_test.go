@@ -16,9 +16,11 @@ import (
 
 // Heartbeats arriving within Options.HeartbeatBatch share one round trip,
 // yet each is its own script with its own answer: the runners' records
-// are all written, a refused one (wrong device) is refused alone and
-// changes nothing, and past beatBatchMax a batch is sent without waiting
-// for its window.
+// are all written, and past beatBatchMax a batch is sent without waiting
+// for its window. Remembered devices with unchanged lists go in short form
+// (presence_beat); a heartbeat that form does not decide (a wrong device,
+// changed lists) is sent again in full in a later batch, where a refused
+// one (wrong device) is refused alone and changes nothing.
 func TestHeartbeatBatch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const window = 300 * time.Millisecond
@@ -30,23 +32,52 @@ func TestHeartbeatBatch(t *testing.T) {
 			h.seen(fmt.Sprint("runner_", i), "alice", devs[i], `[]`, `[]`)
 		}
 		before := h.presence("runner_0")
-		wrong := 7 // this one presents another device
-		var wg sync.WaitGroup
-		results := make([]HeartbeatResult, n)
-		errs := make([]error, n)
-		for i := range n {
-			dev := devs[i]
-			if i == wrong {
-				dev = freshDevice()
+		beatAll := func(caps string, wrong int) ([]HeartbeatResult, []error) {
+			var wg sync.WaitGroup
+			results := make([]HeartbeatResult, n)
+			errs := make([]error, n)
+			for i := range n {
+				dev := devs[i]
+				if i == wrong {
+					dev = freshDevice()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i], errs[i] = h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: fmt.Sprint("runner_", i),
+						Owner: "alice", Device: dev, Capabilities: json.RawMessage(caps)}, RequirePresence: true, Cancels: true})
+				}()
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[i], errs[i] = h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: fmt.Sprint("runner_", i),
-					Owner: "alice", Device: dev, Capabilities: json.RawMessage(`[{"kind":"generate"}]`)}, RequirePresence: true, Cancels: true})
-			}()
+			wg.Wait()
+			return results, errs
 		}
-		wg.Wait()
+		check := func(results []HeartbeatResult, errs []error, caps string, wrong int) {
+			t.Helper()
+			for i := range n {
+				if i == wrong {
+					if !errors.Is(errs[i], ErrPresenceChanged) {
+						t.Fatalf("wrong device: %v", errs[i])
+					}
+					if p := h.presence(fmt.Sprint("runner_", i)); string(p.Capabilities) != `[]` {
+						t.Fatalf("a refused heartbeat in a batch wrote %s", p.Capabilities)
+					}
+					continue
+				}
+				if errs[i] != nil {
+					t.Fatalf("heartbeat %d: %v", i, errs[i])
+				}
+				r := results[i]
+				if r.Presence.RunnerID != fmt.Sprint("runner_", i) || r.Presence.Device != devs[i] || r.Cancel == nil || len(r.Cancel) != 0 {
+					t.Fatalf("heartbeat %d answered %+v", i, r)
+				}
+				if p := h.presence(fmt.Sprint("runner_", i)); p.LastSeenAt != r.Presence.LastSeenAt || string(p.Capabilities) != caps {
+					t.Fatalf("record %d is %+v, the heartbeat answered %+v", i, p, r.Presence)
+				}
+			}
+		}
+
+		// Unchanged lists, every device the remembered one: short form only.
+		results, errs := beatAll(`[]`, -1)
 		if got := h.s.beats.sent.Load(); got != 2 {
 			t.Fatalf("%d heartbeats went out in %d batches, want 2", n, got)
 		}
@@ -55,27 +86,19 @@ func TestHeartbeatBatch(t *testing.T) {
 		if got := h.s.beats.calls.Load(); got > 2*DefaultShards+2 {
 			t.Fatalf("%d heartbeats went out as %d script calls, want at most one per shard per batch", n, got)
 		}
-		for i := range n {
-			if i == wrong {
-				if !errors.Is(errs[i], ErrPresenceChanged) {
-					t.Fatalf("wrong device: %v", errs[i])
-				}
-				if p := h.presence(fmt.Sprint("runner_", i)); string(p.Capabilities) != `[]` {
-					t.Fatalf("a refused heartbeat in a batch wrote %s", p.Capabilities)
-				}
-				continue
-			}
-			if errs[i] != nil {
-				t.Fatalf("heartbeat %d: %v", i, errs[i])
-			}
-			r := results[i]
-			if r.Presence.RunnerID != fmt.Sprint("runner_", i) || r.Presence.Device != devs[i] || r.Cancel == nil || len(r.Cancel) != 0 {
-				t.Fatalf("heartbeat %d answered %+v", i, r)
-			}
-			if p := h.presence(fmt.Sprint("runner_", i)); p.LastSeenAt != r.Presence.LastSeenAt || string(p.Capabilities) != `[{"kind":"generate"}]` {
-				t.Fatalf("record %d is %+v, the heartbeat answered %+v", i, p, r.Presence)
-			}
+		check(results, errs, `[]`, -1)
+
+		// Changed lists and one wrong device: the short form decides none,
+		// the full form every one.
+		sent, calls := h.s.beats.sent.Load(), h.s.beats.calls.Load()
+		results, errs = beatAll(`[{"kind":"generate"}]`, 7)
+		if got := h.s.beats.sent.Load() - sent; got < 3 || got > 4 {
+			t.Fatalf("%d heartbeats in short form then in full went out in %d batches, want 3 or 4 (the full form of the first batch may join the second)", n, got)
 		}
+		if got := h.s.beats.calls.Load() - calls; got > 4*DefaultShards+4 {
+			t.Fatalf("%d heartbeats went out as %d script calls, want at most two per shard per batch", n, got)
+		}
+		check(results, errs, `[{"kind":"generate"}]`, 7)
 		if after := h.presence("runner_0"); after.LastSeenAt < before.LastSeenAt {
 			t.Fatalf("lastSeenAt went back: %d -> %d", before.LastSeenAt, after.LastSeenAt)
 		}
@@ -229,6 +252,18 @@ func beatCall(t testing.TB, s *Store, p Presence, require, shards bool) *batched
 	}
 	keys, args := s.seenCall(p, device, orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld), require, shards)
 	return &batchedCall{ctx: context.Background(), done: make(chan struct{}), keys: keys, args: args}
+}
+
+// shortBeatCall is p's heartbeat in short form (presence_beat) as the
+// batch queues it.
+func shortBeatCall(t testing.TB, s *Store, p Presence, shards bool) *batchedCall {
+	t.Helper()
+	device, err := protocol.Marshal(p.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, args := s.beatCall(p, device, orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld), shards)
+	return &batchedCall{ctx: context.Background(), beat: true, done: make(chan struct{}), keys: keys, args: args}
 }
 
 // The heartbeats of one batch that share a shard share one script call

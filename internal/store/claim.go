@@ -126,12 +126,14 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	if len(deadlines) > 0 {
 		// The runner-side record of the shards to visit for the bare-id
 		// probe and cancel requests: written before the reply, so it exists
-		// before the daemon can present any lease (store.md trap 36).
-		cmd := s.c.B().Zadd().Key(s.k.runnerShards(in.RunnerID)).Gt().ScoreMember()
+		// before the daemon can present any lease (store.md trap 36); the
+		// same call tells the runner's heartbeats to read it again
+		// (lua/presence_beat.lua).
+		args := make([]string, 0, 2*len(deadlines))
 		for sh, dl := range deadlines {
-			cmd = cmd.ScoreMember(float64(dl), strconv.Itoa(sh))
+			args = append(args, strconv.Itoa(sh), strconv.FormatInt(dl, 10))
 		}
-		if err := s.do(ctx, "runner_shards_add", cmd.Build()).Error(); err != nil {
+		if _, err := s.run(ctx, scRunnerShardsAdd, []string{s.k.runnerShards(in.RunnerID), s.k.presence(in.RunnerID)}, args...); err != nil {
 			return out, stats, fmt.Errorf("claim: runner shards: %w", err)
 		}
 	}

@@ -184,11 +184,18 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.claim(routes([]string{a, c}, []string{"alice"}))
 	h.s.AdvanceClock(3_600_000)
 	h.sweep()
-	h.seen("runner_1", "alice", freshDevice(), "[]", "[]")
+	d1 := freshDevice()
+	h.seen("runner_1", "alice", d1, "[]", "[]")
+	if _, err := h.s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: d1},
+		RequirePresence: true, Cancels: true}); err != nil {
+		t.Fatal(err)
+	}
 	together, _ := sameShardRunners(h.s, "together_", 2)
 	bb := newBeatBatch(h.s, time.Hour)
 	bb.send([]*batchedCall{beatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false, true),
-		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false)})
+		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false),
+		shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, true),
+		shortBeatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false)})
 	_, _ = h.s.Presence(ctx, "runner_1")
 	_, _ = h.s.PresenceHead(ctx, "runner_1")
 	_, _ = h.s.Everyone(ctx)

@@ -74,6 +74,14 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched b
 		return Presence{}, nil, fmt.Errorf("%w: capabilities and withheld are %d bytes, the limit is %d",
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
+	if require {
+		// The short form first: a remembered device whose lists have not
+		// changed sends digests, not its device and lists.
+		rec, in, ok, err := s.beat(ctx, p, device, caps, withheld, shards, batched)
+		if err != nil || ok {
+			return rec, in, err
+		}
+	}
 	keys, args := s.seenCall(p, device, caps, withheld, require, shards)
 	var msg valkey.ValkeyMessage
 	if batched && s.beats != nil {
@@ -129,8 +137,90 @@ func (s *Store) seenCall(p Presence, device, caps, withheld []byte, require, sha
 		cond = "1"
 	}
 	args = []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond}
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond,
+		ownerDeviceDigest(p.Owner, device)}
 	return keys, args
+}
+
+// beat is a remembered device's heartbeat in short form (presence_beat):
+// written, with ok, only if the record holds exactly p's owner and device
+// and these lists; otherwise nothing was written and the caller sends the
+// heartbeat in full. With shards, the runner's record of shards where it
+// may hold a live grant comes back too.
+func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []byte, shards, batched bool) (Presence, []int, bool, error) {
+	keys, args := s.beatCall(p, device, caps, withheld, shards)
+	var now string
+	var entry valkey.ValkeyMessage
+	var err error
+	if batched && s.beats != nil {
+		now, entry, err = s.beats.runBeat(ctx, keys, args)
+	} else {
+		var msg valkey.ValkeyMessage
+		if msg, err = s.run(ctx, scPresenceBeat, keys, append(s.beatCallArgs(), args...)...); err == nil {
+			now, entry, err = beatEntry(msg, 0)
+		}
+	}
+	if err != nil {
+		return Presence{}, nil, false, err
+	}
+	if n, err := entry.AsInt64(); err == nil && n == 0 {
+		return Presence{}, nil, false, nil
+	}
+	list, err := entry.ToString()
+	if err != nil {
+		return Presence{}, nil, false, fmt.Errorf("beat: %w: %v", ErrUnexpectedReply, err)
+	}
+	rec := Presence{RunnerID: p.RunnerID, Owner: p.Owner, Device: p.Device, Capabilities: caps, Withheld: withheld}
+	if rec.LastSeenAt, err = strconv.ParseInt(now, 10, 64); err != nil {
+		return Presence{}, nil, false, fmt.Errorf("beat lastSeenAt: %w", err)
+	}
+	var in []int
+	if shards {
+		in = s.shardList(strings.Fields(list))
+	}
+	return rec, in, true, nil
+}
+
+// beatCall is one record's keys and values for presence_beat; the rsh key
+// holds its place (any key of the shard) when the record is not asked for.
+func (s *Store) beatCall(p Presence, device, caps, withheld []byte, shards bool) (keys, args []string) {
+	kp, rsh, flag := s.k.presence(p.RunnerID), s.k.presence(p.RunnerID), ""
+	if shards {
+		rsh, flag = s.k.runnerShards(p.RunnerID), "1"
+	}
+	return []string{kp, rsh}, []string{ownerDeviceDigest(p.Owner, device), listsDigest(caps, withheld), flag}
+}
+
+// beatCallArgs is presence_beat's per-call values: the record expiry and
+// how long a read of rsh without a live grant stands.
+func (s *Store) beatCallArgs() []string {
+	return []string{strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), strconv.FormatInt(s.opts.shardRecheckMs(), 10)}
+}
+
+// beatEntry is presence_beat's lastSeenAt and its i-th record's entry.
+func beatEntry(msg valkey.ValkeyMessage, i int) (string, valkey.ValkeyMessage, error) {
+	a, err := msg.ToArray()
+	if err != nil || len(a) < i+2 {
+		return "", valkey.ValkeyMessage{}, fmt.Errorf("beat: %w: %d entries, %v", ErrUnexpectedReply, len(a), err)
+	}
+	now, err := a[0].ToString()
+	if err != nil {
+		return "", valkey.ValkeyMessage{}, fmt.Errorf("beat: %w: %v", ErrUnexpectedReply, err)
+	}
+	return now, a[i+1], nil
+}
+
+// ownerDeviceDigest names a record's owner and device for presence_beat
+// (the record keeps it as od): SHA-256 over both, the owner
+// length-prefixed, first 16 bytes in hex, as listsDigest.
+func ownerDeviceDigest(owner string, device []byte) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(owner)))
+	h.Write(n[:])
+	h.Write([]byte(owner))
+	h.Write(device)
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // listsDigest names a heartbeat's two lists for presence_seen, which
@@ -303,4 +393,11 @@ func (s *Store) Advertised(ctx context.Context, owner string) ([]protocol.Capabi
 func (s *Store) presenceSeenKeys(runnerID, owner string) []string {
 	sh := s.k.runnerShard(runnerID)
 	return []string{s.k.presence(runnerID), s.k.presenceIndex(sh), s.k.presenceSeq(sh), s.k.presenceByOwner(sh, owner)}
+}
+
+func (o Options) shardRecheckMs() int64 {
+	if o.ShardRecheckMs > 0 {
+		return o.ShardRecheckMs
+	}
+	return DefaultShardRecheckMs
 }

@@ -51,6 +51,7 @@ var (
 	scPendingPage       = Script{Name: "pending_page", ReadOnly: true}
 	scPlace             = Script{Name: "place", ReadOnly: false}
 	scPresenceAll       = Script{Name: "presence_all", ReadOnly: false}
+	scPresenceBeat      = Script{Name: "presence_beat", ReadOnly: false}
 	scPresenceByOwner   = Script{Name: "presence_by_owner", ReadOnly: false}
 	scPresenceDrop      = Script{Name: "presence_drop", ReadOnly: false}
 	scPresenceGet       = Script{Name: "presence_get", ReadOnly: true}
@@ -60,6 +61,7 @@ var (
 	scRenew             = Script{Name: "renew", ReadOnly: false, Work: true}
 	scResultsGet        = Script{Name: "results_get", ReadOnly: true}
 	scResultsPage       = Script{Name: "results_page", ReadOnly: true}
+	scRunnerShardsAdd   = Script{Name: "runner_shards_add", ReadOnly: false}
 	scSeal              = Script{Name: "seal", ReadOnly: false, Work: true}
 	scSweep             = Script{Name: "sweep", ReadOnly: false, Work: true}
 	scTake              = Script{Name: "take", ReadOnly: false, Work: true}
@@ -98,6 +100,7 @@ var Scripts = []Script{
 	scPendingPage,
 	scPlace,
 	scPresenceAll,
+	scPresenceBeat,
 	scPresenceByOwner,
 	scPresenceDrop,
 	scPresenceGet,
@@ -107,6 +110,7 @@ var Scripts = []Script{
 	scRenew,
 	scResultsGet,
 	scResultsPage,
+	scRunnerShardsAdd,
 	scSeal,
 	scSweep,
 	scTake,

@@ -48,6 +48,10 @@ const (
 	// each (one per service and kind), a few KiB; 500 codes at this bound
 	// are under 33 MiB.
 	DefaultMaxPairingBytes = 65 << 10
+	// DefaultShardRecheckMs: two minutes, a dozen ticks of an idle daemon,
+	// so an idle device reads its record of shards about once in twelve
+	// heartbeats (Options.ShardRecheckMs).
+	DefaultShardRecheckMs  = 120_000
 	maxSweepBatchesPerCall = 10_000
 	maxLeaseMs             = int64(1) << 40 // about 35 years; keeps now+leaseMs exact in a double
 )
@@ -78,6 +82,13 @@ type Options struct {
 	// PresenceTTLMs, when positive, expires presence records that long after
 	// their last heartbeat. 0 keeps them, as the reference does.
 	PresenceTTLMs int64
+	// ShardRecheckMs is how long a heartbeat's read of the runner's record
+	// of shards that found no live grant stands (lua/presence_beat.lua);
+	// default DefaultShardRecheckMs. Every grant this store makes clears
+	// it at once; the bound matters only for grants written by a relay
+	// that predates it (during a rolling upgrade), whose cancel requests
+	// reach the daemon at most this late.
+	ShardRecheckMs int64
 	// SweepBatch is the most due jobs one sweep script settles; default 24,
 	// which keeps one script under about 1 ms (each settled job costs some
 	// 25-30 µs of server time: its record, its snapshot, every index).

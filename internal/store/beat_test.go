@@ -1,0 +1,209 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
+)
+
+// A remembered device's heartbeat goes in short form (presence_beat): the
+// record is written only when it holds exactly that owner and device and
+// these lists, and then only its lastSeenAt; anything else is sent again
+// in full (presence_seen), which decides it exactly as before.
+func TestHeartbeatShortForm(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		counter := &countingObserver{n: map[string]int{}}
+		h := newH(t, b, Options{ObserveScript: counter.observe})
+		beat := func(runner, owner string, dev protocol.PublicIdentity, caps string) (HeartbeatResult, error) {
+			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: runner, Owner: owner, Device: dev,
+				Capabilities: json.RawMessage(caps)}, RequirePresence: true, Cancels: true})
+		}
+		field := func(runner, f string) (string, bool) {
+			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence(runner)).Field(f).Build()).ToString()
+			return v, err == nil
+		}
+		cases := []struct {
+			name, runner, owner string
+			caps                string // the heartbeat's, after a record seen with []
+			dropOD              bool   // the record predates od
+			wrongDevice, gone   bool
+			wantScripts         map[string]int
+			wantErr             error
+		}{
+			{name: "unchanged", runner: "r_same", owner: "alice", caps: `[]`,
+				wantScripts: map[string]int{"presence_beat": 1}},
+			{name: "odd unicode ids", runner: "r_\u00e9\u200d\U0001f600", owner: "\u0131\u0307 owner \U0001f600", caps: `[]`,
+				wantScripts: map[string]int{"presence_beat": 1}},
+			{name: "lists changed", runner: "r_lists", owner: "alice", caps: `[{"kind":"generate"}]`,
+				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}},
+			{name: "record without od", runner: "r_old", owner: "alice", caps: `[]`, dropOD: true,
+				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}},
+			{name: "another device", runner: "r_wrong", owner: "alice", caps: `[]`, wrongDevice: true,
+				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}, wantErr: ErrPresenceChanged},
+			{name: "record gone", runner: "r_gone", owner: "alice", caps: `[]`, gone: true,
+				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}, wantErr: ErrPresenceChanged},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				dev := freshDevice()
+				h.seen(c.runner, c.owner, dev, `[]`, `[]`)
+				if _, ok := field(c.runner, "od"); !ok {
+					t.Fatal("a record written in full has no od")
+				}
+				if c.dropOD {
+					b.client.Do(h.ctx, b.client.B().Hdel().Key(h.s.k.presence(c.runner)).Field("od").Build())
+				}
+				if c.gone {
+					if err := h.s.DropPresence(h.ctx, c.runner); err != nil {
+						t.Fatal(err)
+					}
+				}
+				read := func() *Presence {
+					t.Helper()
+					p, err := h.s.Presence(h.ctx, c.runner)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return p
+				}
+				before := read()
+				sent := dev
+				if c.wrongDevice {
+					sent = freshDevice()
+				}
+				h.s.AdvanceClock(5)
+				counter.take()
+				got, err := beat(c.runner, c.owner, sent, c.caps)
+				if scripts := counter.take(); !equalCounts(scripts, c.wantScripts) {
+					t.Fatalf("calls %v, want %v", scripts, c.wantScripts)
+				}
+				after := read()
+				if c.wantErr != nil {
+					if !errors.Is(err, c.wantErr) {
+						t.Fatalf("err %v, want %v", err, c.wantErr)
+					}
+					if (before == nil) != (after == nil) || (after != nil && (after.LastSeenAt != before.LastSeenAt || after.Device != before.Device)) {
+						t.Fatalf("a refused heartbeat changed the record: %+v -> %+v", before, after)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if after.LastSeenAt != got.Presence.LastSeenAt || after.LastSeenAt <= before.LastSeenAt {
+					t.Fatalf("lastSeenAt %d -> %d, the heartbeat answered %d", before.LastSeenAt, after.LastSeenAt, got.Presence.LastSeenAt)
+				}
+				if after.Owner != c.owner || after.Device != dev || string(after.Capabilities) != c.caps || string(got.Presence.Capabilities) != c.caps {
+					t.Fatalf("record %+v, answer %+v", after, got.Presence)
+				}
+				if got.Cancel == nil || len(got.Cancel) != 0 {
+					t.Fatalf("cancel %v", got.Cancel)
+				}
+				// Whatever the first beat needed, the next is short only.
+				if _, ok := field(c.runner, "od"); !ok {
+					t.Fatal("no od after a full write")
+				}
+				counter.take()
+				if _, err := beat(c.runner, c.owner, dev, c.caps); err != nil {
+					t.Fatal(err)
+				}
+				if scripts := counter.take(); !equalCounts(scripts, map[string]int{"presence_beat": 1}) {
+					t.Fatalf("second beat: calls %v", scripts)
+				}
+			})
+		}
+	})
+}
+
+// A heartbeat remembers that the runner's record of shards held no live
+// grant (nr) and reads it again only after Options.ShardRecheckMs; a grant
+// (runner_shards_add) clears that at once, so its cancel request reaches
+// the next heartbeat; a grant written without clearing it (a relay older
+// than nr) is seen once the read lapses.
+func TestHeartbeatShardRecheck(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		const recheck = 5_000
+		h := newH(t, b, Options{ShardRecheckMs: recheck})
+		dev := freshDevice()
+		h.seen("runner_1", "alice", dev, `[]`, `[]`)
+		beat := func() []protocol.GrantRef {
+			t.Helper()
+			r, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev},
+				RequirePresence: true, Cancels: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Cancel
+		}
+		nr := func() bool {
+			_, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("nr").Build()).ToString()
+			return err == nil
+		}
+		if got := beat(); len(got) != 0 || !nr() {
+			t.Fatalf("no grants: cancel %v, nr %v", got, nr())
+		}
+
+		// A grant clears nr in the claim; its cancel is on the next beat.
+		st := stub("j1", "alice")
+		st.DeadlineAt = h.now() + 600_000
+		h.enqueueStub(site, st)
+		got := h.claim(runner("runner_1"), func(in *ClaimInput) { in.Device = dev })
+		if len(got) != 1 || nr() {
+			t.Fatalf("claimed %d, nr %v after a grant", len(got), nr())
+		}
+		if ok, err := h.s.Cancel(h.ctx, site, "j1"); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+		if c := beat(); len(c) != 1 || c[0].JobID != "j1" {
+			t.Fatalf("cancel after a grant: %v", c)
+		}
+		if nr() {
+			t.Fatal("nr set while rsh holds a live grant")
+		}
+
+		// A read that lapsed and finds the live grant forgets nr.
+		setNR := func(v int64) {
+			t.Helper()
+			if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.presence("runner_1")).FieldValue().
+				FieldValue("nr", strconv.FormatInt(v, 10)).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setNR(0)
+		if c := beat(); len(c) != 1 || nr() {
+			t.Fatalf("a lapsed nr with a live grant: cancel %v, nr %v", c, nr())
+		}
+		// A grant written without clearing nr (by a relay older than it,
+		// just after a heartbeat found nothing) is seen once nr lapses.
+		setNR(h.now())
+		if c := beat(); len(c) != 0 {
+			t.Fatalf("within the recheck: cancel %v, want none (rsh not read)", c)
+		}
+		h.s.AdvanceClock(recheck)
+		if c := beat(); len(c) != 1 {
+			t.Fatalf("after the recheck: cancel %v", c)
+		}
+
+		// Past the latest grant deadline rsh holds nothing live: nr again.
+		h.s.AdvanceClock(600_000)
+		h.sweep()
+		if c := beat(); len(c) != 0 || !nr() {
+			t.Fatalf("past every deadline: cancel %v, nr %v", c, nr())
+		}
+	})
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

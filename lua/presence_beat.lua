@@ -1,0 +1,78 @@
+-- presence_beat: the idle heartbeat of devices the replica remembers, for
+-- one shard, in short form. A record is written only if it still holds
+-- the owner and device the caller remembered and the lists the heartbeat
+-- carries, which the caller names by their digests (od and ld, kept by
+-- seen_record, lib/presence.lua); then only lastSeenAt (and the expiry)
+-- is written, exactly what presence_seen writes for such a record. A
+-- record that does not match (gone, another device, other lists, or
+-- written before od existed) is left as it is and answered 0: the caller
+-- sends that heartbeat again in full (presence_seen), which decides it.
+-- So the device JSON and the two lists cross to the server only when
+-- something changed, not on every tick of an idle fleet.
+--
+-- The runner's record of shards (rsh) answers the cancel requests. Most
+-- devices hold no grant whose deadline is still ahead, and reading rsh on
+-- every tick was a third of an idle heartbeat's commands, so the record
+-- remembers when rsh last held none (field nr, the instant of that read);
+-- until ARGV[5] ms after it rsh is not read again and the answer is "".
+-- Every grant clears nr in the same call that adds to rsh
+-- (runner_shards_add), so a new grant is seen on the next heartbeat; the
+-- re-read after ARGV[5] bounds how late a grant written without clearing
+-- nr (a relay older than nr, during a rolling upgrade) is seen. A shard in
+-- rsh whose latest grant deadline has passed holds nothing a heartbeat
+-- reports (cancel requests last until the job's deadline), so such a set
+-- counts as holding none.
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- per record i (from 0), 2 keys at KEYS[1+2i..2+2i]: p:<eR>, rsh:<eR>
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4]  ttl ms ("0": records never expire)
+-- ARGV[5]  ms for which a read of rsh that found no live grant stands
+-- then per record i, 3 values at ARGV[6+3i..8+3i]: od, ld, "1" to answer
+--          the rsh record (else "")
+-- Reply: {lastSeenAt written (the call's one clock reading), then one entry
+--         per record, in order: 0 when it was not written, else the shard
+--         indexes of its rsh record, space-separated ("" when not asked,
+--         none, or none live)}
+
+local n = (#ARGV - 5) / 3
+if n < 1 or n > 64 or n ~= math.floor(n) or #KEYS ~= 2 * n then
+  return redis.error_reply('ERR relay: presence_beat: KEYS and ARGV do not hold n records')
+end
+local at = clock()
+local now = fmt(at)
+local ttl, stands = ARGV[4], tonumber(ARGV[5])
+local out = {now}
+for i = 0, n - 1 do
+  local kp, a = KEYS[1 + 2 * i], 6 + 3 * i
+  local r = redis.call('HMGET', kp, 'od', 'ld', 'nr')
+  if r[1] ~= ARGV[a] or r[2] ~= ARGV[a + 1] then
+    out[i + 2] = 0
+  else
+    local shards, read, live = '', false, false
+    if ARGV[a + 2] == '1' and not (r[3] and at - tonumber(r[3]) < stands) then
+      local z = redis.call('ZRANGE', KEYS[2 + 2 * i], 0, -1, 'WITHSCORES')
+      local names = {}
+      for j = 1, #z, 2 do
+        names[#names + 1] = z[j]
+        live = live or tonumber(z[j + 1]) > at
+      end
+      shards, read = table.concat(names, ' '), true
+    end
+    if read and not live then
+      redis.call('HSET', kp, 'lastSeenAt', now, 'nr', now)
+    else
+      redis.call('HSET', kp, 'lastSeenAt', now)
+      if read and r[3] then
+        -- nr had lapsed and rsh holds a live grant.
+        redis.call('HDEL', kp, 'nr')
+      end
+    end
+    if ttl ~= '0' then
+      redis.call('PEXPIRE', kp, ttl)
+    end
+    out[i + 2] = shards
+  end
+end
+return out

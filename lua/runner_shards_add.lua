@@ -1,0 +1,26 @@
+-- runner_shards_add: after a claim granted on some shards, the runner's
+-- record of those shards (rsh) takes each with the latest deadline of its
+-- grants, and the runner's presence record forgets that rsh held none
+-- (field nr, see presence_beat), in one call: a heartbeat then reads rsh
+-- again, so the new grants' cancel requests reach the daemon on its next
+-- beat. Written before the claim answers, so it exists before the daemon
+-- can present any lease (store.md trap 36).
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  rsh:<eR>   KEYS[2]  p:<eR>
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4..] pairs: shard index, the latest deadline of its new grants (ms)
+-- Reply: the number of shards rsh gained
+
+if #ARGV < 5 or #ARGV % 2 ~= 1 then
+  return redis.error_reply('ERR relay: runner_shards_add: ARGV holds no shard and deadline pairs')
+end
+local args = {}
+for i = 4, #ARGV, 2 do
+  args[#args + 1] = ARGV[i + 1]
+  args[#args + 1] = ARGV[i]
+end
+local added = redis.call('ZADD', KEYS[1], 'GT', unpack(args))
+redis.call('HDEL', KEYS[2], 'nr')
+return added
