@@ -207,3 +207,23 @@ func equalCounts(a, b map[string]int) bool {
 	}
 	return true
 }
+
+// The digests presence_beat compares name their two inputs exactly: no
+// other split of the same bytes, no other input, gives the same name.
+func TestPairDigest(t *testing.T) {
+	pairs := [][2]string{
+		{"", ""}, {"a", ""}, {"", "a"}, {"ab", "c"}, {"a", "bc"}, {"alice", `{"identity":"x"}`},
+		{"alice", `{"identity":"y"}`}, {"\u00e9", "\u0065\u0301"}, {"\x00", ""}, {"", "\x00"},
+	}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		d := pairDigest([]byte(p[0]), []byte(p[1]))
+		if len(d) != 32 || d != ownerDeviceDigest(p[0], []byte(p[1])) || d != listsDigest([]byte(p[0]), []byte(p[1])) {
+			t.Fatalf("%q: %q", p, d)
+		}
+		if other, dup := seen[d]; dup {
+			t.Fatalf("%q and %q share the digest %s", p, other, d)
+		}
+		seen[d] = p
+	}
+}

@@ -187,7 +187,12 @@
 //	                             device, capabilities, withheld (raw JSON),
 //	                             lastSeenAt, ld (digest of the two lists: a
 //	                             heartbeat with the same lists writes only
-//	                             lastSeenAt and the expiry)
+//	                             lastSeenAt and the expiry), od (digest of
+//	                             owner and device: with ld what an idle
+//	                             heartbeat's short form, presence_beat,
+//	                             checks), nr (when a heartbeat last found
+//	                             rsh:⟨R⟩ holding no live grant; cleared by
+//	                             every grant)
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> first-seen number (next_seq)
 //	                             of the shard's runners (Everyone merges the
 //	                             shards by it)
@@ -271,15 +276,25 @@
 // than that on a shard reads some queue heads, in proportion.
 //
 // A daemon's idle heartbeat is one script on the runner's shard
-// (presence_seen through Heartbeat): it checks that the presence record
-// still holds the owner and device the replica remembered (the relay's
-// authentication, atomic with the write), writes lastSeenAt, and answers
-// the runner's record of shards (rsh:⟨R⟩) for the cancel requests, which
-// read further only on shards where the runner holds grants. With
+// (presence_beat through Heartbeat, the short form): it checks that the
+// presence record still holds the owner and device the replica remembered
+// (the relay's authentication, atomic with the write) and the lists the
+// heartbeat carries, both by digest (od, ld), writes lastSeenAt, and
+// answers the runner's record of shards (rsh:⟨R⟩) for the cancel
+// requests, which read further only on shards where the runner holds
+// grants. A record that does not match is written by nothing; the
+// heartbeat is then sent in full (presence_seen), which decides it as
+// before. rsh:⟨R⟩ is read only when the record's nr is absent or older
+// than Options.ShardRecheckMs: nr says a read found no grant whose
+// deadline is ahead (cancel requests last until the job's deadline, so
+// such a set reports nothing), and every grant clears it in the call that
+// writes rsh:⟨R⟩ (runner_shards_add), so a new grant is seen on the next
+// beat; only a grant of a relay older than nr waits for the recheck. With
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
 // heartbeats arriving within the window go out as one pipelined DoMulti
-// in which the heartbeats of one shard share one presence_seen_batch call
-// (batch.go; at most 64 records and 1 MiB of arguments a call): the
+// in which the heartbeats of one shard and form share one presence_beat
+// or presence_seen_batch call (batch.go; at most 64 records and 1 MiB of
+// arguments a call): the
 // server's cost of a round trip is shared per node, and the script call's
 // own setup, about as costly as the record's commands, per shard. Each
 // record is still decided alone (its condition, its write, its answer);

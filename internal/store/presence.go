@@ -211,30 +211,26 @@ func beatEntry(msg valkey.ValkeyMessage, i int) (string, valkey.ValkeyMessage, e
 }
 
 // ownerDeviceDigest names a record's owner and device for presence_beat
-// (the record keeps it as od): SHA-256 over both, the owner
-// length-prefixed, first 16 bytes in hex, as listsDigest.
+// (the record keeps it as od), as listsDigest names the lists.
 func ownerDeviceDigest(owner string, device []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(owner)))
-	h.Write(n[:])
-	h.Write([]byte(owner))
-	h.Write(device)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return pairDigest([]byte(owner), device)
 }
 
 // listsDigest names a heartbeat's two lists for presence_seen, which
-// rewrites them only when the record's digest differs: SHA-256 over both
-// (length-prefixed, so no split of the bytes between the two collides),
-// first 16 bytes in hex. A device can only make its own record keep its
-// own older lists, and 128 bits leave no practical collision anyway.
-func listsDigest(caps, withheld []byte) string {
+// rewrites them only when the record's digest differs. A device can only
+// make its own record keep its own older lists, and 128 bits leave no
+// practical collision anyway.
+func listsDigest(caps, withheld []byte) string { return pairDigest(caps, withheld) }
+
+// pairDigest is SHA-256 over a and b, a length-prefixed (so no split of
+// the bytes between the two collides), first 16 bytes in hex.
+func pairDigest(a, b []byte) string {
 	h := sha256.New()
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(caps)))
+	binary.BigEndian.PutUint64(n[:], uint64(len(a)))
 	h.Write(n[:])
-	h.Write(caps)
-	h.Write(withheld)
+	h.Write(a)
+	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
