@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"strconv"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 				h.s.AdvanceClock(5)
 				counter.take()
 				got, err := beat(c.runner, c.owner, sent, c.caps)
-				if scripts := counter.take(); !equalCounts(scripts, c.wantScripts) {
+				if scripts := counter.take(); !maps.Equal(scripts, c.wantScripts) {
 					t.Fatalf("calls %v, want %v", scripts, c.wantScripts)
 				}
 				after := read()
@@ -110,7 +111,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 				if _, err := beat(c.runner, c.owner, dev, c.caps); err != nil {
 					t.Fatal(err)
 				}
-				if scripts := counter.take(); !equalCounts(scripts, map[string]int{"presence_beat": 1}) {
+				if scripts := counter.take(); !maps.Equal(scripts, map[string]int{"presence_beat": 1}) {
 					t.Fatalf("second beat: calls %v", scripts)
 				}
 			})
@@ -194,18 +195,6 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 			t.Fatalf("past every deadline: cancel %v, nr %v", c, nr())
 		}
 	})
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // The digests presence_beat compares name their two inputs exactly: no
