@@ -62,15 +62,20 @@ NS="itick-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS" "$REPLICAS"
 replicas=$(IFS=,; echo "${URLS[*]}")
 admins=$(IFS=,; echo "${ADMINS[*]}")
-TOTAL=$((SETTLE + ROUNDS * (2 * SETTLE + 2 * WINDOW) + WINDOW + 60))
+# Fleet A's enqueuing outlasts every window, each round's fleet B drain
+# (at most 20 s) included.
+TOTAL=$((SETTLE + ROUNDS * (2 * SETTLE + 2 * WINDOW + 25) + WINDOW + 60))
 
 # fleet NAME DAEMONS DURATION: one fleet of idle Runners in the background;
 # its pid in FLEET_PID. Its run id is fixed, so fleet B's second start
-# brings back the same devices.
+# brings back the same devices. A fleet stops on its own at DURATION and
+# then drains (for longer than an idle daemon's longest sleep, about 11.5
+# s), so a job enqueued just before it stops is collected, not counted in
+# flight: a signal would cancel the drain.
 fleet() {
   "$BIN/loadgen" -replicas "$replicas" -admin "$admins" -admin-token "$TOKEN" -run-id "$NS-$1" \
     -profile real -idle-start -sites 1 -daemons "$2" -slots 1 -pair none -rate 0.015 -arrivals poisson \
-    -site-pump 1s -heartbeat 10s -duration "$3" -drain 5s -ttl 120s -quiet \
+    -site-pump 1s -heartbeat 10s -duration "$3" -drain 20s -ttl 120s -quiet \
     -json "$OUT/idletick-$1.json" >"$OUT/idletick-$1.txt" 2>&1 &
   FLEET_PID=$!; STARTED+=("$FLEET_PID")
 }
@@ -90,15 +95,18 @@ sleep "$SETTLE"
 window A
 for r in $(seq 1 "$ROUNDS"); do
   log "round $r: fleet B, $FLEET_B more daemons"
-  fleet B "$FLEET_B" "${TOTAL}s"; PID_B=$FLEET_PID
+  # Its enqueuing ends no earlier than the window (it starts counting
+  # after its own setup), then it drains and exits.
+  fleet B "$FLEET_B" "$((SETTLE + WINDOW))s"; PID_B=$FLEET_PID
   sleep "$SETTLE"
   window AB
-  kill -TERM "$PID_B" 2>/dev/null || true; wait "$PID_B" 2>/dev/null || true
+  wait "$PID_B" 2>/dev/null || true
   log "round $r: fleet B stopped"
   sleep "$SETTLE"
   window A
 done
-kill -TERM "$PID_A" 2>/dev/null || true; wait "$PID_A" 2>/dev/null || true
+log "fleet A: enqueuing ends within a minute, then it drains"
+wait "$PID_A" 2>/dev/null || true
 
 python3 - "$OUT" "$CLK_TCK" "$FLEET_A" "$FLEET_B" "$REPLICAS" "$WHERE" <<'EOF' | tee "$OUT/idletick.md"
 import json, sys, os
