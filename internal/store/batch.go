@@ -204,38 +204,13 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		if err != nil && valkey.IsValkeyNil(err) {
 			err = nil
 		}
-		if g[0].beat {
-			var now string
-			var each []valkey.ValkeyMessage
-			if err == nil {
-				if each, err = msg.ToArray(); err == nil && len(each) != len(g)+1 {
-					err = fmt.Errorf("%w: presence_beat answered %d entries for %d records", ErrUnexpectedReply, len(each), len(g))
-				}
-			}
-			if err == nil {
-				now, err = each[0].ToString()
-			}
-			for j, c := range g {
-				if c.err = err; err == nil {
-					c.now, c.msg = now, each[j+1]
-				}
-			}
-			continue
-		}
-		if len(g) == 1 {
+		switch {
+		case g[0].beat:
+			spread(g, scPresenceBeat, msg, err, 1)
+		case len(g) == 1:
 			g[0].msg, g[0].err = msg, err
-			continue
-		}
-		var each []valkey.ValkeyMessage
-		if err == nil {
-			if each, err = msg.ToArray(); err == nil && len(each) != len(g) {
-				err = fmt.Errorf("%w: presence_seen_batch answered %d records for %d", ErrUnexpectedReply, len(each), len(g))
-			}
-		}
-		for j, c := range g {
-			if c.err = err; err == nil {
-				c.msg = each[j]
-			}
+		default:
+			spread(g, scPresenceSeenBatch, msg, err, 0)
 		}
 	}
 	for i, c := range live {
@@ -243,6 +218,32 @@ func (b *beatBatch) send(calls []*batchedCall) {
 			ends[i](classify(c.err))
 		}
 		close(c.done)
+	}
+}
+
+// spread hands each call of g its entry of one batched reply: after lead
+// entries (presence_beat's lastSeenAt, which every call of it shares),
+// one entry per call, in order; a failed call or a reply of the wrong
+// length fails every call of the group.
+func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, lead int) {
+	var each []valkey.ValkeyMessage
+	var now string
+	if err == nil {
+		var perr error
+		if each, perr = msg.ToArray(); perr != nil || len(each) != len(g)+lead {
+			err = fmt.Errorf("%w: %s answered %d entries for %d records (%v)", ErrUnexpectedReply, sc.Name, len(each), len(g), perr)
+		}
+	}
+	if err == nil && lead > 0 {
+		var perr error
+		if now, perr = each[0].ToString(); perr != nil {
+			err = fmt.Errorf("%w: %s: lastSeenAt: %v", ErrUnexpectedReply, sc.Name, perr)
+		}
+	}
+	for j, c := range g {
+		if c.err = err; err == nil {
+			c.now, c.msg = now, each[j+lead]
+		}
 	}
 }
 

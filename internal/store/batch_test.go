@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/test/relaytest"
 )
@@ -369,5 +371,77 @@ func TestHeartbeatGroupBounds(t *testing.T) {
 	large[0].args[4] = strings.Repeat("x", 2*beatGroupBytes)
 	if groups := groupByShard(large[:2]); len(groups) != 2 || len(groups[0]) != 1 {
 		t.Fatal("a heartbeat larger than a group's budget goes out alone")
+	}
+}
+
+// spread gives each call of a group its own entry of the group's reply,
+// after the entries they share, and fails the whole group on a reply of
+// the wrong shape (real replies of a real server, built by EVAL).
+func TestSpread(t *testing.T) {
+	c := realBackend(t).client
+	ctx := context.Background()
+	reply := func(lua string) valkey.ValkeyMessage {
+		t.Helper()
+		m, err := c.Do(ctx, c.B().Eval().Script(lua).Numkeys(0).Build()).ToMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	calls := func(n int) []*batchedCall {
+		g := make([]*batchedCall, n)
+		for i := range g {
+			g[i] = &batchedCall{}
+		}
+		return g
+	}
+	failed := errors.New("the call failed")
+	cases := []struct {
+		name    string
+		sc      Script
+		lua     string
+		err     error
+		n, lead int
+		wantErr error
+		want    []string // each call's entry, as a string ("0" for an integer 0)
+		now     string
+	}{
+		{name: "beat", sc: scPresenceBeat, lua: `return {'1700000000000', 0, '3 7', ''}`, n: 3, lead: 1,
+			want: []string{"0", "3 7", ""}, now: "1700000000000"},
+		{name: "one beat", sc: scPresenceBeat, lua: `return {'5', ''}`, n: 1, lead: 1, want: []string{""}, now: "5"},
+		{name: "batch", sc: scPresenceSeenBatch, lua: `return {'a', 'b'}`, n: 2, want: []string{"a", "b"}},
+		{name: "one entry short", sc: scPresenceBeat, lua: `return {'5', 0}`, n: 2, lead: 1, wantErr: ErrUnexpectedReply},
+		{name: "one entry over", sc: scPresenceSeenBatch, lua: `return {'a', 'b', 'c'}`, n: 2, wantErr: ErrUnexpectedReply},
+		{name: "not an array", sc: scPresenceBeat, lua: `return 'x'`, n: 1, lead: 1, wantErr: ErrUnexpectedReply},
+		{name: "lastSeenAt not a string", sc: scPresenceBeat, lua: `return {{}, 0}`, n: 1, lead: 1, wantErr: ErrUnexpectedReply},
+		{name: "the call failed", sc: scPresenceBeat, lua: `return {'5', 0}`, err: failed, n: 1, lead: 1, wantErr: failed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := calls(tc.n)
+			spread(g, tc.sc, reply(tc.lua), tc.err, tc.lead)
+			for i, bc := range g {
+				if tc.wantErr != nil {
+					if !errors.Is(bc.err, tc.wantErr) {
+						t.Fatalf("call %d: err %v, want %v", i, bc.err, tc.wantErr)
+					}
+					continue
+				}
+				if bc.err != nil || bc.now != tc.now {
+					t.Fatalf("call %d: err %v, now %q", i, bc.err, bc.now)
+				}
+				got, err := bc.msg.ToString()
+				if err != nil {
+					n, ierr := bc.msg.AsInt64()
+					if ierr != nil {
+						t.Fatalf("call %d: entry %v", i, bc.msg)
+					}
+					got = fmt.Sprint(n)
+				}
+				if got != tc.want[i] {
+					t.Fatalf("call %d: entry %q, want %q", i, got, tc.want[i])
+				}
+			}
+		})
 	}
 }
