@@ -155,10 +155,11 @@ func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []b
 	if batched && s.beats != nil {
 		now, entry, err = s.beats.runBeat(ctx, keys, args)
 	} else {
-		var msg valkey.ValkeyMessage
-		if msg, err = s.run(ctx, scPresenceBeat, keys, append(s.beatCallArgs(), args...)...); err == nil {
-			now, entry, err = beatEntry(msg, 0)
-		}
+		// A call of one record, read as the batch reads a group's reply.
+		c := &batchedCall{}
+		msg, runErr := s.run(ctx, scPresenceBeat, keys, append(s.beatCallArgs(), args...)...)
+		spread([]*batchedCall{c}, scPresenceBeat, msg, runErr, 1)
+		now, entry, err = c.now, c.msg, c.err
 	}
 	if err != nil {
 		return Presence{}, nil, false, err
@@ -195,19 +196,6 @@ func (s *Store) beatCall(p Presence, device, caps, withheld []byte, shards bool)
 // how long a read of rsh without a live grant stands.
 func (s *Store) beatCallArgs() []string {
 	return []string{strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), strconv.FormatInt(s.opts.shardRecheckMs(), 10)}
-}
-
-// beatEntry is presence_beat's lastSeenAt and its i-th record's entry.
-func beatEntry(msg valkey.ValkeyMessage, i int) (string, valkey.ValkeyMessage, error) {
-	a, err := msg.ToArray()
-	if err != nil || len(a) < i+2 {
-		return "", valkey.ValkeyMessage{}, fmt.Errorf("beat: %w: %d entries, %v", ErrUnexpectedReply, len(a), err)
-	}
-	now, err := a[0].ToString()
-	if err != nil {
-		return "", valkey.ValkeyMessage{}, fmt.Errorf("beat: %w: %v", ErrUnexpectedReply, err)
-	}
-	return now, a[i+1], nil
 }
 
 // ownerDeviceDigest names a record's owner and device for presence_beat

@@ -34,10 +34,10 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
   -- its runnerId is the one its key names, ARGV[i + 1].
   local r = redis.call('HMGET', kp, 'owner', 'device', 'ld', 'od')
   local same = r[1] == ARGV[i + 2] and r[2] == ARGV[i + 3]
-  if ARGV[i + 8] == '1' and not same then
+  local cond = ARGV[i + 8] == '1'
+  if cond and not same then
     return {}
   end
-  local cond = ARGV[i + 8] == '1'
   if r[1] then
     local w = {'lastSeenAt', now}
     if same and r[4] ~= ARGV[i + 9] then
