@@ -11,15 +11,17 @@
 -- ARGV[5]  exclusive lower bound ("-inf" for the first page, else "(<seq>")
 -- ARGV[6]  most index entries examined
 -- Reply: {cursor: seq of the last entry examined, "" when the index is
---         exhausted; then one flat {jobId, leaseId, seq} per grant listed}
+--         exhausted; then one flat {eJ, leaseId, seq} per grant listed (the
+--         job id encoded as in the member: records since layout v4 keep no
+--         raw id, and Go decodes it)}
 local limit = tonumber(ARGV[6])
 local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {''}
 for i = 1, #page, 2 do
   out[1] = page[i + 1]
-  local v = redis.call('HMGET', P .. 'j:' .. page[i], 'cx', 'cr', 'id', 'cl')
-  if v[1] == '1' and v[2] == ARGV[4] and v[4] then
-    out[#out + 1] = {v[3], v[4], page[i + 1]}
+  local v = redis.call('HMGET', P .. 'j:' .. page[i], 'cx', 'cr', 'cl')
+  if v[1] == '1' and v[2] == ARGV[4] and v[3] then
+    out[#out + 1] = {string.match(page[i], ':(.*)$'), v[3], page[i + 1]}
   end
 end
 if #page < 2 * limit then

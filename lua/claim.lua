@@ -28,7 +28,8 @@
 --          call where this one stopped (each call stays short).
 -- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
 --          (Go drains with sweep and calls again). -1: settle everything.
--- ARGV[12] nk, then nk kinds (raw)
+-- ARGV[12] eO of the device owner
+-- ARGV[13] nk, then nk kinds (base64url, as the records' eK)
 -- then     nr, then per route: eS, eO, nq_r
 -- then     one cursor per queue key, in KEYS order: the seq of the last
 --          entry a previous call examined there, "" to start at the head
@@ -37,8 +38,8 @@
 --      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
 --   truncated = 1: the scan budget stopped the merge with candidates left;
 --   cursors (one per queue, as above) say where.
---   grant   = {siteId, stub (raw), leaseId, expiresAt, deadline, seq}
---   report  = {siteId, owner, expiries}
+--   grant   = {eS, stub (raw), leaseId, expiresAt, deadline, seq}
+--   report  = {eS, eO, expiries} (Go decodes eS and eO)
 
 local runner, e_runner = ARGV[4], ARGV[5]
 local device_owner, device = ARGV[6], ARGV[7]
@@ -47,7 +48,8 @@ local remaining = tonumber(ARGV[9])
 local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
 
-local a = 12
+local e_device_owner = ARGV[12]
+local a = 13
 local kinds = {}
 local nk = tonumber(ARGV[a])
 for i = 1, nk do
@@ -163,7 +165,7 @@ while remaining > 0 do
     local ok = true
     if best.sticky then
       -- sticky queues mix kinds and audiences; ready queues are split by both
-      ok = kinds[h.kind] and (h.aud ~= 'private' or h.owner == device_owner)
+      ok = kinds[h.eK] and (h.eA ~= PRIVATE_EA or h.eO == e_device_owner)
     end
     local jk = jkey(m)
     if ok and redis.call('ZSCORE', jk .. ':ref', runner) then
@@ -204,7 +206,7 @@ while remaining > 0 do
         rescore(m, h)
         route.budget = route.budget - 1
         remaining = remaining - 1
-        grants[#grants + 1] = {h.site, stub, lease_id, expires, h.dl, h.seq}
+        grants[#grants + 1] = {h.eS, stub, lease_id, expires, h.dl, h.seq}
       end
     end
   end

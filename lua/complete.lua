@@ -11,14 +11,14 @@
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  lease      KEYS[2]  hid:<eR>
 -- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR
--- ARGV[8]  leaseId    ARGV[9]  result envelope (raw JSON)  ARGV[10] disposition
+-- ARGV[4]  eJ (base64url job id)      ARGV[5]  runnerId   ARGV[6]  eR
+-- ARGV[7]  leaseId    ARGV[8]  result envelope (raw JSON)  ARGV[9]  disposition
 -- Reply: {'accepted', reports} | {'duplicate', reports} | {'refused', reason, reports}
 
-local job_id, e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local now = clock()
 
-local m, h = resolve_exact(job_id, lease_id, now)
+local m, h = resolve_exact(e_job, lease_id, now)
 if not m then
   -- Any fallback candidate holds a different lease (else the exact lookup
   -- would have found it), so the only answers left are these two.
@@ -34,8 +34,8 @@ if h.state == DONE then
   return {'duplicate', REPORTS}
 end
 local was = h.state
-local rec = {'dp', ARGV[10], 'state', DONE}
-local size = blob_args('rs', ARGV[9], rec)
+local rec = {'dp', ARGV[9], 'state', DONE}
+local size = blob_args('rs', ARGV[8], rec)
 redis.call('HSET', jkey(m), unpack(rec))
 move_state(m, was, DONE)
 redis.call('SREM', live_set(h.eS), h.eJ)

@@ -63,12 +63,17 @@ end
 -- only while the epoch they were filled under is still the one stored.
 redis.call('SET', KEYS[5], ARGV[17], 'NX')
 local seq = next_seq(KEYS[2])
--- eS and eJ are not stored: the member m names them (core()).
-local rec = {'id', ARGV[5], 'site', ARGV[6],
-  'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10], 'dl', ARGV[11],
-  'seq', seq, 'state', QUEUED,
+-- eS and eJ are not stored: the member m names them (core()). Layout v4
+-- stores no raw id, site, owner, kind or audience either: the member, the
+-- encoded fields and the stub hold them, and no script reads them.
+local rec = {'dl', ARGV[11], 'seq', seq, 'state', QUEUED,
   'eO', ARGV[14], 'eK', ARGV[15], 'eA', ARGV[16]}
-local reply = {unpack(rec)}
+if not compact() then
+  for _, f in ipairs({'id', ARGV[5], 'site', ARGV[6], 'owner', ARGV[8], 'kind', ARGV[9], 'aud', ARGV[10]}) do
+    rec[#rec + 1] = f
+  end
+end
+local reply = {'m', m, unpack(rec)}
 local size = blob_args('stub', ARGV[7], rec)
 redis.call('HSET', KEYS[1], unpack(rec))
 redis.call('ZADD', KEYS[3], seq, ARGV[13])

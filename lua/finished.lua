@@ -17,6 +17,7 @@
 --         exhausted; snapshots...}
 
 return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
-  local v = redis.call('HMGET', jkey(m), 'state', 'rs', 'rs#')
-  return v[1] == DONE and (v[2] or v[3])
+  -- a result whole, or the length of its slices (v4's numbered form, v3's)
+  local v = redis.call('HMGET', jkey(m), 'state', 'rs', tostring(BASE.rs), 'rs#')
+  return v[1] == DONE and (v[2] or v[3] or v[4])
 end)

@@ -13,8 +13,8 @@
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  most held entries examined (0: none, only the counts)
 -- Reply: {held (ZCARD), cancelled (ZCARD), entries examined, then 4 strings
---         per examined job that is not done: site id, job id, state, lease
---         expiry}
+--         per examined job that is not done: eS, eJ (encoded as in the
+--         member; Go decodes them), state, lease expiry}
 
 local n = tonumber(ARGV[4])
 local page = {}
@@ -24,12 +24,12 @@ end
 local out = {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), #page}
 for _, member in ipairs(page) do
   local e_job, e_site = string.match(member, '^([^:]*):(.*)$')
-  local v = redis.call('HMGET', P .. 'j:' .. e_site .. ':' .. e_job, 'state', 'site', 'id', 'ce')
+  local v = redis.call('HMGET', P .. 'j:' .. e_site .. ':' .. e_job, 'state', 'ce')
   if v[1] and v[1] ~= 'done' then
-    out[#out + 1] = v[2] or ''
-    out[#out + 1] = v[3] or ''
+    out[#out + 1] = e_site
+    out[#out + 1] = e_job
     out[#out + 1] = v[1]
-    out[#out + 1] = v[4] or ''
+    out[#out + 1] = v[2] or ''
   end
 end
 return out

@@ -16,13 +16,14 @@
 -- ARGV[6]  SSCAN COUNT hint
 -- Reply: {next cursor ("0" when done), live (SCARD), awaiting (ZCARD),
 --         done (ZCARD), examined, queued, ready, running, other,
---         oldest queued seq ("" when none), its job id ("" when none)}
+--         oldest queued seq ("" when none), its eJ ("" when none; Go
+--         decodes it)}
 
 local r = redis.call('SSCAN', KEYS[1], ARGV[5], 'COUNT', tonumber(ARGV[6]))
 local n = {queued = 0, ready = 0, running = 0, other = 0}
 local oldSeq, oldID = nil, ''
 for _, eJ in ipairs(r[2]) do
-  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. eJ, 'state', 'seq', 'id')
+  local v = redis.call('HMGET', P .. 'j:' .. ARGV[4] .. ':' .. eJ, 'state', 'seq')
   local st = v[1]
   if st == 'queued' or st == 'ready' or st == 'running' then
     n[st] = n[st] + 1
@@ -32,7 +33,7 @@ for _, eJ in ipairs(r[2]) do
   if st == 'queued' and v[2] then
     local seq = tonumber(v[2])
     if oldSeq == nil or seq < oldSeq then
-      oldSeq, oldID = seq, v[3] or ''
+      oldSeq, oldID = seq, eJ
     end
   end
 end

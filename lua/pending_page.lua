@@ -14,8 +14,9 @@
 -- ARGV[5]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
 -- ARGV[6]  most index entries examined
 -- Reply: {cursor: seq of the last entry examined, "" when the index is
---         exhausted; then 6 strings per job: id, device (raw JSON), runnerId,
---         leaseId, awaitingUntil, leaseExpiresAt, each "" when absent}
+--         exhausted; then 6 strings per job: eJ (the job id encoded as in
+--         the member; Go decodes it), device (raw JSON), runnerId, leaseId,
+--         awaitingUntil, leaseExpiresAt, each "" when absent}
 
 local limit = tonumber(ARGV[6])
 local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
@@ -23,10 +24,11 @@ local out = {''}
 for i = 1, #page, 2 do
   out[1] = page[i + 1]
   local k = P .. 'j:' .. ARGV[4] .. ':' .. page[i]
-  local v = redis.call('HMGET', k, 'state', 'id', 'cd', 'cr', 'cl', 'au', 'ce')
+  local v = redis.call('HMGET', k, 'state', 'cd', 'cr', 'cl', 'au', 'ce')
   if v[1] == 'awaiting-payload' then
-    v[3] = v[3] or get_blob(k, 'cd', 4)
-    for f = 2, 7 do
+    v[2] = v[2] or get_blob(k, 'cd', 4)
+    out[#out + 1] = page[i]
+    for f = 2, 6 do
       out[#out + 1] = v[f] or ''
     end
   end

@@ -10,7 +10,7 @@
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)
 -- ARGV[6]  retryAfter (absolute ms on the caller's clock, "" for none)
--- ARGV[7]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
+-- ARGV[7]  n (at most store.GrantChunk, 32), then n pairs: eJ, leaseId
 -- Reply: {released: per pair in input order, "1" released or "0" skipped, reports}
 
 local runner, reason, retry_after = ARGV[4], ARGV[5], ARGV[6]
@@ -18,10 +18,10 @@ local n = tonumber(ARGV[7])
 local now = clock()
 local released = {}
 for i = 0, n - 1 do
-  local job_id, lease_id = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+  local e_job, lease_id = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
   -- Only the exact grant can be released: a fallback candidate always holds
   -- another lease, and the reference skips it.
-  local m, h = resolve_exact(job_id, lease_id, now)
+  local m, h = resolve_exact(e_job, lease_id, now)
   if m and h.cr == runner and h.state ~= DONE then
     local jk = jkey(m)
     if reason == 'refused' and not redis.call('ZSCORE', jk .. ':ref', runner) then

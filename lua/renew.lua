@@ -9,7 +9,7 @@
 -- KEYS[1]  lease      KEYS[2]  due (on the leases' shard, as for release)
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  leaseMs
--- ARGV[6]  n (at most store.GrantChunk, 32), then n pairs: jobId, leaseId
+-- ARGV[6]  n (at most store.GrantChunk, 32), then n pairs: eJ, leaseId
 -- Reply: {outcomes: per pair in input order, the new expiry or "" (lost), reports}
 
 local runner, lease_ms = ARGV[4], tonumber(ARGV[5])
@@ -17,8 +17,8 @@ local n = tonumber(ARGV[6])
 local now = clock()
 local renewed = {}
 for i = 0, n - 1 do
-  local job_id, lease_id = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
-  local m, h = resolve_exact(job_id, lease_id, now)
+  local e_job, lease_id = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local m, h = resolve_exact(e_job, lease_id, now)
   if m and h.cr == runner then
     h.ce = fmt(now + lease_ms)
     redis.call('HSET', jkey(m), 'ce', h.ce)

@@ -14,7 +14,8 @@
 -- ARGV[5]  byte budget
 -- ARGV[6..] pairs: eJ, seq
 -- Reply: {pairs consumed, then 8 strings per job still there: position of
---         its pair (1-based), id, result (raw JSON), disposition, runnerId,
+--         its pair (1-based), eJ (as asked; Go decodes it), result (raw
+--         JSON), disposition, runnerId,
 --         leaseId, device (raw JSON), runnerOwner; "" when absent (no
 --         leaseId: no grant)}
 
@@ -25,15 +26,15 @@ local n = (#ARGV - 5) / 2
 for i = 1, n do
   out[1] = i
   local k = P .. 'j:' .. ARGV[4] .. ':' .. ARGV[4 + 2 * i]
-  local v = redis.call('HMGET', k, 'state', 'seq', 'rs', 'id', 'dp', 'cr', 'cl', 'cd', 'co')
+  local v = redis.call('HMGET', k, 'state', 'seq', 'rs', 'dp', 'cr', 'cl', 'cd', 'co')
   if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] then
-    v[3], v[8] = v[3] or get_blob(k, 'rs', 32), v[8] or get_blob(k, 'cd', 4)
+    v[3], v[7] = v[3] or get_blob(k, 'rs', 32), v[7] or get_blob(k, 'cd', 4)
   end
   if v[1] == 'done' and v[2] == ARGV[5 + 2 * i] and v[3] then
     out[#out + 1] = i
-    out[#out + 1] = v[4]
+    out[#out + 1] = ARGV[4 + 2 * i]
     out[#out + 1] = v[3]
-    for f = 5, 9 do
+    for f = 4, 8 do
       out[#out + 1] = v[f] or ''
     end
     bytes = bytes + #v[3]

@@ -10,14 +10,14 @@
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  lease      KEYS[2]  hid:<eR>
 -- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  jobId      ARGV[5]  eJ      ARGV[6]  runnerId   ARGV[7]  eR
--- ARGV[8]  leaseId
+-- ARGV[4]  eJ (base64url job id)      ARGV[5]  runnerId   ARGV[6]  eR
+-- ARGV[7]  leaseId
 -- Reply: {'ok', envelope (raw), reports} | {'refused', reason, reports}
 
-local job_id, e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local now = clock()
 
-local m, h = resolve_exact(job_id, lease_id, now)
+local m, h = resolve_exact(e_job, lease_id, now)
 if not m then
   if holds_bare(e_job, e_runner, now) then
     return {'refused', 'stale-lease', REPORTS}

@@ -394,7 +394,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			Interval: cfg.HeartbeatInterval,
 			Fill: func(ctx context.Context, r *opsview.Replica) {
 				ps := proj.State()
-				r.ID, r.Version, r.StartedAt = replicaID, buildVersion(), startedAt
+				r.ID, r.Version, r.StartedAt, r.Layout = replicaID, buildVersion(), startedAt, store.LayoutVersion
 				r.Draining = checker.Draining()
 				r.Ready = ps.Loaded && !r.Draining
 				if !ps.Loaded {

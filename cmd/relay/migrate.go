@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
@@ -40,10 +45,25 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return exitRuntime
 	}
 	defer closeFn()
+	if older, err := olderReplicas(ctx, client, *ns); err != nil {
+		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
+		return exitRuntime
+	} else if len(older) > 0 {
+		fmt.Fprintf(stderr, "relay migrate: namespace %q is served by replicas that cannot read layout v%d: %s. "+
+			"Replace them with relays of this version (a rolling upgrade is fine: both serve the namespace as it is), "+
+			"wait for their records to expire (15 s after they stop; the operations view's fleet page, /ui/ on the admin listener, lists them), "+
+			"then run this again.\n", *ns, store.LayoutVersion, strings.Join(older, ", "))
+		return exitRuntime
+	}
 	rep, err := store.Migrate(ctx, client, *ns, *drop)
 	if err != nil {
 		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
 		return exitRuntime
+	}
+	if rep.From == 3 {
+		fmt.Fprintf(stdout, "namespace %q: layout v3 -> v%d: no data moved; the relays write compact job records "+
+			"from their next layout check (within 10 s).\n", *ns, store.LayoutVersion)
+		return exitOK
 	}
 	if rep.From == 2 {
 		fmt.Fprintf(stdout, "namespace %q: layout v2 -> v%d: %d sites with stored jobs pinned to their shard (%d jobs, none moved); "+
@@ -63,6 +83,30 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fmt.Fprintf(stdout, "namespace %q: layout v%d (%d v1 keys deleted, %d jobs dropped); start the new relays.\n",
 		*ns, store.LayoutVersion, rep.Deleted, rep.Jobs)
 	return exitOK
+}
+
+// olderReplicas names the live replicas of a v3 namespace whose heartbeat
+// record says they read an older layout than this relay's (records of relays
+// before v4 carry none). Other namespaces have nothing to check: a v2
+// namespace is served by v2 relays only, which migrate requires stopped,
+// and v1 and new namespaces by none of this version's peers.
+func olderReplicas(ctx context.Context, client valkey.Client, ns string) ([]string, error) {
+	st, err := store.New(ctx, client, store.Options{Namespace: ns, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil || st.Layout() != 3 {
+		return nil, nil // store.Migrate reports what this namespace is
+	}
+	recs, err := st.ReplicaRecords(ctx, store.MaxReplicaRecords)
+	if err != nil {
+		return nil, err
+	}
+	var older []string
+	for _, raw := range recs {
+		var r opsview.Replica
+		if json.Unmarshal(raw, &r) != nil || r.Layout < store.LayoutVersion {
+			older = append(older, fmt.Sprintf("%s (version %q)", r.ID, r.Version))
+		}
+	}
+	return older, nil
 }
 
 func firstNonEmpty(v ...string) string {

@@ -185,6 +185,10 @@ func (a *Activity) snapshot() (map[string][]Minute, []Event) {
 type Replica struct {
 	ID                string              `json:"id"`
 	Version           string              `json:"version"`
+	// Layout is the newest key layout the replica reads and writes
+	// (store.LayoutVersion); records of relays before layout v4 lack it.
+	// `relay migrate` refuses to move a namespace past a live replica's.
+	Layout            int                 `json:"layout,omitempty"`
 	StartedAt         int64               `json:"startedAt"`
 	SeenAt            int64               `json:"seenAt"` // this replica's clock when written
 	Ready             bool                `json:"ready"`

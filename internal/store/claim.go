@@ -294,8 +294,10 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []
 		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
 	// indexes in args of the per-call values: max, scan budget, settle budget
 	const maxArg, scanArg, settleArg = 5, 6, 7
-	args = append(args, strconv.Itoa(len(kinds)))
-	args = append(args, kinds...)
+	args = append(args, enc(in.Owner), strconv.Itoa(len(kinds)))
+	for _, k := range kinds {
+		args = append(args, enc(k))
+	}
 	args = append(args, strconv.Itoa(len(routes)))
 	nQueues := 0
 	for _, r := range routes {
@@ -419,8 +421,12 @@ func parseGrants(m valkey.ValkeyMessage, runner string) ([]ClaimedStub, int64, e
 		if err != nil {
 			return nil, 0, fmt.Errorf("grant seq: %w", err)
 		}
+		site, err := dec("grant site", f[0])
+		if err != nil {
+			return nil, 0, err
+		}
 		out = append(out, ClaimedStub{
-			SiteID: f[0],
+			SiteID: site,
 			Stub:   json.RawMessage(f[1]),
 			Lease:  protocol.Lease{ID: f[2], RunnerID: runner, ExpiresAt: exp},
 			seq:    seq,

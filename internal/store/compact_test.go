@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,7 +99,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fields {
-		if strings.HasPrefix(f, "stub") {
+		if blobField(f, "stub") {
 			do("HDEL", k, f)
 		}
 	}
@@ -132,7 +133,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 	// Payload and device whole, as v2 wrote them, then a requeue drops them.
 	fields, _ = c.Do(ctx, c.B().Hkeys().Key(k).Build()).AsStrSlice()
 	for _, f := range fields {
-		if strings.HasPrefix(f, "pl") || strings.HasPrefix(f, "cd") {
+		if blobField(f, "pl") || blobField(f, "cd") {
 			do("HDEL", k, f)
 		}
 	}
@@ -142,7 +143,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 	counts("released", StateCounts{Queued: 1})
 	left, _ := c.Do(ctx, c.B().Hkeys().Key(k).Build()).AsStrSlice()
 	for _, f := range left {
-		if strings.HasPrefix(f, "pl") || strings.HasPrefix(f, "cd") {
+		if blobField(f, "pl") || blobField(f, "cd") {
 			t.Fatalf("requeue left field %s: %v", f, left)
 		}
 	}
@@ -202,4 +203,14 @@ func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
 	if rep, err := Migrate(ctx, c, ns, false); err != nil || rep.Upgraded || rep.Written {
 		t.Fatalf("second migrate: %+v %v", rep, err)
 	}
+}
+
+// blobField: field f of a job record holds part of blob name, in any form
+// a layout wrote (whole; v3's name#, name.N; v4's numbered fields).
+func blobField(f, name string) bool {
+	base := map[string]int{"stub": 100, "cd": 200, "pl": 300, "rs": 400}[name]
+	if n, err := strconv.Atoi(f); err == nil {
+		return n >= base && n < base+100
+	}
+	return f == name || f == name+"#" || strings.HasPrefix(f, name+".")
 }

@@ -45,7 +45,7 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 		return TakeResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
 	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
-		in.JobID, enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
+		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
 	if err != nil {
 		return TakeResult{}, fmt.Errorf("take payload: %w", err)
 	}
@@ -140,7 +140,7 @@ func (s *Store) Complete(ctx context.Context, in CompleteInput) (CompleteResult,
 		return CompleteResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
 	msg, err := s.run(ctx, scComplete, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
-		in.JobID, enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
+		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete: %w", err)
 	}
@@ -205,7 +205,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 		for chunk := range slices.Chunk(idx, GrantChunk) {
 			args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(chunk))}
 			for _, i := range chunk {
-				args = append(args, in.Leases[i].JobID, in.Leases[i].LeaseID)
+				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
 			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh), s.k.held(sh, in.RunnerID)}, args...)
 			if err != nil {
@@ -275,7 +275,7 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 		for chunk := range slices.Chunk(idx, GrantChunk) {
 			args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(chunk))}
 			for _, i := range chunk {
-				args = append(args, in.Leases[i].JobID, in.Leases[i].LeaseID)
+				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
 			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh), s.k.due(sh)}, args...)
 			if err != nil {
@@ -372,7 +372,11 @@ func (s *Store) cancelRequests(ctx context.Context, runnerID string, shards []in
 					if err != nil {
 						return err
 					}
-					refs = append(refs, ref{protocol.GrantRef{JobID: flat[0], LeaseID: flat[1]}, seq})
+					id, err := dec("job id", flat[0])
+					if err != nil {
+						return err
+					}
+					refs = append(refs, ref{protocol.GrantRef{JobID: id, LeaseID: flat[1]}, seq})
 				}
 				return nil
 			})

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"hash"
 	"strconv"
 	"sync"
@@ -15,6 +16,17 @@ import (
 // and a hash tag built from it stays well-formed, whatever bytes the id holds.
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
+// dec reverses enc: scripts answer ids, owners and kinds in the encoded
+// form the keys and records hold (records since layout v4 keep no raw id,
+// site, owner, kind or audience).
+func dec(what, e string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(e)
+	if err != nil {
+		return "", fmt.Errorf("%s %q is not base64url: %w", what, e, err)
+	}
+	return string(b), nil
+}
+
 // LayoutVersion is the key layout this store reads and writes (mode S,
 // sharded by site). Version 1 was the single-slot layout (mode G), which
 // had no layout record; see Migrate. Version 2 had the same keys with job
@@ -23,8 +35,18 @@ func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 // counts states in stc, and places sites by the placement record
 // (placement.go). A v3 store reads v2 records as they are, but a v2 relay
 // can neither read v3 records nor knows the placement record, so the
-// record says 3 only once `relay migrate` wrote it.
-const LayoutVersion = 3
+// record says 3 only once `relay migrate` wrote it. Version 4 has the same
+// keys; its job records keep no raw id, site, owner, kind or audience and
+// name blob slices by number (compact records, lib/blob.lua). This store
+// reads every record of v2, v3 and v4, and writes v4's form once the
+// namespace's record says 4: a v3 namespace stays v3 (and relays of both
+// versions serve it together, a rolling upgrade) until `relay migrate`
+// moves the record to 4 with no v3 relay left.
+const LayoutVersion = 4
+
+// rollingLayout is the older layout this store serves as it is, writing
+// its records in that layout's form, until Migrate moves the record on.
+const rollingLayout = 3
 
 // compatLayout is the older layout whose data this store reads as it is:
 // Migrate pins its sites and rewrites the version once no relay of it is

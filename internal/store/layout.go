@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -80,14 +81,18 @@ func (s *Store) loadLayout(ctx context.Context) error {
 			"of the id. Stop the v%d relays, then run `relay migrate`, which moves no data: it pins every site with "+
 			"stored jobs to the shard holding them and writes v%d into the layout record", ErrOlderLayout, s.opts.Namespace, v, LayoutVersion, v, v, LayoutVersion)
 	case v == compatLayout:
-		// Migrate's own Store: it pins sites, then moves the record to v3.
+		// Migrate's own Store: it pins sites, then moves the record on.
 	case v > LayoutVersion:
 		return fmt.Errorf("layout: namespace %q has layout v%d, newer than this relay's v%d: run a relay of that version or later", s.opts.Namespace, v, LayoutVersion)
-	case v != LayoutVersion:
-		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d only (and moves v%d with `relay migrate`)", s.opts.Namespace, v, LayoutVersion, compatLayout)
+	case v != LayoutVersion && v != rollingLayout:
+		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d and v%d (and moves v%d with `relay migrate`)", s.opts.Namespace, v, rollingLayout, LayoutVersion, compatLayout)
 	}
 	if s.k.shards == nil {
 		s.layoutV = v
+		s.checkedAt.Store(time.Now().UnixMilli())
+	}
+	if v == LayoutVersion {
+		s.compact.Store(true)
 	}
 	if n < 1 || n > maxShards {
 		return fmt.Errorf("layout: namespace %q records %d shards (want 1-%d)", s.opts.Namespace, n, maxShards)
@@ -104,6 +109,37 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	return nil
 }
 
+// layoutRecheck is how often a Store serving a v3 namespace reads the
+// layout record again, so that soon after Migrate moves it to v4 every
+// replica writes compact records (until then they write v3's, which every
+// relay of either version reads).
+const layoutRecheck = 10 * time.Second
+
+// recheckLayout reads the layout record again in the background when the
+// namespace was v3 at the last reading, at most once per layoutRecheck.
+func (s *Store) recheckLayout() {
+	now, last := time.Now().UnixMilli(), s.checkedAt.Load()
+	if s.layoutV != rollingLayout || now-last < layoutRecheck.Milliseconds() || !s.checkedAt.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.k.layout()).Field("version").Build()).AsInt64()
+		if err == nil && v == LayoutVersion && !s.compact.Swap(true) {
+			s.log.Info("store: the namespace moved to layout v4; writing compact job records", "namespace", s.opts.Namespace)
+		}
+	}()
+}
+
+// Layout is the namespace's layout version as this Store last read it.
+func (s *Store) Layout() int {
+	if s.compact.Load() {
+		return LayoutVersion
+	}
+	return s.layoutV
+}
+
 // Shards is the number of shards of the namespace (from its layout record).
 func (s *Store) Shards() int { return len(s.k.shards) }
 
@@ -114,7 +150,7 @@ type MigrateReport struct {
 	Presence int64            // v1 presence records (rebuilt by heartbeats)
 	Deleted  int              // v1 routing keys deleted
 	Written  bool             // the layout record was written (or moved to this version)
-	Upgraded bool             // a v2 record moved to v3 (no data moved)
+	Upgraded bool             // a v2 or v3 record moved to v4 (no data moved)
 	From     int              // the layout version found (0: none, a new namespace)
 	// Pinned is how many sites with stored jobs a v2 namespace had that
 	// were pinned to the shard holding them (v2 to v3).
@@ -144,11 +180,18 @@ func Migrate(ctx context.Context, c valkey.Client, namespace string, dropJobs bo
 	if v, err := c.Do(ctx, c.B().Hget().Key(k.layout()).Field("version").Build()).AsInt64(); err == nil {
 		rep.From = int(v)
 		if v == compatLayout {
-			rep, err = migratePlacement(ctx, c, namespace, rep)
-			rep.Upgraded = err == nil && rep.Written
-			return rep, err
+			if rep, err = migratePlacement(ctx, c, namespace, rep); err != nil || !rep.Written {
+				return rep, err
+			}
+			v = rollingLayout
 		}
-		return rep, nil // already in this layout
+		if v == rollingLayout {
+			if err := moveLayout(ctx, c, namespace); err != nil {
+				return rep, err
+			}
+			rep.Written, rep.Upgraded = true, true
+		}
+		return rep, nil // now (or already) in this layout
 	} else if !valkey.IsValkeyNil(err) {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
@@ -259,6 +302,30 @@ func migratePlacement(ctx context.Context, c valkey.Client, namespace string, re
 	if err != nil {
 		return rep, fmt.Errorf("migrate: %w", err)
 	}
-	rep.Pinned, rep.Written = len(sites), v == LayoutVersion
+	rep.Pinned, rep.Written = len(sites), v == rollingLayout
 	return rep, nil
+}
+
+// moveLayout moves a v3 namespace's record to v4. No data moves: this
+// version reads v3's job records as they are, and writes compact ones
+// from then on (Stores of this version serving the namespace notice within
+// layoutRecheck). Relays of v3 cannot read compact records, so it must run
+// once none is left (cmd/relay's migrate checks the replica records).
+func moveLayout(ctx context.Context, c valkey.Client, namespace string) error {
+	s, err := New(ctx, c, Options{Namespace: namespace, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	got, err := s.run(ctx, scLayoutMove, []string{s.k.layout()}, strconv.Itoa(rollingLayout), strconv.Itoa(LayoutVersion))
+	if err == nil {
+		var v string
+		if v, err = got.ToString(); err == nil && v != strconv.Itoa(LayoutVersion) {
+			err = fmt.Errorf("the layout record says v%s", v)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: move the layout record to v%d: %w", LayoutVersion, err)
+	}
+	s.compact.Store(true)
+	return nil
 }

@@ -87,7 +87,11 @@ func (s *Store) OpsSiteStates(ctx context.Context, siteID string, pageSize, maxP
 		out.Ready += n(6)
 		out.Running += n(7)
 		if v[9] != "" && (out.OldestQueuedID == "" || n(9) < out.OldestQueuedSeq) {
-			out.OldestQueuedSeq, out.OldestQueuedID = n(9), v[10]
+			id, err := dec("job id", v[10])
+			if err != nil {
+				return SiteStates{}, fmt.Errorf("ops site: %w", err)
+			}
+			out.OldestQueuedSeq, out.OldestQueuedID = n(9), id
 		}
 		out.OldestQueuedAt = out.OldestQueuedSeq / 1000
 		cursor = v[0]
@@ -257,7 +261,12 @@ func (s *Store) OpsDeviceLeases(ctx context.Context, runnerID string, limit int)
 				}
 			}
 			ce, _ := strconv.ParseInt(f[3], 10, 64)
-			out.Active = append(out.Active, HeldJob{SiteID: f[0], JobID: f[1], State: f[2], LeaseExpiresAt: ce})
+			site, err1 := dec("site", f[0])
+			id, err2 := dec("job id", f[1])
+			if err := errors.Join(err1, err2); err != nil {
+				return out, fmt.Errorf("ops device: %w", err)
+			}
+			out.Active = append(out.Active, HeldJob{SiteID: site, JobID: id, State: f[2], LeaseExpiresAt: ce})
 		}
 	}
 	return out, nil

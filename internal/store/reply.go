@@ -2,8 +2,10 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -85,9 +87,18 @@ func parseSnapshot(m valkey.ValkeyMessage) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot retryAfter: %w", err)
 	}
+	eS, eJ, ok := strings.Cut(h["m"], ":")
+	if !ok {
+		return nil, fmt.Errorf("snapshot: member %q", h["m"])
+	}
+	site, err1 := dec("site", eS)
+	id, err2 := dec("job id", eJ)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
 	s := &snapshot{Job: Job{
-		ID:          h["id"],
-		SiteID:      h["site"],
+		ID:          id,
+		SiteID:      site,
 		Stub:        json.RawMessage(h["stub"]),
 		State:       h["state"],
 		ReofferTo:   h["ro"],
@@ -175,11 +186,13 @@ func parseReports(m valkey.ValkeyMessage) ([]ChurnReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("churn report: %w", err)
 		}
-		site, err1 := str(r[0])
-		owner, err2 := str(r[1])
+		eS, err1 := str(r[0])
+		eO, err2 := str(r[1])
 		n, err3 := num(r[2])
-		if err1 != nil || err2 != nil || err3 != nil {
-			return nil, fmt.Errorf("churn report: %v %v %v", err1, err2, err3)
+		site, err4 := dec("site", eS)
+		owner, err5 := dec("owner", eO)
+		if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+			return nil, fmt.Errorf("churn report: %w", err)
 		}
 		out = append(out, ChurnReport{SiteID: site, Owner: owner, Expiries: int(n), WindowMs: ChurnWindowMs})
 	}

@@ -31,6 +31,7 @@ var (
 	scJob               = Script{Name: "job", ReadOnly: true}
 	scJobsPage          = Script{Name: "jobs_page", ReadOnly: true}
 	scLayout            = Script{Name: "layout", ReadOnly: false}
+	scLayoutMove        = Script{Name: "layout_move", ReadOnly: false}
 	scOpsChurn          = Script{Name: "ops_churn", ReadOnly: true}
 	scOpsDevice         = Script{Name: "ops_device", ReadOnly: true}
 	scOpsPresence       = Script{Name: "ops_presence", ReadOnly: true}
@@ -80,6 +81,7 @@ var Scripts = []Script{
 	scJob,
 	scJobsPage,
 	scLayout,
+	scLayoutMove,
 	scOpsChurn,
 	scOpsDevice,
 	scOpsPresence,

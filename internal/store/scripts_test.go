@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
 )
 
@@ -51,7 +52,7 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := regexp.MustCompile(`(?m)^local ([A-Z_]+) = '?([0-9a-z-]+)'?`)
+	local := regexp.MustCompile(`(?m)^local ([A-Z_]+) = '?([0-9A-Za-z_-]+)'?`)
 	got := map[string]string{}
 	for _, m := range local.FindAllStringSubmatch(string(body), -1) {
 		got[m[1]] = m[2]
@@ -68,6 +69,7 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		"READY":             StateReady,
 		"RUNNING":           StateRunning,
 		"DONE":              StateDone,
+		"PRIVATE_EA":        enc(protocol.AudiencePrivate),
 	}
 	for name, v := range want {
 		if got[name] != v {

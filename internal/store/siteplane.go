@@ -71,7 +71,11 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 					}
 					f[j] = v
 				}
-				p := PendingJob{JobID: f[0]}
+				id, err := dec("job id", f[0])
+				if err != nil {
+					return err
+				}
+				p := PendingJob{JobID: id}
 				if f[3] != "" {
 					p.Claimed, p.Device, p.RunnerID, p.LeaseID = true, json.RawMessage(f[1]), f[2], f[3]
 					ce, err := atoi("ce", f[5])
@@ -228,7 +232,11 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 					return nil, fmt.Errorf("result jobs: %w", err)
 				}
 			}
-			r := &ResultJob{JobID: f[0], Result: json.RawMessage(f[1]), Disposition: f[2]}
+			id, err := dec("job id", f[0])
+			if err != nil {
+				return nil, fmt.Errorf("result jobs: %w", err)
+			}
+			r := &ResultJob{JobID: id, Result: json.RawMessage(f[1]), Disposition: f[2]}
 			if f[4] != "" {
 				r.Claimed, r.RunnerID, r.LeaseID, r.Device, r.RunnerOwner = true, f[3], f[4], json.RawMessage(f[5]), f[6]
 			}

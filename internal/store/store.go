@@ -221,8 +221,13 @@ type Store struct {
 	epochN    atomic.Uint64
 	// topo: the cluster slot map, as placement reads it (placement.go).
 	topo topology
-	// layoutV is the layout version read at start (2 or LayoutVersion).
+	// layoutV is the layout version read at start (2, 3 or LayoutVersion).
 	layoutV int
+	// compact: the namespace's record says LayoutVersion, so scripts write
+	// compact (v4) job records. Read at start; a v3 namespace is checked
+	// again every layoutRecheck until Migrate moves it (checkedAt, unix ms).
+	compact   atomic.Bool
+	checkedAt atomic.Int64
 }
 
 // epochCandidate is the epoch the next enqueue writes if the namespace has
@@ -515,8 +520,9 @@ func (s *Store) scriptArgs(script Script, keys, args []string) (withGuard, all [
 		return nil, nil, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
 	}
 	// ARGV[3], the flags: churn callback set, announce queue entries, jobs
-	// may still be counted in layout v2's state sets.
-	flags := []byte("000")
+	// may still be counted in layout v2's state sets, write compact (v4)
+	// records.
+	flags := []byte("0000")
 	if s.opts.OnChurn != nil {
 		flags[0] = '1'
 	}
@@ -525,6 +531,11 @@ func (s *Store) scriptArgs(script Script, keys, args []string) (withGuard, all [
 	}
 	if s.v2States {
 		flags[2] = '1'
+	}
+	if s.compact.Load() {
+		flags[3] = '1'
+	} else {
+		s.recheckLayout()
 	}
 	all = make([]string, 0, len(args)+3)
 	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), string(flags))

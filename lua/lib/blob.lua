@@ -6,13 +6,28 @@
 -- (Valkey's compact hash encoding, kept while every value is at most
 -- hash-max-listpack-value bytes, 64 by default, and there are at most
 -- hash-max-listpack-entries fields): a blob of at most CHUNK bytes is the
--- field <name> itself; a longer one is <name># (its length) and <name>.1 ..
--- <name>.n (its CHUNK-byte slices, in order). A blob over WHOLE bytes is
+-- field <name> itself; a longer one is its length and its CHUNK-byte
+-- slices, in order, under numbered fields (see BASE). A blob over WHOLE bytes is
 -- stored whole under <name> as well: it dwarfs what the encoding saves, and
 -- slicing it would cost a field per CHUNK bytes. Records written before
 -- layout v3 hold every blob whole under <name>; the readers take both.
 local CHUNK = 64
 local WHOLE = 4096 -- so a sliced blob has at most 64 slices: one command
+
+-- Layout v4 names a sliced blob's fields by number, which a listpack stores
+-- as a small integer (3 bytes with its headers, where "stub.1" takes 8):
+-- the blob's base (BASE below) holds its length, base+1 .. base+n its
+-- slices. Layout v3 named them <name># and <name>.1 .. <name>.n. Records
+-- of both forms coexist in a namespace moved from v3, so every reader
+-- takes both; a writer uses the namespace's form (ARGV[3]'s fourth flag,
+-- compact()).
+local BASE = {stub = 100, cd = 200, pl = 300, rs = 400}
+
+-- compact(): this namespace writes layout v4 records (numbered slices, no
+-- raw id, site, owner, kind or audience fields: see enqueue).
+local function compact()
+  return string.sub(ARGV[3], 4, 4) == '1'
+end
 
 -- blob_args(name, v, args) appends to args the HSET field/value pairs that
 -- store blob v under name (the writer's own HSET carries them, so a blob
@@ -24,47 +39,55 @@ local function blob_args(name, v, args)
     args[#args + 1] = v
     return #v
   end
-  args[#args + 1] = name .. '#'
+  local numbered = compact()
+  local base = BASE[name]
+  args[#args + 1] = numbered and tostring(base) or name .. '#'
   args[#args + 1] = tostring(#v)
   local i = 0
   for at = 1, #v, CHUNK do
     i = i + 1
-    args[#args + 1] = name .. '.' .. i
+    args[#args + 1] = numbered and tostring(base + i) or name .. '.' .. i
     args[#args + 1] = string.sub(v, at, at + CHUNK - 1)
   end
   return #v
 end
 
-local function chunk_names(name, n)
-  local out = {}
+-- slice_names(name, n, numbered, out) appends the names of blob name's
+-- first n slices, in the v4 form when numbered, else in v3's.
+local function slice_names(name, n, numbered, out)
+  local base = BASE[name]
   for i = 1, n do
-    out[i] = name .. '.' .. i
+    out[#out + 1] = numbered and tostring(base + i) or name .. '.' .. i
   end
   return out
 end
 
 -- get_blob(k, name, guess) -> the blob, or nil when the record has none.
--- guess slices are asked for with the head, so a blob of at most guess*64
--- bytes costs one command; a longer one a second.
+-- guess slices (v4 names) are asked for with the head, so a blob of at
+-- most guess*64 bytes costs one command; a longer one, or one sliced by a
+-- v3 relay, a second.
 local function get_blob(k, name, guess)
-  local ask = chunk_names(name, guess or 0)
-  table.insert(ask, 1, name .. '#')
-  table.insert(ask, 1, name)
+  local ask = slice_names(name, guess or 0, true, {name, tostring(BASE[name]), name .. '#'})
   local v = redis.call('HMGET', k, unpack(ask))
-  if v[1] or not v[2] then
-    return v[1] or nil
+  if v[1] then
+    return v[1]
   end
-  local n = math.ceil(tonumber(v[2]) / CHUNK)
-  if n <= (guess or 0) then
-    return table.concat(v, '', 3, n + 2)
+  local numbered, len = v[2] ~= false, v[2] or v[3]
+  if not len then
+    return nil
   end
-  return table.concat(redis.call('HMGET', k, unpack(chunk_names(name, n))))
+  local n = math.ceil(tonumber(len) / CHUNK)
+  if numbered and n <= (guess or 0) then
+    return table.concat(v, '', 4, n + 3)
+  end
+  return table.concat(redis.call('HMGET', k, unpack(slice_names(name, n, numbered, {}))))
 end
 
--- drop_blob(k, name) removes blob name, in either form, and returns the
+-- drop_blob(k, name) removes blob name, in any form, and returns the
 -- bytes it held.
 local function drop_blob(k, name)
-  local len = redis.call('HGET', k, name .. '#')
+  local head = redis.call('HMGET', k, tostring(BASE[name]), name .. '#')
+  local len = head[1] or head[2]
   if not len then
     local n = redis.call('HSTRLEN', k, name)
     if n > 0 then
@@ -72,20 +95,31 @@ local function drop_blob(k, name)
     end
     return n
   end
-  local names = chunk_names(name, math.ceil(tonumber(len) / CHUNK))
-  names[#names + 1] = name .. '#'
+  local names = slice_names(name, math.ceil(tonumber(len) / CHUNK), head[1] ~= false, {})
+  names[#names + 1] = head[1] and tostring(BASE[name]) or name .. '#'
   redis.call('HDEL', k, unpack(names))
   return tonumber(len)
 end
 
--- merge_blobs(flat) -> flat with every chunked blob joined back under its
--- name: what HGETALL of a pre-v3 record would have answered.
+-- merge_blobs(flat) -> flat with every sliced blob (either form) joined
+-- back under its name: what HGETALL of a pre-v3 record would have
+-- answered.
 local function merge_blobs(flat)
   local out, parts, whole = {}, {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
     local name, idx = string.match(f, '^(%a+)%.(%d+)$')
-    if name then
+    local num = not name and string.match(f, '^%d+$') and tonumber(f)
+    if num then
+      for n, base in pairs(BASE) do
+        if num >= base and num < base + 100 then
+          name, idx = n, num - base
+        end
+      end
+    end
+    if name and tonumber(idx) == 0 then
+      whole[#whole + 1] = name
+    elseif name then
       parts[name] = parts[name] or {}
       parts[name][tonumber(idx)] = v
     elseif string.sub(f, -1) == '#' then

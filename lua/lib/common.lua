@@ -7,7 +7,8 @@
 --   ARGV[2]  clock offset in ms (always "0" in production; tests move it)
 --   ARGV[3]  flags: first "1" when the store has a churn callback, else "0";
 --            second "1" when queue entries are announced, third "1" when
---            v2 state sets may remain (both lib/store.lua)
+--            v2 state sets may remain (both lib/store.lua), fourth "1" when
+--            the namespace writes layout v4 records (lib/blob.lua compact())
 -- Op-specific ARGV start at 4.
 --
 -- Numbers cross the Lua boundary as decimal strings: Lua numbers are doubles,
@@ -28,7 +29,7 @@
 --   KEYS, ARGV  the call's keys and args (declared by the first line)
 --   P           KEYS[1]'s prefix, checked against ARGV[1]
 --   REPORTS     churn reports raised during the call (lib/store.lua
---               note_churn): {siteId, owner, count}; every settling
+--               note_churn): {eS, eO, count} (Go decodes them); every settling
 --               script returns them so Go can call OnChurn after the write
 local P, REPORTS
 

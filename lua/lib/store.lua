@@ -4,9 +4,13 @@
 --
 -- A job is named inside Lua by its member m = <eS>:<eJ> (base64url of the
 -- site id and of the job id, neither of which can contain ':'). Its record is
--- the hash P..'j:'..m. The hash carries the encoded forms of every variable
--- key part (eS, eJ, eO, eK, eA, ecr, ero) so that scripts can rebuild every
--- index key of a job they discovered without a base64 encoder.
+-- the hash P..'j:'..m. The hash carries the encoded forms of the variable
+-- key parts the member does not name (eO, eK, eA, ecr, ero) so that scripts
+-- can rebuild every index key of a job they discovered without a base64
+-- encoder. Scripts read and answer ids, owners, kinds and audiences in
+-- these encoded forms only (Go decodes what it shows): records since
+-- layout v4 keep no raw id, site, owner, kind or audience, which the
+-- member, the encoded fields and the stub already say.
 
 local AWAITING_MS = 10000      -- AWAITING_PAYLOAD_MS
 local UNSEALED_PER_PAIR = 2
@@ -21,6 +25,8 @@ local AWAITING = 'awaiting-payload'
 local READY = 'ready'
 local RUNNING = 'running'
 local DONE = 'done'
+
+local PRIVATE_EA = 'cHJpdmF0ZQ' -- the eA of audience "private" (base64url)
 
 -- The call's flags (ARGV[3], lib/common.lua): read per call, never at load.
 local function churn_on()
@@ -51,9 +57,11 @@ end
 -- The routing fields of a job: everything a transition reads. Blobs (stub,
 -- device, payload, result) stay in Valkey unless a reply needs them.
 -- eS and eJ are not read: the member names them (layout v2 also stored
--- them), and a field a listpack lacks costs a scan of the whole record.
+-- them), and a field a listpack lacks costs a scan of the whole record;
+-- nor the raw id, site, owner, kind and audience that records before
+-- layout v4 also hold.
 local CORE = {'state', 'dl', 'seq', 'au', 'ce', 'cl', 'cr', 'ecr', 'sa', 'ro', 'ero',
-  'cx', 'bad', 'eO', 'eK', 'eA', 'owner', 'site', 'id', 'kind', 'aud'}
+  'cx', 'bad', 'eO', 'eK', 'eA'}
 
 local function core(m)
   local v = redis.call('HMGET', jkey(m), unpack(CORE))
@@ -68,21 +76,21 @@ local function core(m)
     au = v[4] or nil, ce = v[5] or nil, cl = v[6] or nil, cr = v[7] or nil,
     ecr = v[8] or nil, sa = v[9] or nil, ro = v[10] or nil,
     ero = v[11] or nil, cx = v[12] or nil, bad = v[13] or nil,
-    eO = v[14] or nil, eK = v[15] or nil, eA = v[16] or nil,
-    owner = v[17] or nil, site = v[18] or nil, id = v[19] or nil,
-    kind = v[20] or nil, aud = v[21] or nil}
+    eO = v[14] or nil, eK = v[15] or nil, eA = v[16] or nil}
   h.eS, h.eJ = string.match(m, '^([^:]*):(.*)$')
   return h
 end
 
 -- Snapshot fields without the ciphertext blobs; used where a reply may hold
 -- many jobs (sweep), so one reply never carries megabytes per job.
-local LIGHT = {'id', 'site', 'owner', 'kind', 'aud', 'dl', 'seq', 'state', 'cr',
+local LIGHT = {'dl', 'seq', 'state', 'cr',
   'co', 'cl', 'ce', 'au', 'sa', 'ro', 'cx', 'dp', 'bad'}
 local LIGHT_BLOBS = {stub = 8, cd = 4} -- slices asked for with the head (get_blob)
 
 -- snapshot(m, light) -> {flat hash, refusedBy in order, flat retryAfter}, or
--- false when the job does not exist.
+-- false when the job does not exist. The flat hash ends with field m (the
+-- member): Go takes the job's site and id from it, whatever else the
+-- record holds.
 local function snapshot(m, light)
   local k = jkey(m)
   local flat
@@ -110,6 +118,8 @@ local function snapshot(m, light)
   if #flat == 0 then
     return false
   end
+  flat[#flat + 1] = 'm'
+  flat[#flat + 1] = m
   return {flat, redis.call('ZRANGE', k .. ':ref', 0, -1), redis.call('HGETALL', k .. ':ra')}
 end
 
@@ -283,7 +293,7 @@ local function note_churn(m, h, now)
     local last = redis.call('GET', rk)
     if (not last) or now - tonumber(last) >= CHURN_QUIET_MS then
       redis.call('SET', rk, fmt(now), 'PX', CHURN_TTL_MS)
-      REPORTS[#REPORTS + 1] = {h.site, h.owner, c}
+      REPORTS[#REPORTS + 1] = {h.eS, h.eO, c}
     end
   end
 end
@@ -331,8 +341,9 @@ local function settle(m, now, snap, h)
 end
 
 -- §2.0 step 1 with settle-on-touch (§9.8): the job that lease L names, if
--- its bare id is jobId and its grant is still current after settling.
-local function resolve_exact(job_id, lease_id, now)
+-- its bare id encodes to e_job and its grant is still current after
+-- settling.
+local function resolve_exact(e_job, lease_id, now)
   local m = redis.call('HGET', P .. 'lease', lease_id)
   if not m then
     return nil
@@ -342,7 +353,7 @@ local function resolve_exact(job_id, lease_id, now)
     redis.call('HDEL', P .. 'lease', lease_id) -- index entry outlived its grant
     return nil
   end
-  if h.id ~= job_id then
+  if h.eJ ~= e_job then
     return nil
   end
   if settle(m, now, false, h) then
