@@ -183,8 +183,8 @@ func (a *Activity) snapshot() (map[string][]Minute, []Event) {
 
 // Replica is one replica's heartbeat record as stored in Valkey.
 type Replica struct {
-	ID                string              `json:"id"`
-	Version           string              `json:"version"`
+	ID      string `json:"id"`
+	Version string `json:"version"`
 	// Layout is the newest key layout the replica reads and writes
 	// (store.LayoutVersion); records of relays before layout v4 lack it.
 	// `relay migrate` refuses to move a namespace past a live replica's.
