@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/test/relaytest"
 
@@ -44,7 +45,7 @@ func TestLegacyNamespaceRefusedThenMigrated(t *testing.T) {
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns}) // ready within its deadline, or Fatal
 	code, out, errs = runBinary(t, env, "migrate")
-	if code != exitOK || !strings.Contains(out, "already in layout v3") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("already in layout v%d", store.LayoutVersion)) {
 		t.Fatalf("migrate again: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
@@ -70,8 +71,69 @@ func TestLayoutV2NamespaceRefusedThenMigrated(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v2 -> v%d", store.LayoutVersion)) {
 		t.Fatalf("migrate v2: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if v, err := c.Do(context.Background(), c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); err != nil || v != "3" {
+	if v, err := c.Do(context.Background(), c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); err != nil || v != fmt.Sprint(store.LayoutVersion) {
 		t.Fatalf("layout version after migrate: %q %v", v, err)
 	}
 	start(t, map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns})
+}
+
+// A namespace of layout v3 is served as it is by this relay (a rolling
+// upgrade: relays of v3 and v4 side by side). `relay migrate` refuses to move
+// it to v4 while a replica that reads only v3 is live (a heartbeat record
+// without a layout, as v3 relays write it), names that replica, and moves
+// it once the record has expired; a running relay of this version keeps
+// serving throughout and does not block it.
+func TestLayoutV3NamespaceServedThenMigrated(t *testing.T) {
+	ns := namespace(t)
+	c := relaytest.Client(t)
+	ctx := context.Background()
+	p := ns + ":{" + ns + "}:"
+	if err := c.Do(ctx, c.B().Hset().Key(p+"layout").FieldValue().
+		FieldValue("version", "3").FieldValue("shards", "16").FieldValue("salt", "00112233445566778899aabbccddeeff").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns}
+	start(t, env) // ready on the v3 namespace, or Fatal
+	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Discard()})
+	if err != nil || st.Layout() != 3 {
+		t.Fatalf("store on the v3 namespace: layout %d, %v", st.Layout(), err)
+	}
+	if _, err := st.PutReplicaRecord(ctx, "old-replica", []byte(`{"id":"old-replica","version":"v3-relay"}`), 3000); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the running relay's own record too.
+	for i := 0; ; i++ {
+		if recs, _ := st.ReplicaRecords(ctx, 10); len(recs) >= 2 {
+			break
+		} else if i == 100 {
+			t.Fatalf("replica records %d, want the relay's and the v3 one", len(recs))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, errs := runBinary(t, env, "migrate")
+	// Only the v3 replica is named: the running relay's record says v4.
+	if code != exitRuntime || !strings.Contains(errs, `old-replica (version "v3-relay")`) || strings.Count(errs, "(version") != 1 {
+		t.Fatalf("migrate with a v3 replica live: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if v, _ := c.Do(ctx, c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); v != "3" {
+		t.Fatalf("a refused migrate moved the record to %q", v)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, out, errs = runBinary(t, env, "migrate")
+		if code == exitOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("layout v3 -> v%d", store.LayoutVersion)) {
+		t.Fatalf("migrate once the v3 replica is gone: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if v, _ := c.Do(ctx, c.B().Hget().Key(p+"layout").Field("version").Build()).ToString(); v != fmt.Sprint(store.LayoutVersion) {
+		t.Fatalf("layout version after migrate: %q", v)
+	}
+	code, out, errs = runBinary(t, env, "migrate")
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("already in layout v%d", store.LayoutVersion)) {
+		t.Fatalf("migrate again: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
