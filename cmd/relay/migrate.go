@@ -17,11 +17,12 @@ import (
 )
 
 // migrate moves a namespace to this relay's layout (store.Migrate). From
-// layout v2 it moves no data: it pins the sites with stored jobs to their
-// shard and moves the record to v3 (run it once the v2 relays are stopped;
-// v3 reads v2's job records as they are). From the single-slot layout (v1)
-// it reports the v1
-// jobs still stored and, once there are none (the old relays drained them)
+// layout v3 it moves no data: it writes v4 into the layout record, once no
+// live replica is of a version that reads v3 only (olderReplicas). From
+// layout v2 it moves no data either: it pins the sites with stored jobs to
+// their shard and moves the record to v3, then v4 (run it once the v2
+// relays are stopped; this version reads v2's job records as they are).
+// From the single-slot layout (v1) it reports the v1 jobs still stored and, once there are none (the old relays drained them)
 // or with -drop-jobs, deletes the v1 routing keys and writes the layout
 // record. Pairing codes, the projection, approvals and the policy carry
 // over untouched. Exit 0: the namespace is in the new layout; 1: jobs are

@@ -30,7 +30,7 @@
 // SetClockOffset / AdvanceClock. Lease ids are UUID v4 minted
 // in Go from crypto/rand and passed to the claim script.
 //
-// # Key layout (store.md §9.3, mode S: sharded by site; layout v3)
+// # Key layout (store.md §9.3, mode S: sharded by site; layout v4)
 //
 // A namespace is laid out over Shards shards (16 for a new namespace, fixed
 // in its layout record). Shard i's keys start with "<ns>:{<ns>/<i>-<n>}:",
@@ -314,18 +314,24 @@
 //	pol:d                  HASH  ⟨S⟩ -> declared purposes JSON (absent: all)
 //	pol:v                  STR   policy version, INCR on every write
 //
-// Job hash fields: id, site, owner, kind, aud (raw); stub (raw bytes Go
-// wrote); dl (deadline), seq, state; eO eK eA (encoded key parts, so a
-// script can rebuild a discovered job's index keys; eS and eJ come from the
-// member, layout v2 also stored them); while claimed: cr, ecr
+// Job hash fields: stub (raw bytes Go wrote); dl (deadline), seq, state;
+// eO eK eA (encoded key parts, so a script can rebuild a discovered job's
+// index keys; eS and eJ come from the member, layout v2 also stored them;
+// records of layouts before v4 also hold id, site, owner, kind and aud raw,
+// which nothing reads: scripts answer ids, owners and kinds encoded and Go
+// decodes them); while claimed: cr, ecr
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
 // bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs
 // are stored as the exact bytes Go produced; Lua never re-encodes them
 // (cjson is used only to validate stubs). Since layout v3 a blob (stub, pl,
-// rs, cd) of 65 bytes to 4 KiB is stored in 64-byte slices, ⟨name⟩# holding
-// its length and ⟨name⟩.1 … ⟨name⟩.n the slices (lua/lib/blob.lua), so a
+// rs, cd) of 65 bytes to 4 KiB is stored in 64-byte slices: in v4 under
+// numbered fields, the blob's base (stub 100, cd 200, pl 300, rs 400)
+// holding its length and base+1 … base+n the slices, which a listpack
+// stores as small integers; in v3 ⟨name⟩# and ⟨name⟩.1 … ⟨name⟩.n
+// (lua/lib/blob.lua reads both, and a record may hold both: a v3 stub
+// beside a v4 result), so a
 // record's every value fits Valkey's compact hash encoding (listpack, while
 // values are at most hash-max-listpack-value, 64 by default): a queued
 // record then takes about half the memory of the same fields in a hash
@@ -387,9 +393,19 @@
 //
 // # Layout versions
 //
-// The layout record (fleet-wide "layout") names the version this store
-// writes (LayoutVersion, 3). Version 2 had the same keys with job records
-// holding their blobs whole, state sets st:<state>, and no placement record
+// The layout record (fleet-wide "layout") names the version the namespace
+// is in (LayoutVersion, 4, for a new one). Version 4 differs from 3 only in
+// its job records (compact: see Job hash fields above). A v4 store reads
+// v2, v3 and v4 records alike, and serves a v3 namespace as it is, writing
+// v3's form while the record says 3, so v3 and v4 relays run side by side
+// during a rolling upgrade. Migrate (`relay migrate`, which refuses while a
+// replica's heartbeat record does not say it reads v4) moves the record to
+// 4 (lua/layout_move.lua) and nothing else; each Store serving a v3
+// namespace reads the record again every layoutRecheck (10 s) and writes
+// compact records from then on (the scripts learn it from the fourth flag
+// of ARGV[3]). A v3 relay refuses a v4 namespace at start.
+//
+// Version 2 had the same keys with job records holding their blobs whole, state sets st:<state>, and no placement record
 // (sites on their hash shard). A v3 store reads v2 job records and state
 // sets as they are, but a v2 relay can neither read v3 records nor knows
 // the placement record, so a namespace whose record says 2 is refused by
@@ -398,9 +414,9 @@
 // is in it), pins every site with stored jobs to the shard holding them (refusing,
 // with nothing moved, a site whose jobs disagree with its record), and
 // turns the record to v3, marked v2=1, in the last placement script;
-// nothing else moves. A v2 relay started on a v3 namespace refuses to
-// start (its message names both versions), and this one refuses a newer
-// layout than its own.
+// nothing else moves (this version's Migrate then moves it on to 4). A v2
+// relay started on a v3 namespace refuses to start (its message names both
+// versions), and this one refuses a newer layout than its own.
 //
 // Within v3, relays since 2026-12-01 write two indexes fewer per job: "all"
 // (every job; Jobs scans "due" instead) and held:⟨R⟩ (a runner's grants by

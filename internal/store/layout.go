@@ -157,12 +157,14 @@ type MigrateReport struct {
 	Pinned int
 }
 
-// Migrate moves a namespace to this layout. From layout v2 it moves no
-// data (run it once every v2 relay is stopped): v3 reads v2's job records
-// and state sets as they are, and every site with a stored job is pinned
-// to the shard that holds it, after which new sites are placed balanced
-// (migratePlacement); the record then says v3, marked v2=1 (jobs may still
-// be counted in v2's state sets). From the single-slot layout (v1):
+// Migrate moves a namespace to this layout. From layout v3 it writes version
+// 4 into the layout record and moves no data (moveLayout; run it once no v3
+// relay is left). From layout v2 it moves no data either (run it once every
+// v2 relay is stopped): this store reads v2's job records and state sets as
+// they are, and every site with a stored job is pinned to the shard that
+// holds it, after which new sites are placed balanced (migratePlacement);
+// the record then says v3, marked v2=1 (jobs may still be counted in v2's
+// state sets), and moves on to 4. From the single-slot layout (v1):
 // pairing codes, the projection, approvals and the policy keep their keys
 // (they were fleet-wide in v1 and still are). Routing state is not copied:
 // jobs are short-lived (a deadline of minutes), so the namespace is drained
