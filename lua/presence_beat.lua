@@ -24,7 +24,9 @@
 -- counts as holding none.
 --
 -- mode: write
--- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- slot: KEYS[1]'s on a cluster (Go groups records by shard there); every other key is in KEYS, none is built
+--       from a prefix. On a server that is not a cluster Go sends the records of every shard in one call
+--       (internal/store batch.go groupByShard): the script reads and writes only the keys it is given.
 -- per record i (from 0), 2 keys at KEYS[1+2i..2+2i]: p:<eR>, rsh:<eR>
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  ttl ms ("0": records never expire)

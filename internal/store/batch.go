@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // beatBatchMax bounds one batch: past it the batch is sent at once rather
@@ -159,9 +161,9 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	b.sent.Add(1)
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	groups := groupByShard(live)
-	b.calls.Add(int64(len(groups)))
 	s := b.s
+	groups := groupByShard(live, !valkeyconn.IsCluster(s.c))
+	b.calls.Add(int64(len(groups)))
 	// Each heartbeat is observed as the presence_seen it stands for.
 	ends := make([]func(error), len(live))
 	for i, c := range live {
@@ -250,8 +252,14 @@ func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, le
 // groupByShard splits calls into the groups that share one script call:
 // the calls of one shard (one slot: their keys share its prefix) and one
 // form (full or short), in arrival order, at most beatGroupMax and
-// beatGroupBytes each.
-func groupByShard(calls []*batchedCall) [][]*batchedCall {
+// beatGroupBytes each. With oneNode (a server that is not a cluster, so
+// has no slots to keep a call in) short-form calls of every shard share a
+// group: presence_beat reads and writes only the keys it is given, never a
+// key built from a shard's prefix, so nothing in it depends on the shard,
+// and where a replica's window holds a few heartbeats per shard this is
+// one call instead of up to one per shard (README "Idle ticks on one
+// server"). A cluster keeps one call per shard, as every script.
+func groupByShard(calls []*batchedCall, oneNode bool) [][]*batchedCall {
 	type openGroup struct{ i, bytes int }
 	type groupKey struct {
 		prefix string
@@ -261,6 +269,9 @@ func groupByShard(calls []*batchedCall) [][]*batchedCall {
 	open := map[groupKey]*openGroup{} // shard and form -> its group still taking calls
 	for _, c := range calls {
 		p := groupKey{prefixOf(c.keys[0]), c.beat}
+		if oneNode && c.beat {
+			p.prefix = ""
+		}
 		n := 0
 		for _, a := range c.args {
 			n += len(a)

@@ -351,7 +351,7 @@ func TestHeartbeatGroupBounds(t *testing.T) {
 		calls = append(calls, beatCall(t, s, Presence{RunnerID: id, Owner: "o", Device: freshDevice()}, false, false))
 	}
 	calls = append(calls, beatCall(t, s, Presence{RunnerID: other, Owner: "o", Device: freshDevice()}, false, false))
-	groups := groupByShard(calls)
+	groups := groupByShard(calls, false)
 	if len(groups) != 3 || len(groups[0]) != beatGroupMax || len(groups[1]) != 6 || len(groups[2]) != 1 {
 		t.Fatalf("groups of %d, %d+6 and 1 heartbeats: got %d groups", beatGroupMax, beatGroupMax, len(groups))
 	}
@@ -365,11 +365,11 @@ func TestHeartbeatGroupBounds(t *testing.T) {
 		c.args[4] = big
 		large = append(large, c)
 	}
-	if groups := groupByShard(large); len(groups) != 3 || len(groups[0]) != 2 || len(groups[1]) != 2 || len(groups[2]) != 1 {
+	if groups := groupByShard(large, false); len(groups) != 3 || len(groups[0]) != 2 || len(groups[1]) != 2 || len(groups[2]) != 1 {
 		t.Fatalf("five half-megabyte heartbeats: %d groups", len(groups))
 	}
 	large[0].args[4] = strings.Repeat("x", 2*beatGroupBytes)
-	if groups := groupByShard(large[:2]); len(groups) != 2 || len(groups[0]) != 1 {
+	if groups := groupByShard(large[:2], false); len(groups) != 2 || len(groups[0]) != 1 {
 		t.Fatal("a heartbeat larger than a group's budget goes out alone")
 	}
 }

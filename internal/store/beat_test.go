@@ -6,8 +6,10 @@ import (
 	"maps"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // A remembered device's heartbeat goes in short form (presence_beat): the
@@ -215,4 +217,67 @@ func TestPairDigest(t *testing.T) {
 		}
 		seen[d] = p
 	}
+}
+
+// On a server that is not a cluster, the short-form heartbeats of one
+// batch share one script call whatever their shards, and each record is
+// still decided on its own (a matching one written, one with another
+// device left alone and answered 0); on a cluster they go out one call per
+// shard, each on its slot (the cluster itself refuses anything else), as
+// they do on the embedded store, which valkey-go treats as a one-node
+// cluster.
+func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		var runners []string
+		shards := map[int]bool{}
+		for i := 0; len(runners) < 5; i++ {
+			id := "across_" + strconv.Itoa(i)
+			if sh := h.s.k.runnerShard(id); !shards[sh] {
+				shards[sh] = true
+				runners = append(runners, id)
+			}
+		}
+		devs := make([]protocol.PublicIdentity, len(runners))
+		var calls []*batchedCall
+		for i, r := range runners {
+			devs[i] = freshDevice()
+			h.seen(r, "alice", devs[i], `[]`, `[]`)
+			dev := devs[i]
+			if i == 3 {
+				dev = freshDevice() // not the device the record holds
+			}
+			calls = append(calls, shortBeatCall(t, h.s, Presence{RunnerID: r, Owner: "alice", Device: dev}, false))
+		}
+		before := make([]*Presence, len(runners))
+		for i, r := range runners {
+			before[i] = h.presence(r)
+		}
+		h.s.AdvanceClock(5)
+		bb := newBeatBatch(h.s, time.Hour)
+		bb.send(append([]*batchedCall(nil), calls...))
+		want := int64(1)
+		if valkeyconn.IsCluster(b.client) { // the cluster, and the embedded store (valkey-go sees a one-node cluster)
+			want = int64(len(runners))
+		}
+		if got := bb.calls.Load(); got != want {
+			t.Fatalf("%d short heartbeats on %d shards went out as %d script calls, want %d", len(calls), len(shards), got, want)
+		}
+		for i, c := range calls {
+			<-c.done
+			if c.err != nil {
+				t.Fatalf("beat %d: %v", i, c.err)
+			}
+			after := h.presence(runners[i])
+			if i == 3 {
+				if n, err := c.msg.AsInt64(); err != nil || n != 0 || after.LastSeenAt != before[i].LastSeenAt || after.Device != devs[i] {
+					t.Fatalf("the beat with another device: answer %v (%v), record %+v", n, err, after)
+				}
+				continue
+			}
+			if strconv.FormatInt(after.LastSeenAt, 10) != c.now || after.LastSeenAt <= before[i].LastSeenAt || after.Device != devs[i] {
+				t.Fatalf("beat %d: lastSeenAt %d (answered %s, before %d)", i, after.LastSeenAt, c.now, before[i].LastSeenAt)
+			}
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/lua"
 	"github.com/byollm/relay-go/test/relaytest"
 )
@@ -121,7 +122,11 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 // Every script call, and every command a script runs inside, stays on one
 // slot: MONITOR shows both (script-issued commands as "[0 lua]"), and the
 // workload below runs every Script the store has, once as the functions
-// library (FCALL) and once as scripts (EVALSHA).
+// library (FCALL) and once as scripts (EVALSHA). One exception, on a server
+// that is not a cluster only: a batch of short-form heartbeats
+// (presence_beat) carries records of several shards, each record's two
+// keys on its runner's slot (groupByShard); on a cluster it is one call
+// per shard like the rest (TestShortBeatsOfEveryShardShareOneCallOnOneServer).
 func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	for _, evalScripts := range []bool{false, true} {
 		t.Run(map[bool]string{false: "functions", true: "scripts"}[evalScripts], func(t *testing.T) {
@@ -196,6 +201,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false),
 		shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, true),
 		shortBeatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false)})
+	_, apart := sameShardRunners(h.s, "apart_", 1) // a short batch over two shards
+	bb.send([]*batchedCall{shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false),
+		shortBeatCall(t, h.s, Presence{RunnerID: apart, Owner: "alice", Device: freshDevice()}, true)})
 	_, _ = h.s.Presence(ctx, "runner_1")
 	_, _ = h.s.PresenceHead(ctx, "runner_1")
 	_, _ = h.s.Everyone(ctx)
@@ -239,6 +247,8 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	seen := map[string]bool{}
 	var current string // the script whose inner commands follow
+	crossSlotBeats := false
+	var declared map[string]bool // a cross-shard presence_beat's KEYS: its inner commands use only these
 	var slot uint16
 	ns := h.s.Namespace() + ":"
 	for {
@@ -269,13 +279,15 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 				}
 			}
 			for _, k := range keys {
-				if keyHashSlot(k) != slot {
+				if declared != nil && !declared[k] {
+					t.Errorf("%s: %s %q, which the call did not declare", current, cmd, k)
+				} else if declared == nil && keyHashSlot(k) != slot {
 					t.Errorf("%s: %s %q is on slot %d, KEYS[1] on %d", current, cmd, k, keyHashSlot(k), slot)
 				}
 			}
 			continue
 		}
-		current = ""
+		current, declared = "", nil
 		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" && cmd != "fcall" && cmd != "fcall_ro" {
 			continue
 		}
@@ -302,9 +314,21 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		fmt.Sscan(toks[2], &n)
 		current, slot = name, keyHashSlot(toks[3])
 		seen[name] = true
+		for i, k := range toks[3 : 3+n] {
+			want := slot
+			if name == scPresenceBeat.Name && !valkeyconn.IsCluster(b.client) && i < n-1 {
+				want = keyHashSlot(toks[3+i-i%2]) // the record's p key: its pair's slot
+				if want != slot {
+					crossSlotBeats, declared = true, map[string]bool{}
+				}
+			}
+			if keyHashSlot(k) != want {
+				t.Errorf("%s: KEYS %q on slot %d, want %d", name, k, keyHashSlot(k), want)
+			}
+		}
 		for _, k := range toks[3 : 3+n] {
-			if keyHashSlot(k) != slot {
-				t.Errorf("%s: KEYS %q on slot %d, KEYS[1] on %d", name, k, keyHashSlot(k), slot)
+			if declared != nil {
+				declared[k] = true
 			}
 		}
 		// The last key is the migration guard (GuardKey), so a cluster
@@ -317,6 +341,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		if !seen[sc.Name] {
 			t.Errorf("the workload never ran %s", sc.Name)
 		}
+	}
+	if !crossSlotBeats {
+		t.Error("the workload never sent short heartbeats of two shards in one call")
 	}
 }
 
