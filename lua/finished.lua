@@ -18,6 +18,6 @@
 
 return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
   -- a result whole, or the length of its slices (v4's numbered form, v3's)
-  local v = redis.call('HMGET', jkey(m), 'state', 'rs', tostring(BASE.rs), 'rs#')
+  local v = redis.call('HMGET', jkey(m), 'state', 'rs', slice_name('rs', 0, true), slice_name('rs', 0, false))
   return v[1] == DONE and (v[2] or v[3] or v[4])
 end)

@@ -29,6 +29,15 @@ local function compact()
   return string.sub(ARGV[3], 4, 4) == '1'
 end
 
+-- slice_name(name, i, numbered): the field of blob name's slice i (0: its
+-- length), in the v4 form when numbered, else in v3's.
+local function slice_name(name, i, numbered)
+  if numbered then
+    return tostring(BASE[name] + i)
+  end
+  return i == 0 and name .. '#' or name .. '.' .. i
+end
+
 -- blob_args(name, v, args) appends to args the HSET field/value pairs that
 -- store blob v under name (the writer's own HSET carries them, so a blob
 -- costs no command of its own), and returns #v. The record must hold no
@@ -40,13 +49,12 @@ local function blob_args(name, v, args)
     return #v
   end
   local numbered = compact()
-  local base = BASE[name]
-  args[#args + 1] = numbered and tostring(base) or name .. '#'
+  args[#args + 1] = slice_name(name, 0, numbered)
   args[#args + 1] = tostring(#v)
   local i = 0
   for at = 1, #v, CHUNK do
     i = i + 1
-    args[#args + 1] = numbered and tostring(base + i) or name .. '.' .. i
+    args[#args + 1] = slice_name(name, i, numbered)
     args[#args + 1] = string.sub(v, at, at + CHUNK - 1)
   end
   return #v
@@ -55,9 +63,8 @@ end
 -- slice_names(name, n, numbered, out) appends the names of blob name's
 -- first n slices, in the v4 form when numbered, else in v3's.
 local function slice_names(name, n, numbered, out)
-  local base = BASE[name]
   for i = 1, n do
-    out[#out + 1] = numbered and tostring(base + i) or name .. '.' .. i
+    out[#out + 1] = slice_name(name, i, numbered)
   end
   return out
 end
@@ -67,7 +74,7 @@ end
 -- most guess*64 bytes costs one command; a longer one, or one sliced by a
 -- v3 relay, a second.
 local function get_blob(k, name, guess)
-  local ask = slice_names(name, guess or 0, true, {name, tostring(BASE[name]), name .. '#'})
+  local ask = slice_names(name, guess or 0, true, {name, slice_name(name, 0, true), slice_name(name, 0, false)})
   local v = redis.call('HMGET', k, unpack(ask))
   if v[1] then
     return v[1]
@@ -86,7 +93,7 @@ end
 -- drop_blob(k, name) removes blob name, in any form, and returns the
 -- bytes it held.
 local function drop_blob(k, name)
-  local head = redis.call('HMGET', k, tostring(BASE[name]), name .. '#')
+  local head = redis.call('HMGET', k, slice_name(name, 0, true), slice_name(name, 0, false))
   local len = head[1] or head[2]
   if not len then
     local n = redis.call('HSTRLEN', k, name)
@@ -96,7 +103,7 @@ local function drop_blob(k, name)
     return n
   end
   local names = slice_names(name, math.ceil(tonumber(len) / CHUNK), head[1] ~= false, {})
-  names[#names + 1] = head[1] and tostring(BASE[name]) or name .. '#'
+  names[#names + 1] = slice_name(name, 0, head[1] ~= false)
   redis.call('HDEL', k, unpack(names))
   return tonumber(len)
 end
