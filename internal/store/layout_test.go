@@ -201,7 +201,10 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false),
 		shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, true),
 		shortBeatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false)})
-	_, apart := sameShardRunners(h.s, "apart_", 1) // a short batch over two shards
+	apart := "apart_0" // a short batch over two shards: a runner off together[0]'s shard
+	for i := 1; h.s.k.runnerShard(apart) == h.s.k.runnerShard(together[0]); i++ {
+		apart = fmt.Sprint("apart_", i)
+	}
 	bb.send([]*batchedCall{shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false),
 		shortBeatCall(t, h.s, Presence{RunnerID: apart, Owner: "alice", Device: freshDevice()}, true)})
 	_, _ = h.s.Presence(ctx, "runner_1")
