@@ -87,12 +87,9 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	case v != LayoutVersion && v != rollingLayout:
 		return fmt.Errorf("layout: namespace %q has layout v%d; this relay reads v%d and v%d (and moves v%d with `relay migrate`)", s.opts.Namespace, v, rollingLayout, LayoutVersion, compatLayout)
 	}
-	if s.k.shards == nil {
-		s.layoutV = v
+	if s.k.shards == nil || v == LayoutVersion {
+		s.layoutV.Store(int32(v))
 		s.checkedAt.Store(time.Now().UnixMilli())
-	}
-	if v == LayoutVersion {
-		s.compact.Store(true)
 	}
 	if n < 1 || n > maxShards {
 		return fmt.Errorf("layout: namespace %q records %d shards (want 1-%d)", s.opts.Namespace, n, maxShards)
@@ -115,30 +112,25 @@ func (s *Store) loadLayout(ctx context.Context) error {
 // relay of either version reads).
 const layoutRecheck = 10 * time.Second
 
-// recheckLayout reads the layout record again in the background when the
-// namespace was v3 at the last reading, at most once per layoutRecheck.
+// recheckLayout reads the layout record of a v3 namespace again in the
+// background, at most once per layoutRecheck.
 func (s *Store) recheckLayout() {
 	now, last := time.Now().UnixMilli(), s.checkedAt.Load()
-	if s.layoutV != rollingLayout || now-last < layoutRecheck.Milliseconds() || !s.checkedAt.CompareAndSwap(last, now) {
+	if now-last < layoutRecheck.Milliseconds() || !s.checkedAt.CompareAndSwap(last, now) {
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.k.layout()).Field("version").Build()).AsInt64()
-		if err == nil && v == LayoutVersion && !s.compact.Swap(true) {
+		if err == nil && v == LayoutVersion && s.layoutV.Swap(LayoutVersion) != LayoutVersion {
 			s.log.Info("store: the namespace moved to layout v4; writing compact job records", "namespace", s.opts.Namespace)
 		}
 	}()
 }
 
 // Layout is the namespace's layout version as this Store last read it.
-func (s *Store) Layout() int {
-	if s.compact.Load() {
-		return LayoutVersion
-	}
-	return s.layoutV
-}
+func (s *Store) Layout() int { return int(s.layoutV.Load()) }
 
 // Shards is the number of shards of the namespace (from its layout record).
 func (s *Store) Shards() int { return len(s.k.shards) }
@@ -328,6 +320,5 @@ func moveLayout(ctx context.Context, c valkey.Client, namespace string) error {
 	if err != nil {
 		return fmt.Errorf("migrate: move the layout record to v%d: %w", LayoutVersion, err)
 	}
-	s.compact.Store(true)
 	return nil
 }

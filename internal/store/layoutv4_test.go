@@ -44,8 +44,8 @@ func v3Slices(fields []string) []string {
 func TestCompactRecordsAnswerRawIDs(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newH(t, b, Options{})
-		if h.s.Layout() != LayoutVersion || !h.s.compact.Load() {
-			t.Fatalf("a new namespace is layout %d (compact %v)", h.s.Layout(), h.s.compact.Load())
+		if h.s.Layout() != LayoutVersion {
+			t.Fatalf("a new namespace is layout %d", h.s.Layout())
 		}
 		siteX, owner := "sïte:{東京}/x", "ålice:{o}"
 		ids := []string{"jöb:{1} ✓", "j2", "ǆ\u0301-3"}
@@ -142,7 +142,7 @@ func TestLayoutV3ServedThenMovedToV4(t *testing.T) {
 			t.Fatal(err)
 		}
 		s3, err := New(ctx, c, Options{Namespace: ns, Logger: relaytest.Discard()})
-		if err != nil || s3.Layout() != 3 || s3.compact.Load() {
+		if err != nil || s3.Layout() != 3 {
 			t.Fatalf("New on a v3 namespace: %v (layout %d)", err, s3.Layout())
 		}
 		h.s = s3
@@ -168,11 +168,11 @@ func TestLayoutV3ServedThenMovedToV4(t *testing.T) {
 		if err != nil || rep.From != 3 || !rep.Upgraded || !rep.Written {
 			t.Fatalf("migrate v3: %+v %v", rep, err)
 		}
-		if s3.compact.Load() {
+		if s3.Layout() == LayoutVersion {
 			t.Fatal("the Store switched before its layout check")
 		}
 		s3.checkedAt.Store(0) // as if layoutRecheck had passed
-		for i := 0; !s3.compact.Load(); i++ {
+		for i := 0; s3.Layout() != LayoutVersion; i++ {
 			if i == 200 {
 				t.Fatal("the Store never noticed the move to v4")
 			}

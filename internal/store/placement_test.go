@@ -228,8 +228,8 @@ func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
 		// "old": written by a v2 relay (its shard is the hash shard; no
 		// record). "both": placed by this version while in v2.
 		v2 := twin(t, b, h.s)
-		if v2.layoutV != 2 {
-			t.Fatalf("layout %d, want 2", v2.layoutV)
+		if v2.Layout() != 2 {
+			t.Fatalf("layout %d, want 2", v2.Layout())
 		}
 		v2.k.place.put("old", v2.k.siteHashShard("old"))
 		if _, err := v2.Enqueue(h.ctx, EnqueueInput{ID: "o1", SiteID: "old", Stub: stub("o1", "alice")}); err != nil {
@@ -260,8 +260,8 @@ func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
 			t.Fatalf("migrate: %+v %v", rep, err)
 		}
 		after := twin(t, b, h.s)
-		if after.layoutV != LayoutVersion {
-			t.Fatalf("layout after migrate %d", after.layoutV)
+		if after.Layout() != LayoutVersion {
+			t.Fatalf("layout after migrate %d", after.Layout())
 		}
 		if sh, placed, err := after.SiteShard(h.ctx, "old"); err != nil || !placed || sh != after.k.siteHashShard("old") {
 			t.Fatalf("old site after migrate: shard %d placed=%v %v", sh, placed, err)

@@ -221,12 +221,11 @@ type Store struct {
 	epochN    atomic.Uint64
 	// topo: the cluster slot map, as placement reads it (placement.go).
 	topo topology
-	// layoutV is the layout version read at start (2, 3 or LayoutVersion).
-	layoutV int
-	// compact: the namespace's record says LayoutVersion, so scripts write
-	// compact (v4) job records. Read at start; a v3 namespace is checked
-	// again every layoutRecheck until Migrate moves it (checkedAt, unix ms).
-	compact   atomic.Bool
+	// layoutV is the namespace's layout version as last read (2, 3 or
+	// LayoutVersion; at LayoutVersion scripts write compact job records).
+	// Read at start; a v3 namespace is read again every layoutRecheck
+	// until Migrate moves it (checkedAt, unix ms).
+	layoutV   atomic.Int32
 	checkedAt atomic.Int64
 }
 
@@ -532,9 +531,10 @@ func (s *Store) scriptArgs(script Script, keys, args []string) (withGuard, all [
 	if s.v2States {
 		flags[2] = '1'
 	}
-	if s.compact.Load() {
+	switch s.layoutV.Load() {
+	case LayoutVersion:
 		flags[3] = '1'
-	} else {
+	case rollingLayout:
 		s.recheckLayout()
 	}
 	all = make([]string, 0, len(args)+3)
