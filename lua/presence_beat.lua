@@ -1,27 +1,29 @@
 -- presence_beat: the idle heartbeat of devices the replica remembers, for
 -- one shard, in short form. A record is written only if it still holds
--- the owner and device the caller remembered and the lists the heartbeat
--- carries, which the caller names by their digests (od and ld, kept by
--- seen_record, lib/presence.lua); then only lastSeenAt (and the expiry)
--- is written, exactly what presence_seen writes for such a record. A
--- record that does not match (gone, another device, other lists, or
--- written before od existed) is left as it is and answered 0: the caller
--- sends that heartbeat again in full (presence_seen), which decides it.
--- So the device JSON and the two lists cross to the server only when
--- something changed, not on every tick of an idle fleet.
+-- the owner, device and lists the heartbeat carries, which the caller
+-- names by one digest of all four (the record keeps it in field ld,
+-- written by seen_record, lib/presence.lua); then only lastSeenAt (and the
+-- expiry) is written, exactly what presence_seen writes for such a
+-- record. A record that does not match (gone, another device, other
+-- lists, or written by a relay that kept an older digest there) is left
+-- as it is and answered 0: the caller sends that heartbeat again in full
+-- (presence_seen), which decides it. So the device JSON and the two lists
+-- cross to the server only when something changed, not on every tick of
+-- an idle fleet, and a record costs one field read.
 --
 -- The runner's record of shards (rsh) answers the cancel requests. Most
 -- devices hold no grant whose deadline is still ahead, and reading rsh on
 -- every tick was a third of an idle heartbeat's commands, so the record
--- remembers when rsh last held none (field nr, the instant of that read);
+-- remembers when rsh last held none (nr, the instant of that read, kept
+-- after the digest in ld as "<digest>:<nr>" so the same one read has it);
 -- until ARGV[5] ms after it rsh is not read again and the answer is "".
--- Every grant clears nr in the same call that adds to rsh
+-- Every grant drops nr in the same call that adds to rsh
 -- (runner_shards_add), so a new grant is seen on the next heartbeat; the
--- re-read after ARGV[5] bounds how late a grant written without clearing
--- nr (a relay older than nr, during a rolling upgrade) is seen. A shard in
--- rsh whose latest grant deadline has passed holds nothing a heartbeat
--- reports (cancel requests last until the job's deadline), so such a set
--- counts as holding none.
+-- re-read after ARGV[5] bounds how late a grant written without dropping
+-- nr (a relay of an earlier version, during a rolling upgrade) is seen. A
+-- shard in rsh whose latest grant deadline has passed holds nothing a
+-- heartbeat reports (cancel requests last until the job's deadline), so
+-- such a set counts as holding none.
 --
 -- mode: write
 -- slot: KEYS[1]'s on a cluster (Go groups records by shard there); every other key is in KEYS, none is built
@@ -31,14 +33,15 @@
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  ttl ms ("0": records never expire)
 -- ARGV[5]  ms for which a read of rsh that found no live grant stands
--- then per record i, 3 values at ARGV[6+3i..8+3i]: od, ld, "1" to answer
---          the rsh record (else "")
+-- then per record i, 2 values at ARGV[6+2i..7+2i]: the heartbeat digest
+--          (of owner, device and the two lists), "1" to answer the rsh
+--          record (else "")
 -- Reply: {lastSeenAt written (the call's one clock reading), then one entry
 --         per record, in order: 0 when it was not written, else the shard
 --         indexes of its rsh record, space-separated ("" when not asked,
 --         none, or none live)}
 
-local n = (#ARGV - 5) / 3
+local n = (#ARGV - 5) / 2
 if n < 1 or n > 64 or n ~= math.floor(n) or #KEYS ~= 2 * n then
   return redis.error_reply('ERR relay: presence_beat: KEYS and ARGV do not hold n records')
 end
@@ -47,13 +50,20 @@ local now = fmt(at)
 local ttl, stands = ARGV[4], tonumber(ARGV[5])
 local out = {now}
 for i = 0, n - 1 do
-  local kp, a = KEYS[1 + 2 * i], 6 + 3 * i
-  local r = redis.call('HMGET', kp, 'od', 'ld', 'nr')
-  if r[1] ~= ARGV[a] or r[2] ~= ARGV[a + 1] then
+  local kp, a = KEYS[1 + 2 * i], 6 + 2 * i
+  local d = ARGV[a]
+  -- One field read: ld is the heartbeat digest, alone or followed by
+  -- ":" and nr (lib/presence.lua).
+  local v = redis.call('HGET', kp, 'ld')
+  local nr = nil
+  if v and #v > #d then
+    nr = string.byte(v, #d + 1) == 58 and tonumber(string.sub(v, #d + 2))
+  end
+  if not v or #d == 0 or string.sub(v, 1, #d) ~= d or (#v > #d and not nr) then
     out[i + 2] = 0
   else
     local shards, read, live = '', false, false
-    if ARGV[a + 2] == '1' and not (r[3] and at - tonumber(r[3]) < stands) then
+    if ARGV[a + 1] == '1' and not (nr and at - nr < stands) then
       local z = redis.call('ZRANGE', KEYS[2 + 2 * i], 0, -1, 'WITHSCORES')
       local names = {}
       for j = 1, #z, 2 do
@@ -63,13 +73,12 @@ for i = 0, n - 1 do
       shards, read = table.concat(names, ' '), true
     end
     if read and not live then
-      redis.call('HSET', kp, 'lastSeenAt', now, 'nr', now)
+      redis.call('HSET', kp, 'lastSeenAt', now, 'ld', d .. ':' .. now)
+    elseif read and nr then
+      -- nr had lapsed and rsh holds a live grant.
+      redis.call('HSET', kp, 'lastSeenAt', now, 'ld', d)
     else
       redis.call('HSET', kp, 'lastSeenAt', now)
-      if read and r[3] then
-        -- nr had lapsed and rsh holds a live grant.
-        redis.call('HDEL', kp, 'nr')
-      end
     end
     if ttl ~= '0' then
       redis.call('PEXPIRE', kp, ttl)

@@ -22,11 +22,10 @@
 -- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
 -- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
 -- ARGV[10] ttl ms ("0": records never expire, as in the reference)
--- ARGV[11] digest of ARGV[8] and ARGV[9] (hex; computed by the caller)
+-- ARGV[11] the heartbeat digest of ARGV[6..9] (computed by the caller),
+--          kept as ld for presence_beat
 -- ARGV[12] "1": the record must exist with owner ARGV[6] and device ARGV[7]
 --          (else "")
--- ARGV[13] digest of ARGV[6] and ARGV[7] (hex; computed by the caller),
---          kept as od for presence_beat
 -- Reply: the record as a flat hash without capabilities and withheld (the
 -- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
 -- copy its own lists back; under ARGV[12]'s condition only lastSeenAt

@@ -14,25 +14,25 @@
 --          ARGV flag below is "1")
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  n, the number of records (1..64)
--- then per record i, 11 values at ARGV[5+11i..15+11i]:
+-- then per record i, 10 values at ARGV[5+10i..14+10i]:
 --          eR, runnerId, owner, device (raw JSON), capabilities (raw JSON),
---          withheld (raw JSON), ttl ms ("0": no expiry), digest of the two
---          lists, condition ("1": must exist with this owner and device,
---          else ""), digest of owner and device, "1" to answer the rsh
+--          withheld (raw JSON), ttl ms ("0": no expiry), the heartbeat
+--          digest of owner, device and lists, condition ("1": must exist
+--          with this owner and device, else ""), "1" to answer the rsh
 --          record (else "")
 -- Reply: one entry per record, in order: presence_seen's reply for it
 -- (empty when its condition does not hold).
 
 local n = tonumber(ARGV[4])
-if not n or n < 1 or n > 64 or #KEYS ~= 2 + 3 * n or #ARGV ~= 4 + 11 * n then
+if not n or n < 1 or n > 64 or #KEYS ~= 2 + 3 * n or #ARGV ~= 4 + 10 * n then
   return redis.error_reply('ERR relay: presence_seen_batch: KEYS and ARGV do not hold n records')
 end
 local now = fmt(clock())
 local out = {}
 for i = 0, n - 1 do
-  local k, a = 3 + 3 * i, 5 + 11 * i
+  local k, a = 3 + 3 * i, 5 + 10 * i
   local rsh = nil
-  if ARGV[a + 10] == '1' then
+  if ARGV[a + 9] == '1' then
     rsh = KEYS[k + 2]
   end
   out[i + 1] = seen_record(KEYS[k], KEYS[1], KEYS[2], KEYS[k + 1], rsh, a, now)

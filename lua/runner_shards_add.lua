@@ -1,9 +1,9 @@
 -- runner_shards_add: after a claim granted on some shards, the runner's
 -- record of those shards (rsh) takes each with the latest deadline of its
 -- grants, and the runner's presence record forgets that rsh held none
--- (field nr, see presence_beat), in one call: a heartbeat then reads rsh
--- again, so the new grants' cancel requests reach the daemon on its next
--- beat. Written before the claim answers, so it exists before the daemon
+-- (nr, kept after the digest in field ld, see presence_beat), in one
+-- call: a heartbeat then reads rsh again, so the new grants' cancel
+-- requests reach the daemon on its next beat. Written before the claim answers, so it exists before the daemon
 -- can present any lease (store.md trap 36).
 --
 -- mode: write
@@ -22,5 +22,9 @@ for i = 4, #ARGV, 2 do
   args[#args + 1] = ARGV[i]
 end
 local added = redis.call('ZADD', KEYS[1], 'GT', unpack(args))
-redis.call('HDEL', KEYS[2], 'nr')
+local ld = redis.call('HGET', KEYS[2], 'ld')
+local cut = ld and string.find(ld, ':', 1, true)
+if cut then
+  redis.call('HSET', KEYS[2], 'ld', string.sub(ld, 1, cut - 1))
+end
 return added

@@ -76,7 +76,7 @@ func newBeatBatch(s *Store, window time.Duration) *beatBatch {
 // call may then still run, as an unbatched call cut short by its deadline
 // may have).
 func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (valkey.ValkeyMessage, error) {
-	if len(keys) < 4 || len(keys) > 5 || len(args) != 10 {
+	if len(keys) < 4 || len(keys) > 5 || len(args) != 9 {
 		return valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_seen's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
@@ -87,7 +87,7 @@ func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (val
 // runBeat is run for one record of presence_beat (Store.beatCall): its
 // entry of the reply and the call's lastSeenAt.
 func (b *beatBatch) runBeat(ctx context.Context, keys, args []string) (string, valkey.ValkeyMessage, error) {
-	if len(keys) != 2 || len(args) != 3 {
+	if len(keys) != 2 || len(args) != 2 {
 		return "", valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_beat's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, done: make(chan struct{})}
@@ -329,7 +329,7 @@ func beatKeys(g []*batchedCall) []string {
 }
 
 func beatArgs(s *Store, g []*batchedCall) []string {
-	args := append(make([]string, 0, 2+3*len(g)), s.beatCallArgs()...)
+	args := append(make([]string, 0, 2+2*len(g)), s.beatCallArgs()...)
 	for _, c := range g {
 		args = append(args, c.args...)
 	}

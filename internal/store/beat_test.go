@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,10 +29,22 @@ func TestHeartbeatShortForm(t *testing.T) {
 			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence(runner)).Field(f).Build()).ToString()
 			return v, err == nil
 		}
+		// ld holds the heartbeat digest of what was last written, alone or
+		// followed by ":" and nr.
+		digestIs := func(runner, owner string, dev protocol.PublicIdentity, caps string) bool {
+			t.Helper()
+			devJSON, err := protocol.Marshal(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := heartbeatDigest(owner, devJSON, []byte(caps), []byte(`[]`))
+			ld, _ := field(runner, "ld")
+			return ld == want || strings.HasPrefix(ld, want+":")
+		}
 		cases := []struct {
 			name, runner, owner string
 			caps                string // the heartbeat's, after a record seen with []
-			dropOD              bool   // the record predates od
+			older               bool   // the record was written by a relay of the previous layout of ld
 			wrongDevice, gone   bool
 			wantScripts         map[string]int
 			wantErr             error
@@ -42,7 +55,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 				wantScripts: map[string]int{"presence_beat": 1}},
 			{name: "lists changed", runner: "r_lists", owner: "alice", caps: `[{"kind":"generate"}]`,
 				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}},
-			{name: "record without od", runner: "r_old", owner: "alice", caps: `[]`, dropOD: true,
+			{name: "record of an older relay", runner: "r_old", owner: "alice", caps: `[]`, older: true,
 				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}},
 			{name: "another device", runner: "r_wrong", owner: "alice", caps: `[]`, wrongDevice: true,
 				wantScripts: map[string]int{"presence_beat": 1, "presence_seen": 1}, wantErr: ErrPresenceChanged},
@@ -53,11 +66,17 @@ func TestHeartbeatShortForm(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				dev := freshDevice()
 				h.seen(c.runner, c.owner, dev, `[]`, `[]`)
-				if _, ok := field(c.runner, "od"); !ok {
-					t.Fatal("a record written in full has no od")
+				if !digestIs(c.runner, c.owner, dev, `[]`) {
+					t.Fatal("a record written in full does not hold its heartbeat digest")
 				}
-				if c.dropOD {
-					b.client.Do(h.ctx, b.client.B().Hdel().Key(h.s.k.presence(c.runner)).Field("od").Build())
+				if c.older {
+					// What the previous relay version wrote: the lists' digest
+					// alone in ld (32 hex), od and nr beside it.
+					if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.presence(c.runner)).FieldValue().
+						FieldValue("ld", strings.Repeat("ab", 16)).FieldValue("od", strings.Repeat("cd", 16)).
+						FieldValue("nr", "1").Build()).Error(); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if c.gone {
 					if err := h.s.DropPresence(h.ctx, c.runner); err != nil {
@@ -106,8 +125,13 @@ func TestHeartbeatShortForm(t *testing.T) {
 					t.Fatalf("cancel %v", got.Cancel)
 				}
 				// Whatever the first beat needed, the next is short only.
-				if _, ok := field(c.runner, "od"); !ok {
-					t.Fatal("no od after a full write")
+				if !digestIs(c.runner, c.owner, dev, c.caps) {
+					t.Fatal("after the heartbeat the record does not hold its digest")
+				}
+				for _, f := range []string{"od", "nr"} {
+					if v, ok := field(c.runner, f); ok {
+						t.Fatalf("the previous layout's %s stayed: %q", f, v)
+					}
 				}
 				counter.take()
 				if _, err := beat(c.runner, c.owner, dev, c.caps); err != nil {
@@ -141,10 +165,16 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 			}
 			return r.Cancel
 		}
-		nr := func() bool {
-			_, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("nr").Build()).ToString()
-			return err == nil
+		ld := func() string {
+			t.Helper()
+			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("ld").Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
 		}
+		digest, _, _ := strings.Cut(ld(), ":")
+		nr := func() bool { return strings.HasPrefix(ld(), digest+":") }
 		if got := beat(); len(got) != 0 || !nr() {
 			t.Fatalf("no grants: cancel %v, nr %v", got, nr())
 		}
@@ -171,7 +201,7 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 		setNR := func(v int64) {
 			t.Helper()
 			if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.presence("runner_1")).FieldValue().
-				FieldValue("nr", strconv.FormatInt(v, 10)).Build()).Error(); err != nil {
+				FieldValue("ld", digest+":"+strconv.FormatInt(v, 10)).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -199,23 +229,28 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 	})
 }
 
-// The digests presence_beat compares name their two inputs exactly: no
-// other split of the same bytes, no other input, gives the same name.
-func TestPairDigest(t *testing.T) {
-	pairs := [][2]string{
-		{"", ""}, {"a", ""}, {"", "a"}, {"ab", "c"}, {"a", "bc"}, {"alice", `{"identity":"x"}`},
-		{"alice", `{"identity":"y"}`}, {"\u00e9", "\u0065\u0301"}, {"\x00", ""}, {"", "\x00"},
+// The heartbeat digest names its four inputs exactly: no other split of
+// the same bytes, no other input, gives the same name; and it never has
+// the form of the previous layout's digests (32 hex), so a record an
+// older relay wrote never matches it.
+func TestHeartbeatDigest(t *testing.T) {
+	inputs := [][4]string{
+		{"", "", "", ""}, {"a", "", "", ""}, {"", "a", "", ""}, {"", "", "a", ""}, {"", "", "", "a"},
+		{"ab", "c", "", ""}, {"a", "bc", "", ""}, {"", "ab", "c", ""}, {"", "a", "bc", ""}, {"", "", "ab", "c"}, {"", "", "a", "bc"},
+		{"alice", `{"identity":"x"}`, "[]", "[]"}, {"alice", `{"identity":"y"}`, "[]", "[]"},
+		{"\u00e9", "\u0065\u0301", "[]", "[]"}, {"\u0065\u0301", "\u00e9", "[]", "[]"}, {"\x00", "", "", ""}, {"", "\x00", "", ""},
+		{"alice", "d", strings.Repeat("x", 64<<10), "[]"},
 	}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		d := pairDigest([]byte(p[0]), []byte(p[1]))
-		if len(d) != 32 || d != ownerDeviceDigest(p[0], []byte(p[1])) || d != listsDigest([]byte(p[0]), []byte(p[1])) {
-			t.Fatalf("%q: %q", p, d)
+	seen := map[string][4]string{}
+	for _, in := range inputs {
+		d := heartbeatDigest(in[0], []byte(in[1]), []byte(in[2]), []byte(in[3]))
+		if len(d) != 22 || strings.ContainsAny(d, ":+/=") {
+			t.Fatalf("%q: %q is not 22 base64url characters", in, d)
 		}
 		if other, dup := seen[d]; dup {
-			t.Fatalf("%q and %q share the digest %s", p, other, d)
+			t.Fatalf("%q and %q share the digest %s", in, other, d)
 		}
-		seen[d] = p
+		seen[d] = in
 	}
 }
 
@@ -278,6 +313,49 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 			if strconv.FormatInt(after.LastSeenAt, 10) != c.now || after.LastSeenAt <= before[i].LastSeenAt || after.Device != devs[i] {
 				t.Fatalf("beat %d: lastSeenAt %d (answered %s, before %d)", i, after.LastSeenAt, c.now, before[i].LastSeenAt)
 			}
+		}
+	})
+}
+
+// A full heartbeat of another device on a record replaces its lists but
+// not its owner and device, so the record's digest then names no
+// heartbeat: neither device's next short beat is taken, and the record's
+// own device's full heartbeat gives it its digest back.
+func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		counter := &countingObserver{n: map[string]int{}}
+		h := newH(t, b, Options{ObserveScript: counter.observe})
+		ld := func() string {
+			t.Helper()
+			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("ld").Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		mine, other := freshDevice(), freshDevice()
+		h.seen("runner_1", "alice", mine, `[]`, `[]`)
+		h.seen("runner_1", "alice", other, `[{"kind":"generate"}]`, `[]`)
+		if got := ld(); got != "-" {
+			t.Fatalf("ld %q after another device's heartbeat, want -", got)
+		}
+		if p := h.presence("runner_1"); p.Device != mine || string(p.Capabilities) != `[{"kind":"generate"}]` {
+			t.Fatalf("record %+v", p)
+		}
+		counter.take()
+		if _, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: mine,
+			Capabilities: json.RawMessage(`[]`)}, RequirePresence: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := counter.take(); !maps.Equal(got, map[string]int{"presence_beat": 1, "presence_seen": 1}) {
+			t.Fatalf("calls %v: the short form took a record whose digest names no heartbeat", got)
+		}
+		devJSON, _ := protocol.Marshal(mine)
+		if want := heartbeatDigest("alice", devJSON, []byte(`[]`), []byte(`[]`)); ld() != want {
+			t.Fatalf("ld %q, want %q", ld(), want)
+		}
+		if p := h.presence("runner_1"); p.Device != mine || string(p.Capabilities) != `[]` {
+			t.Fatalf("record %+v", p)
 		}
 	})
 }

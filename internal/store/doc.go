@@ -185,14 +185,16 @@
 //	sr:⟨S⟩                 HASH  the site's enqueue token bucket: t, at
 //	p:⟨R⟩                  HASH  presence (on shard(R)): runnerId, owner,
 //	                             device, capabilities, withheld (raw JSON),
-//	                             lastSeenAt, ld (digest of the two lists: a
-//	                             heartbeat with the same lists writes only
-//	                             lastSeenAt and the expiry), od (digest of
-//	                             owner and device: with ld what an idle
-//	                             heartbeat's short form, presence_beat,
-//	                             checks), nr (when a heartbeat last found
-//	                             rsh:⟨R⟩ holding no live grant; cleared by
-//	                             every grant)
+//	                             lastSeenAt, ld (the heartbeat digest of
+//	                             owner, device and the two lists: a
+//	                             heartbeat of the same device with the same
+//	                             lists writes only lastSeenAt and the
+//	                             expiry, and presence_beat, the short form,
+//	                             checks only it; "-" after another device's
+//	                             heartbeat; optionally ":" and nr after it,
+//	                             the instant a heartbeat last found rsh:⟨R⟩
+//	                             holding no live grant, dropped by every
+//	                             grant)
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> first-seen number (next_seq)
 //	                             of the shard's runners (Everyone merges the
 //	                             shards by it)
@@ -279,17 +281,18 @@
 // (presence_beat through Heartbeat, the short form): it checks that the
 // presence record still holds the owner and device the replica remembered
 // (the relay's authentication, atomic with the write) and the lists the
-// heartbeat carries, both by digest (od, ld), writes lastSeenAt, and
+// heartbeat carries, by one digest (ld, one field read), writes lastSeenAt, and
 // answers the runner's record of shards (rsh:⟨R⟩) for the cancel
 // requests, which read further only on shards where the runner holds
 // grants. A record that does not match is written by nothing; the
 // heartbeat is then sent in full (presence_seen), which decides it as
-// before. rsh:⟨R⟩ is read only when the record's nr is absent or older
-// than Options.ShardRecheckMs: nr says a read found no grant whose
-// deadline is ahead (cancel requests last until the job's deadline, so
-// such a set reports nothing), and every grant clears it in the call that
-// writes rsh:⟨R⟩ (runner_shards_add), so a new grant is seen on the next
-// beat; only a grant of a relay older than nr waits for the recheck. With
+// before. rsh:⟨R⟩ is read only when the record's nr (kept in ld after the
+// digest) is absent or older than Options.ShardRecheckMs: nr says a read
+// found no grant whose deadline is ahead (cancel requests last until the
+// job's deadline, so such a set reports nothing), and every grant drops
+// it in the call that writes rsh:⟨R⟩ (runner_shards_add), so a new grant
+// is seen on the next beat; only a grant of a relay older than this
+// layout of ld waits for the recheck. With
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
 // heartbeats arriving within the window go out as one pipelined DoMulti
 // in which the heartbeats of one shard and form share one presence_beat

@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -137,8 +137,7 @@ func (s *Store) seenCall(p Presence, device, caps, withheld []byte, require, sha
 		cond = "1"
 	}
 	args = []string{enc(p.RunnerID), p.RunnerID, p.Owner, string(device), string(caps), string(withheld),
-		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), listsDigest(caps, withheld), cond,
-		ownerDeviceDigest(p.Owner, device)}
+		strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), heartbeatDigest(p.Owner, device, caps, withheld), cond}
 	return keys, args
 }
 
@@ -189,7 +188,7 @@ func (s *Store) beatCall(p Presence, device, caps, withheld []byte, shards bool)
 	if shards {
 		rsh, flag = s.k.runnerShards(p.RunnerID), "1"
 	}
-	return []string{kp, rsh}, []string{ownerDeviceDigest(p.Owner, device), listsDigest(caps, withheld), flag}
+	return []string{kp, rsh}, []string{heartbeatDigest(p.Owner, device, caps, withheld), flag}
 }
 
 // beatCallArgs is presence_beat's per-call values: the record expiry and
@@ -198,28 +197,26 @@ func (s *Store) beatCallArgs() []string {
 	return []string{strconv.FormatInt(max(s.opts.PresenceTTLMs, 0), 10), strconv.FormatInt(s.opts.shardRecheckMs(), 10)}
 }
 
-// ownerDeviceDigest names a record's owner and device for presence_beat
-// (the record keeps it as od), as listsDigest names the lists.
-func ownerDeviceDigest(owner string, device []byte) string {
-	return pairDigest([]byte(owner), device)
-}
-
-// listsDigest names a heartbeat's two lists for presence_seen, which
-// rewrites them only when the record's digest differs. A device can only
-// make its own record keep its own older lists, and 128 bits leave no
-// practical collision anyway.
-func listsDigest(caps, withheld []byte) string { return pairDigest(caps, withheld) }
-
-// pairDigest is SHA-256 over a and b, a length-prefixed (so no split of
-// the bytes between the two collides), first 16 bytes in hex.
-func pairDigest(a, b []byte) string {
+// heartbeatDigest names what a heartbeat says of its device: owner,
+// device and the two lists. The record keeps it (field ld), so a full
+// heartbeat rewrites the lists only when they changed and an idle one
+// (presence_beat) sends this name alone. SHA-256 over a domain tag and
+// the four values, each but the last length-prefixed so no shift of bytes
+// between them collides; 128 bits in base64url (22 characters), a length
+// no digest of an earlier layout had (32 hex), so a record written by an
+// older relay never matches. A device can only make its own record keep
+// its own older lists, and 128 bits leave no practical collision anyway.
+func heartbeatDigest(owner string, device, caps, withheld []byte) string {
 	h := sha256.New()
+	h.Write([]byte("byollm-relay heartbeat v1\x00"))
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(a)))
-	h.Write(n[:])
-	h.Write(a)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	for _, b := range [][]byte{[]byte(owner), device, caps} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	h.Write(withheld)
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
 // orEmptyArray stores a missing matrix as [], the reference's empty answer.

@@ -62,8 +62,8 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 		devJSON, _ := json.Marshal(dev)
 		msg, err := h.s.run(h.ctx, scPresenceSeen,
 			h.s.presenceSeenKeys("runner_1", "alice"),
-			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0", listsDigest([]byte(caps), []byte(`[]`)),
-			"", ownerDeviceDigest("alice", devJSON))
+			enc("runner_1"), "runner_1", "alice", string(devJSON), caps, `[]`, "0",
+			heartbeatDigest("alice", devJSON, []byte(caps), []byte(`[]`)), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,23 +4,25 @@
 --
 -- An existing record keeps its owner and device; only lastSeenAt,
 -- capabilities and withheld are replaced (never merged; an empty array is
--- a value). The record keeps a digest of the two lists (field ld): when a
--- heartbeat carries the lists the record already holds, which is almost
--- every idle tick, only lastSeenAt and the expiry are written. A record
--- without ld (written before it existed) differs from every digest, so its
--- lists are rewritten once.
+-- a value). The record keeps in field ld the heartbeat digest, one digest
+-- of owner, device and the two lists (computed by the caller): when a
+-- heartbeat of the record's own device carries the lists the record
+-- already holds, which is almost every idle tick, only lastSeenAt and the
+-- expiry are written. presence_beat, an idle heartbeat's short form,
+-- checks that digest instead of receiving the device and lists, and may
+-- keep after it ":" and nr (see there), which this write leaves as it is
+-- unless the lists change.
 --
--- The record also keeps od, a digest of its owner and device (computed by
--- the caller, like ld), written whenever the record's owner and device are
--- the ones the heartbeat carries: presence_beat, an idle heartbeat's short
--- form, checks od and ld instead of receiving the device and lists. The
--- owner and device of a record never change (only presence_drop removes
--- it), so od never goes stale; a record without od (older than it) fails
--- presence_beat's check once, and this write gives it one.
+-- A record whose ld holds anything else (written by a relay that kept only
+-- the lists' digest there, or never had one) differs from every digest:
+-- its lists are rewritten once and that relay's od and nr fields dropped.
+-- A heartbeat of another device replaces the lists but not the owner and
+-- device, so the record's digest then names no heartbeat ('-'): the next
+-- one, of whichever device, goes in full.
 --
 -- seen_record(p, pidx, pseq, po, rsh, i, now): the record's keys (rsh may
--- be nil: not read) and, from ARGV[i], its ten values: eR, runnerId,
--- owner, device, capabilities, withheld, ttl ms, digest, condition, od. Read
+-- be nil: not read) and, from ARGV[i], its nine values: eR, runnerId,
+-- owner, device, capabilities, withheld, ttl ms, digest, condition. Read
 -- from ARGV in place rather than copied into tables: this runs once per
 -- heartbeat of an idle fleet. With condition "1" the record must already
 -- exist holding exactly owner and device, else nothing is written and the
@@ -32,29 +34,32 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
   -- One read is both the existence check and the reply's fields: a
   -- record always has an owner (presence_seen is its only writer), and
   -- its runnerId is the one its key names, ARGV[i + 1].
-  local r = redis.call('HMGET', kp, 'owner', 'device', 'ld', 'od')
+  local r = redis.call('HMGET', kp, 'owner', 'device', 'ld')
   local same = r[1] == ARGV[i + 2] and r[2] == ARGV[i + 3]
   local cond = ARGV[i + 8] == '1'
   if cond and not same then
     return {}
   end
+  local d = ARGV[i + 7]
   if r[1] then
-    local w = {'lastSeenAt', now}
-    if same and r[4] ~= ARGV[i + 9] then
-      w[3], w[4] = 'od', ARGV[i + 9]
-    end
-    if r[3] == ARGV[i + 7] then
-      -- Same lists: the owner's index already names this record (it was
-      -- added with the record or with the lists, and only a gone record or
-      -- another owner's entry is ever dropped from it).
-      redis.call('HSET', kp, unpack(w))
+    local ld = r[3]
+    if same and ld and string.sub(ld, 1, #d) == d and (#ld == #d or string.byte(ld, #d + 1) == 58) then
+      -- Same device, same lists: the owner's index already names this
+      -- record (it was added with the record or with the lists, and only a
+      -- gone record or another owner's entry is ever dropped from it).
+      redis.call('HSET', kp, 'lastSeenAt', now)
     else
-      redis.call('HSET', kp, 'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', ARGV[i + 7], unpack(w))
+      if not same then
+        d = '-'
+      elseif ld and #ld ~= #d and string.byte(ld, #d + 1) ~= 58 then
+        redis.call('HDEL', kp, 'od', 'nr')
+      end
+      redis.call('HSET', kp, 'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', d, 'lastSeenAt', now)
       redis.call('SADD', kpo, ARGV[i])
     end
   else
     redis.call('HSET', kp, 'runnerId', ARGV[i + 1], 'owner', ARGV[i + 2], 'device', ARGV[i + 3],
-      'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', ARGV[i + 7], 'od', ARGV[i + 9], 'lastSeenAt', now)
+      'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', d, 'lastSeenAt', now)
     -- A new record goes to the end of the listing, even if an index entry
     -- of a lost record lingers (everyone() cleans those).
     redis.call('ZADD', kidx, next_seq(kseq), ARGV[i])
