@@ -26,6 +26,7 @@
 -- such a set counts as holding none.
 --
 -- mode: write
+-- lib: presence
 -- slot: KEYS[1]'s on a cluster (Go groups records by shard there); every other key is in KEYS, none is built
 --       from a prefix. On a server that is not a cluster Go sends the records of every shard in one call
 --       (internal/store batch.go groupByShard): the script reads and writes only the keys it is given.
@@ -53,13 +54,9 @@ for i = 0, n - 1 do
   local kp, a = KEYS[1 + 2 * i], 6 + 2 * i
   local d = ARGV[a]
   -- One field read: ld is the heartbeat digest, alone or followed by
-  -- ":" and nr (lib/presence.lua).
-  local v = redis.call('HGET', kp, 'ld')
-  local nr = nil
-  if v and #v > #d then
-    nr = string.byte(v, #d + 1) == 58 and tonumber(string.sub(v, #d + 2))
-  end
-  if not v or #d == 0 or string.sub(v, 1, #d) ~= d or (#v > #d and not nr) then
+  -- ":" and nr (lib/presence.lua holds_digest).
+  local nr = holds_digest(redis.call('HGET', kp, 'ld'), d)
+  if nr == nil then
     out[i + 2] = 0
   else
     local shards, read, live = '', false, false

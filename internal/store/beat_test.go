@@ -25,10 +25,6 @@ func TestHeartbeatShortForm(t *testing.T) {
 			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: runner, Owner: owner, Device: dev,
 				Capabilities: json.RawMessage(caps)}, RequirePresence: true, Cancels: true})
 		}
-		field := func(runner, f string) (string, bool) {
-			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence(runner)).Field(f).Build()).ToString()
-			return v, err == nil
-		}
 		// ld holds the heartbeat digest of what was last written, alone or
 		// followed by ":" and nr.
 		digestIs := func(runner, owner string, dev protocol.PublicIdentity, caps string) bool {
@@ -38,7 +34,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := heartbeatDigest(owner, devJSON, []byte(caps), []byte(`[]`))
-			ld, _ := field(runner, "ld")
+			ld, _ := h.presenceField(runner, "ld")
 			return ld == want || strings.HasPrefix(ld, want+":")
 		}
 		cases := []struct {
@@ -129,7 +125,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 					t.Fatal("after the heartbeat the record does not hold its digest")
 				}
 				for _, f := range []string{"od", "nr"} {
-					if v, ok := field(c.runner, f); ok {
+					if v, ok := h.presenceField(c.runner, f); ok {
 						t.Fatalf("the previous layout's %s stayed: %q", f, v)
 					}
 				}
@@ -167,9 +163,9 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 		}
 		ld := func() string {
 			t.Helper()
-			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("ld").Build()).ToString()
-			if err != nil {
-				t.Fatal(err)
+			v, ok := h.presenceField("runner_1", "ld")
+			if !ok {
+				t.Fatal("the record has no ld")
 			}
 			return v
 		}
@@ -327,9 +323,9 @@ func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
 		h := newH(t, b, Options{ObserveScript: counter.observe})
 		ld := func() string {
 			t.Helper()
-			v, err := b.client.Do(h.ctx, b.client.B().Hget().Key(h.s.k.presence("runner_1")).Field("ld").Build()).ToString()
-			if err != nil {
-				t.Fatal(err)
+			v, ok := h.presenceField("runner_1", "ld")
+			if !ok {
+				t.Fatal("the record has no ld")
 			}
 			return v
 		}

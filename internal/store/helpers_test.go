@@ -396,3 +396,17 @@ func (h *h) writeRawStub(siteID, jobID, raw string) error {
 	}
 	return err
 }
+
+// presenceField is one field of runner's presence record as stored, and
+// whether it is there.
+func (h *h) presenceField(runner, field string) (string, bool) {
+	h.t.Helper()
+	v, err := h.b.client.Do(h.ctx, h.b.client.B().Hget().Key(h.s.k.presence(runner)).Field(field).Build()).ToString()
+	if valkey.IsValkeyNil(err) {
+		return "", false
+	}
+	if err != nil {
+		h.t.Fatalf("presence field %s: %v", field, err)
+	}
+	return v, true
+}

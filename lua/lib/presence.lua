@@ -20,6 +20,22 @@
 -- device, so the record's digest then names no heartbeat ('-'): the next
 -- one, of whichever device, goes in full.
 --
+-- holds_digest(ld, d): whether a record's ld holds the heartbeat digest d,
+-- alone or followed by ":" and nr; then nr (a number) or false. nil when
+-- it does not (another digest, '-', an earlier relay's form, or none).
+local function holds_digest(ld, d)
+  if not ld or #d == 0 or string.sub(ld, 1, #d) ~= d then
+    return nil
+  end
+  if #ld == #d then
+    return false
+  end
+  if string.byte(ld, #d + 1) ~= 58 then
+    return nil
+  end
+  return tonumber(string.sub(ld, #d + 2)) or nil
+end
+
 -- seen_record(p, pidx, pseq, po, rsh, i, now): the record's keys (rsh may
 -- be nil: not read) and, from ARGV[i], its nine values: eR, runnerId,
 -- owner, device, capabilities, withheld, ttl ms, digest, condition. Read
@@ -43,7 +59,7 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
   local d = ARGV[i + 7]
   if r[1] then
     local ld = r[3]
-    if same and ld and string.sub(ld, 1, #d) == d and (#ld == #d or string.byte(ld, #d + 1) == 58) then
+    if same and holds_digest(ld, d) ~= nil then
       -- Same device, same lists: the owner's index already names this
       -- record (it was added with the record or with the lists, and only a
       -- gone record or another owner's entry is ever dropped from it).
