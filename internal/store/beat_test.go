@@ -161,14 +161,7 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 			}
 			return r.Cancel
 		}
-		ld := func() string {
-			t.Helper()
-			v, ok := h.presenceField("runner_1", "ld")
-			if !ok {
-				t.Fatal("the record has no ld")
-			}
-			return v
-		}
+		ld := func() string { return h.mustPresenceField("runner_1", "ld") }
 		digest, _, _ := strings.Cut(ld(), ":")
 		nr := func() bool { return strings.HasPrefix(ld(), digest+":") }
 		if got := beat(); len(got) != 0 || !nr() {
@@ -321,14 +314,7 @@ func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
 		h := newH(t, b, Options{ObserveScript: counter.observe})
-		ld := func() string {
-			t.Helper()
-			v, ok := h.presenceField("runner_1", "ld")
-			if !ok {
-				t.Fatal("the record has no ld")
-			}
-			return v
-		}
+		ld := func() string { return h.mustPresenceField("runner_1", "ld") }
 		mine, other := freshDevice(), freshDevice()
 		h.seen("runner_1", "alice", mine, `[]`, `[]`)
 		h.seen("runner_1", "alice", other, `[{"kind":"generate"}]`, `[]`)

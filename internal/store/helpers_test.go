@@ -410,3 +410,13 @@ func (h *h) presenceField(runner, field string) (string, bool) {
 	}
 	return v, true
 }
+
+// mustPresenceField is presenceField of a field the record must hold.
+func (h *h) mustPresenceField(runner, field string) string {
+	h.t.Helper()
+	v, ok := h.presenceField(runner, field)
+	if !ok {
+		h.t.Fatalf("%s's presence record has no %s", runner, field)
+	}
+	return v
+}
