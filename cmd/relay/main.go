@@ -143,13 +143,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// ready line repeats embedded=true.
 
 	st, err := store.New(bg, client, store.Options{
-		Namespace:         cfg.Namespace,
-		ObserveScript:     tel.ScriptObserver(),
-		Logger:            log,
-		PairingsPerSource: cfg.PairingsPerAddress,
-		SiteLimits:        cfg.SiteLimits,
-		HeartbeatBatch:    cfg.DaemonHeartbeatBatch,
-		WorkViewQueues:    cfg.WorkViewQueues,
+		Namespace:          cfg.Namespace,
+		ObserveScript:      tel.ScriptObserver(),
+		Logger:             log,
+		PairingsPerSource:  cfg.PairingsPerAddress,
+		SiteLimits:         cfg.SiteLimits,
+		HeartbeatBatch:     cfg.DaemonHeartbeatBatch,
+		HeartbeatIdleBatch: cfg.DaemonIdleHeartbeatBatch,
+		WorkViewQueues:     cfg.WorkViewQueues,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			activity.Churned(r)
@@ -279,6 +280,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Bodies:          bodies,
 		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
+		IdleBeatWait:    idleBeatWait(cfg),
 		Logger:          log,
 
 		Grants:             grants,
@@ -535,4 +537,14 @@ func buildVersion() string {
 		}
 	}
 	return v
+}
+
+// idleBeatWait is the longest an idle heartbeat's presence write waits in
+// the store's batch: the idle window, which only ever lengthens a batched
+// write (with batching off nothing waits).
+func idleBeatWait(cfg config.Config) time.Duration {
+	if cfg.DaemonHeartbeatBatch <= 0 {
+		return 0
+	}
+	return max(cfg.DaemonIdleHeartbeatBatch, cfg.DaemonHeartbeatBatch)
 }

@@ -96,6 +96,11 @@ type Config struct {
 	// may wait to share its Valkey round trip with others
 	// (store.Options.HeartbeatBatch); 0 writes each at once.
 	DaemonHeartbeatBatch time.Duration
+	// DaemonIdleHeartbeatBatch is how long the presence write of an idle
+	// heartbeat (no active lease, nothing the work view knows of to claim)
+	// may wait (store.Options.HeartbeatIdleBatch); at most the heartbeat
+	// window means no separate idle window.
+	DaemonIdleHeartbeatBatch time.Duration
 	// WorkViewQueues bounds the empty queues this replica's work view
 	// remembers per shard (store.Options.WorkViewQueues).
 	WorkViewQueues int
@@ -248,6 +253,7 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("drainPeriod", c.DrainPeriod),
 		slog.Duration("storeTimeout", c.StoreTimeout),
 		slog.Duration("daemonHeartbeatBatch", c.DaemonHeartbeatBatch),
+		slog.Duration("daemonIdleHeartbeatBatch", c.DaemonIdleHeartbeatBatch),
 		slog.Int("workViewQueues", c.WorkViewQueues),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 		slog.Int("maxConns", c.MaxConns),
@@ -508,6 +514,18 @@ var options = []option{
 		c.DaemonHeartbeatBatch = d
 		return nil
 	}},
+	{env: "RELAY_DAEMON_IDLE_HEARTBEAT_BATCH", flag: "daemon-idle-heartbeat-batch", def: DefaultDaemonIdleHeartbeatBatch.String(), usage: `longest the presence write of an idle daemon's heartbeat (no active lease, and this replica's work view knows its next claim would find nothing) waits to share a Valkey call with others; such an answer can be late without delaying any work, and on a cluster a longer window fills the per-shard calls; "off" or 0 gives idle heartbeats the RELAY_DAEMON_HEARTBEAT_BATCH window`, apply: func(c *Config, v string) error {
+		if v == "off" || v == "0" {
+			c.DaemonIdleHeartbeatBatch = 0
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxDaemonIdleHeartbeatBatch {
+			return fmt.Errorf(`%q is not a usable idle batch window; write a Go duration up to %v, e.g. 1s, or "off"`, v, maxDaemonIdleHeartbeatBatch)
+		}
+		c.DaemonIdleHeartbeatBatch = d
+		return nil
+	}},
 	{env: "RELAY_WORK_VIEW_QUEUES", flag: "work-view-queues", def: strconv.Itoa(store.DefaultWorkViewQueues), usage: "empty queues this replica remembers per shard so an idle claim asks Valkey nothing (about 80 B each; a device adds about three per site it serves); a shard with more forgets some and sends their claims to Valkey", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1024 || n > 1<<24 {
@@ -706,7 +724,13 @@ const (
 	// it; see README "Idle devices" for what it saves.
 	DefaultDaemonHeartbeatBatch = 100 * time.Millisecond
 	maxDaemonHeartbeatBatch     = time.Second
-	maxStoreTimeout             = time.Minute
+	// DefaultDaemonIdleHeartbeatBatch: an idle daemon's next tick is
+	// about 10 s away, and its answer says only that nothing changed; a
+	// second fills a replica's per-shard calls (README "Idle ticks on a
+	// cluster: a longer window for idle heartbeats").
+	DefaultDaemonIdleHeartbeatBatch = time.Second
+	maxDaemonIdleHeartbeatBatch     = 2 * time.Second
+	maxStoreTimeout                 = time.Minute
 	// A grant is one policy read and one signature; 10 ms is the least a
 	// remote one on a LAN needs, and a claim held over 30 s is abandoned
 	// by the daemon.

@@ -247,14 +247,7 @@ func (r *Relay) claim(req *request) (reply, error) {
 	if in.RunnerID != dev.runnerID {
 		return runnerMismatch, nil
 	}
-	seen := map[string]bool{}
-	kinds := []string{}
-	for _, c := range in.Capabilities {
-		if !seen[c.Kind] {
-			seen[c.Kind] = true
-			kinds = append(kinds, c.Kind)
-		}
-	}
+	kinds := capabilityKinds(in.Capabilities)
 	claim := store.ClaimInput{
 		RunnerID: dev.runnerID,
 		Owner:    dev.owner,
@@ -292,6 +285,19 @@ func (r *Relay) claim(req *request) (reply, error) {
 		}
 	}
 	return ok200(newObj().raw("jobs", jsonArr(jobs)).val("leaseMs", r.leaseMs)), nil
+}
+
+// capabilityKinds is the distinct kinds of a capability matrix, in order.
+func capabilityKinds(m []protocol.Capability) []string {
+	seen := map[string]bool{}
+	kinds := []string{}
+	for _, c := range m {
+		if !seen[c.Kind] {
+			seen[c.Kind] = true
+			kinds = append(kinds, c.Kind)
+		}
+	}
+	return kinds
 }
 
 // claimedStubJSON is the stored stub's keys followed by "lease".
@@ -407,6 +413,12 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		},
 		RequirePresence: dev.remembered,
 		Cancels:         len(pinned) > 0,
+	}
+	if len(in.ActiveLeases) == 0 {
+		// A device running nothing: if the work view knows its next claim
+		// would find nothing, its presence write may wait longer to share
+		// a call (store.HeartbeatInput.Idle).
+		beat.Idle = &store.IdleClaim{Routes: req.proj.RoutesFor(dev.owner), Kinds: capabilityKinds(in.Capabilities)}
 	}
 	hb, err := r.store.Heartbeat(req.ctx, beat)
 	if errors.Is(err, store.ErrPresenceChanged) {

@@ -169,6 +169,11 @@ type Config struct {
 	// answered with the retryable 503 server-error. Default
 	// DefaultStoreTimeout; negative disables the bound (tests).
 	StoreTimeout time.Duration
+	// IdleBeatWait is how long the store may hold an idle heartbeat's
+	// presence write before sending it (store.Options.HeartbeatIdleBatch):
+	// a heartbeat that says it is idle gets that much more than
+	// StoreTimeout, so the wait is not taken for a stuck store.
+	IdleBeatWait time.Duration
 	// Grants is the grant authority (wire.md §14.1, §14.2). nil: claims
 	// carry no grant and enqueue refuses nothing for satisfiability.
 	Grants GrantAuthority
@@ -240,7 +245,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	storeTimeout := time.Duration(0)
 	if cfg.StoreTimeout > 0 {
-		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout}
+		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout, idle: max(cfg.IdleBeatWait, 0)}
 		storeTimeout = cfg.StoreTimeout
 	}
 	if cfg.ControlPlanePublic != "" && cfg.Grants == nil {

@@ -22,8 +22,9 @@ const DefaultStoreTimeout = 500 * time.Millisecond
 // valkey-go returns as soon as the context is done, and its retries of
 // read-only commands (valkeyconn's quickRetries) stop there too.
 type timedStore struct {
-	s Store
-	d time.Duration
+	s    Store
+	d    time.Duration
+	idle time.Duration // added for a heartbeat that says it is idle (Config.IdleBeatWait)
 }
 
 func (t timedStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -115,7 +116,13 @@ func (t timedStore) Seen(ctx context.Context, p store.Presence) (store.Presence,
 }
 
 func (t timedStore) Heartbeat(ctx context.Context, in store.HeartbeatInput) (store.HeartbeatResult, error) {
-	ctx, cancel := t.ctx(ctx)
+	d := t.d
+	if in.Idle != nil {
+		// The store may hold an idle write for its idle window before
+		// sending it; only the time after that is the store's.
+		d += t.idle
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return t.s.Heartbeat(ctx, in)
 }

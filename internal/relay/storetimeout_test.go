@@ -1,6 +1,9 @@
 package relay
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,5 +90,79 @@ func TestFrozenStoreAnswersFast503(t *testing.T) {
 	}
 	if ids["after-thaw"] != 1 || ids["frozen"] > 1 || len(jobs) != 1+ids["frozen"] {
 		t.Fatalf("after thaw: claimed %+v", jobs)
+	}
+}
+
+// beatRecorder is the real store with its Heartbeat calls recorded: what
+// the plane asked and how long the call had. Only the recording is not
+// the real thing; the store below it is.
+type beatRecorder struct {
+	Store
+	mu    sync.Mutex
+	idle  []*store.IdleClaim
+	spans []time.Duration
+}
+
+func (b *beatRecorder) Heartbeat(ctx context.Context, in store.HeartbeatInput) (store.HeartbeatResult, error) {
+	dl, ok := ctx.Deadline()
+	b.mu.Lock()
+	b.idle = append(b.idle, in.Idle)
+	if ok {
+		b.spans = append(b.spans, time.Until(dl))
+	} else {
+		b.spans = append(b.spans, -1)
+	}
+	b.mu.Unlock()
+	return b.Store.Heartbeat(ctx, in)
+}
+
+// A heartbeat that reports no active lease says it is idle, naming the
+// routes and kinds its claim would ask for, and its store call gets the
+// idle wait on top of the store timeout (the store may hold it that long
+// before sending it); one that holds a lease is not idle and has the
+// store timeout alone.
+func TestIdleHeartbeatNamesItsClaimAndGetsTheIdleWait(t *testing.T) {
+	t.Parallel()
+	const timeout, idleWait = 2 * time.Second, 3 * time.Second
+	rec := &beatRecorder{}
+	e := newEnv(t, func(c *Config) {
+		rec.Store = c.Store
+		c.Store = rec
+		c.StoreTimeout = timeout
+		c.IdleBeatWait = idleWait
+	})
+	w := newWorld(t)
+	w.install(e)
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1")); got.status != 200 {
+		t.Fatalf("idle heartbeat: %d %s", got.status, got.body)
+	}
+	lease := protocol.GrantRef{JobID: "job_1", LeaseID: "00000000-0000-4000-8000-000000000000"}
+	got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1", lease))
+	if got.status != 200 {
+		t.Fatalf("heartbeat with a lease: %d %s", got.status, got.body)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.idle) != 2 {
+		t.Fatalf("%d store heartbeats, want 2", len(rec.idle))
+	}
+	in := rec.idle[0]
+	if in == nil {
+		t.Fatal("a heartbeat without active leases was not marked idle")
+	}
+	if want := []store.Route{{SiteID: "site_a", Owner: "alice"}}; !slices.Equal(in.Routes, want) {
+		t.Fatalf("idle routes %v, want alice's %v", in.Routes, want)
+	}
+	if !slices.Equal(in.Kinds, []string{chatCapability.Kind}) {
+		t.Fatalf("idle kinds %v, want the heartbeat's capability kinds", in.Kinds)
+	}
+	if rec.idle[1] != nil {
+		t.Fatalf("a heartbeat holding a lease was marked idle: %+v", rec.idle[1])
+	}
+	if s := rec.spans[0]; s <= timeout || s > timeout+idleWait {
+		t.Fatalf("the idle heartbeat's store call had %v, want more than %v and at most %v", s, timeout, timeout+idleWait)
+	}
+	if s := rec.spans[1]; s <= 0 || s > timeout {
+		t.Fatalf("the busy heartbeat's store call had %v, want at most %v", s, timeout)
 	}
 }

@@ -205,6 +205,20 @@ type HeartbeatInput struct {
 	RequirePresence bool
 	// Cancels: also answer the runner's cancel requests (CancelRequests).
 	Cancels bool
+	// Idle, when set, says the device runs nothing (it reported no active
+	// lease) and names what its next claim asks for. If the work view
+	// knows that claim would find nothing (every queue of the routes seen
+	// empty, nothing due on their shards), the presence write may wait for
+	// Options.HeartbeatIdleBatch: no answer it carries can lead to work
+	// sooner. The write and its answer are the same either way.
+	Idle *IdleClaim
+}
+
+// IdleClaim is what an idle device's next claim would ask for
+// (ClaimInput's Routes and Kinds).
+type IdleClaim struct {
+	Routes []Route
+	Kinds  []string
 }
 
 // HeartbeatResult is Heartbeat's answer.

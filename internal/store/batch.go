@@ -44,13 +44,18 @@ const beatBatchNoDeadline = 10 * time.Second
 // script call per shard. Each heartbeat is still decided on its own and
 // answered on its own; only the reply is later, by at most the window.
 // Nothing else is batched: a claim, a seal or a fetch goes out at once.
+//
+// An idle heartbeat (HeartbeatInput.Idle) may wait for the longer
+// idleWindow; the batch goes out at the earliest instant any call in it
+// may wait to, so whatever flushes it takes every waiting call along.
 type beatBatch struct {
-	s      *Store
-	window time.Duration
+	s                  *Store
+	window, idleWindow time.Duration
 
 	mu      sync.Mutex
 	pending []*batchedCall
 	timer   *time.Timer
+	due     time.Time    // when timer fires
 	sent    atomic.Int64 // batches sent (tests)
 	calls   atomic.Int64 // script calls sent (tests)
 }
@@ -68,35 +73,42 @@ type batchedCall struct {
 	err        error
 }
 
-func newBeatBatch(s *Store, window time.Duration) *beatBatch {
-	return &beatBatch{s: s, window: window}
+func newBeatBatch(s *Store, window, idleWindow time.Duration) *beatBatch {
+	return &beatBatch{s: s, window: window, idleWindow: max(idleWindow, window)}
 }
 
 // run queues one call and waits for its reply, or for ctx to end (the
 // call may then still run, as an unbatched call cut short by its deadline
-// may have).
-func (b *beatBatch) run(ctx context.Context, keys []string, args ...string) (valkey.ValkeyMessage, error) {
+// may have). An idle call may wait for the idle window.
+func (b *beatBatch) run(ctx context.Context, idle bool, keys []string, args ...string) (valkey.ValkeyMessage, error) {
 	if len(keys) < 4 || len(keys) > 5 || len(args) != 9 {
 		return valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_seen's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
-	err := b.wait(c)
+	err := b.wait(c, idle)
 	return c.msg, err
 }
 
 // runBeat is run for one record of presence_beat (Store.beatCall): its
 // entry of the reply and the call's lastSeenAt.
-func (b *beatBatch) runBeat(ctx context.Context, keys, args []string) (string, valkey.ValkeyMessage, error) {
+func (b *beatBatch) runBeat(ctx context.Context, idle bool, keys, args []string) (string, valkey.ValkeyMessage, error) {
 	if len(keys) != 2 || len(args) != 2 {
 		return "", valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_beat's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, done: make(chan struct{})}
-	err := b.wait(c)
+	err := b.wait(c, idle)
 	return c.now, c.msg, err
 }
 
-// wait queues c and waits for its reply, or for c.ctx to end.
-func (b *beatBatch) wait(c *batchedCall) error {
+// wait queues c and waits for its reply, or for c.ctx to end. The batch
+// goes out when it is full or at the earliest instant one of its calls may
+// wait to (its window from its arrival).
+func (b *beatBatch) wait(c *batchedCall, idle bool) error {
+	w := b.window
+	if idle {
+		w = b.idleWindow
+	}
+	at := time.Now().Add(w)
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	switch {
@@ -104,8 +116,13 @@ func (b *beatBatch) wait(c *batchedCall) error {
 		calls := b.takeLocked()
 		b.mu.Unlock()
 		go b.send(calls)
-	case len(b.pending) == 1:
-		b.timer = time.AfterFunc(b.window, b.flush)
+	case b.timer == nil || at.Before(b.due):
+		// A timer that has fired already finds its flush waiting on mu;
+		// that flush takes c too, and this timer then finds nothing.
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+		b.timer, b.due = time.AfterFunc(w, b.flush), at
 		b.mu.Unlock()
 	default:
 		b.mu.Unlock()

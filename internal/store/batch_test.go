@@ -289,7 +289,7 @@ func TestHeartbeatBatchGroupsByShard(t *testing.T) {
 			beatCall(t, h.s, Presence{RunnerID: other, Owner: "bob", Device: devOther, Capabilities: json.RawMessage(`["o"]`)}, true, true),
 			beatCall(t, h.s, Presence{RunnerID: fresh, Owner: "carol", Device: devFresh, Capabilities: json.RawMessage(`[{"kind":"generate"}]`), Withheld: json.RawMessage(`["w"]`)}, false, false),
 		}
-		bb := newBeatBatch(h.s, time.Hour)
+		bb := newBeatBatch(h.s, time.Hour, time.Hour)
 		bb.send(append([]*batchedCall(nil), calls...))
 		if got := bb.calls.Load(); got != 2 {
 			t.Fatalf("4 heartbeats on 2 shards went out as %d script calls, want 2", got)
@@ -443,5 +443,108 @@ func TestSpread(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An idle heartbeat (HeartbeatInput.Idle) whose claim the work view knows
+// would find nothing waits for the idle window, and the next batch of the
+// short window takes it along. One the view cannot rule out (a job queued
+// on its routes, a site never placed, a view not live) goes in the short
+// window, as does every heartbeat without Idle.
+func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
+	b := realBackend(t)
+	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: time.Hour})
+	if !h.s.announce {
+		t.Fatal("the test server has no sharded pub/sub, so no work view")
+	}
+	withView(t, h.s)
+	devIdle, devBusy := freshDevice(), freshDevice()
+	h.seen("runner_idle", "alice", devIdle, `[]`, `[]`)
+	h.seen("runner_busy", "alice", devBusy, `[]`, `[]`)
+	idle := &IdleClaim{Routes: []Route{{SiteID: site, Owner: "alice"}}, Kinds: []string{protocol.KindGenerate}}
+	beat := func(runner string, dev protocol.PublicIdentity, idle *IdleClaim) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: runner, Owner: "alice", Device: dev},
+				RequirePresence: true, Cancels: true, Idle: idle})
+			done <- err
+		}()
+		return done
+	}
+	wait := func(what string, done chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer within 10 s", what)
+		}
+	}
+
+	// An empty claim teaches the view the routes' queues and due heads.
+	if got := h.claim(runner("runner_idle")); len(got) != 0 {
+		t.Fatalf("claimed %d from an empty store", len(got))
+	}
+	if !h.s.claimLooksEmpty("runner_idle", "alice", idle) {
+		t.Fatal("the view does not rule out a claim it has just seen empty")
+	}
+	before := h.presence("runner_idle")
+	h.s.AdvanceClock(5)
+	sent := h.s.beats.sent.Load()
+	idleDone := beat("runner_idle", devIdle, idle)
+	select {
+	case err := <-idleDone:
+		t.Fatalf("an idle heartbeat was answered within 15 short windows (%v): it did not wait for the idle one", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := h.s.beats.sent.Load() - sent; got != 0 {
+		t.Fatalf("%d batches went out with only an idle heartbeat waiting", got)
+	}
+	wait("a heartbeat in the short window", beat("runner_busy", devBusy, nil))
+	wait("the idle heartbeat, taken along", idleDone)
+	if got := h.s.beats.sent.Load() - sent; got != 1 {
+		t.Fatalf("the two heartbeats went out in %d batches, want 1", got)
+	}
+	if after := h.presence("runner_idle"); after.LastSeenAt <= before.LastSeenAt {
+		t.Fatalf("the idle heartbeat did not write lastSeenAt: %d -> %d", before.LastSeenAt, after.LastSeenAt)
+	}
+
+	// What the view cannot rule out goes in the short window on its own.
+	for _, c := range []struct {
+		name string
+		in   *IdleClaim
+	}{
+		{"a site never placed", &IdleClaim{Routes: []Route{{SiteID: "never-placed", Owner: "alice"}}, Kinds: idle.Kinds}},
+		{"a kind never claimed", &IdleClaim{Routes: idle.Routes, Kinds: []string{protocol.KindChat}}},
+	} {
+		if h.s.claimLooksEmpty("runner_idle", "alice", c.in) {
+			t.Fatalf("%s: the view rules out a claim it has not seen", c.name)
+		}
+		wait(c.name, beat("runner_idle", devIdle, c.in))
+	}
+	// No route or no kind: such a claim grants nothing without a read.
+	for _, in := range []*IdleClaim{{Kinds: idle.Kinds}, {Routes: idle.Routes}} {
+		if !h.s.claimLooksEmpty("runner_idle", "alice", in) {
+			t.Fatalf("a claim of %d routes and %d kinds is not ruled out", len(in.Routes), len(in.Kinds))
+		}
+	}
+	h.enqueueStub(site, stub("queued", "alice"))
+	if h.s.claimLooksEmpty("runner_idle", "alice", idle) {
+		t.Fatal("a queue of the routes holds a job, and the view rules out the claim")
+	}
+	wait("an idle heartbeat with a job queued on its routes", beat("runner_idle", devIdle, idle))
+	if got := h.claim(runner("runner_idle")); len(got) != 1 {
+		t.Fatalf("claimed %d, want the queued job", len(got))
+	}
+
+	// A Store whose view is not running rules out nothing.
+	other, err := New(context.Background(), b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.claimLooksEmpty("runner_idle", "alice", idle) {
+		t.Fatal("a store without a live view ruled out a claim")
 	}
 }

@@ -278,7 +278,7 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 			before[i] = h.presence(r)
 		}
 		h.s.AdvanceClock(5)
-		bb := newBeatBatch(h.s, time.Hour)
+		bb := newBeatBatch(h.s, time.Hour, time.Hour)
 		bb.send(append([]*batchedCall(nil), calls...))
 		want := int64(1)
 		if valkeyconn.IsCluster(b.client) { // the cluster, and the embedded store (valkey-go sees a one-node cluster)

@@ -254,6 +254,36 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 // in the order the claim script expects them: per route, the ready queues
 // of the kinds (private only on the device owner's own routes), then the
 // runner's sticky queue.
+// claimLooksEmpty: does the work view know that a claim by this runner
+// for c's routes and kinds would grant nothing, so that nothing its
+// heartbeat answers can lead to work sooner? It reads nothing from Valkey
+// and changes nothing; anything it does not know (a site not placed yet,
+// a queue not seen empty, a shard whose due reading is old) is false.
+func (s *Store) claimLooksEmpty(runnerID, owner string, c *IdleClaim) bool {
+	routes, kinds := dedupeRoutes(c.Routes), dedupe(c.Kinds)
+	if len(routes) == 0 || len(kinds) == 0 {
+		return true // such a claim reads nothing and grants nothing (Claim)
+	}
+	in := ClaimInput{RunnerID: runnerID, Owner: owner}
+	byShard := map[int][]Route{}
+	for _, r := range routes {
+		sh, ok := s.k.place.get(r.SiteID)
+		if !ok {
+			if sh, ok = s.k.unplaced[r.SiteID]; !ok {
+				return false
+			}
+		}
+		byShard[sh] = append(byShard[sh], r)
+	}
+	at, offset := s.view.now(), s.offset.Load()
+	for sh, rs := range byShard {
+		if !s.view.quiet(sh, s.claimQueues(in, rs, kinds), at, offset) {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Store) claimQueues(in ClaimInput, routes []Route, kinds []string) []string {
 	var out []string
 	for _, r := range routes {

@@ -299,7 +299,17 @@
 // or presence_seen_batch call (batch.go; at most 64 records and 1 MiB of
 // arguments a call): the
 // server's cost of a round trip is shared per node, and the script call's
-// own setup, about as costly as the record's commands, per shard. Each
+// own setup, about as costly as the record's commands, per shard. An idle
+// heartbeat (HeartbeatInput.Idle: the device reported no active lease, and
+// the work view knows its next claim would find nothing: every queue of
+// its routes seen empty, nothing due on their shards; claimLooksEmpty)
+// may wait for the longer Options.HeartbeatIdleBatch (the relay's
+// RELAY_DAEMON_IDLE_HEARTBEAT_BATCH, 1 s): its answer can carry nothing
+// that leads to work sooner, and on a cluster, where a call holds one
+// shard's records only, a replica's 100 ms window holds about one record
+// a shard, so a longer one is what fills the calls. A batch goes out at
+// the earliest instant any call in it may wait to, so heartbeats in the
+// short window take the waiting idle ones along. Each
 // record is still decided alone (its condition, its write, its answer);
 // under the condition the script answers only lastSeenAt, since the
 // caller sent the rest. An idle claim the view rules out reads nothing at all, not even

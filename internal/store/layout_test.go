@@ -196,7 +196,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		t.Fatal(err)
 	}
 	together, _ := sameShardRunners(h.s, "together_", 2)
-	bb := newBeatBatch(h.s, time.Hour)
+	bb := newBeatBatch(h.s, time.Hour, time.Hour)
 	bb.send([]*batchedCall{beatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, false, true),
 		beatCall(t, h.s, Presence{RunnerID: together[1], Owner: "alice", Device: freshDevice()}, false, false),
 		shortBeatCall(t, h.s, Presence{RunnerID: together[0], Owner: "alice", Device: freshDevice()}, true),

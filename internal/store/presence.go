@@ -20,7 +20,7 @@ import (
 // Seen records a heartbeat stamped with the store clock (§2.15). An existing
 // record keeps its owner and device; capabilities and withheld are replaced.
 func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
-	rec, _, err := s.seen(ctx, p, false, false, false)
+	rec, _, err := s.seen(ctx, p, false, false, unbatched)
 	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
@@ -35,7 +35,11 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 // runner's record of shards; only shards there whose cancel index holds
 // something are read further. An idle device's heartbeat is that one call.
 func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
-	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, true)
+	lane := batched
+	if in.Idle != nil && s.claimLooksEmpty(in.RunnerID, in.Owner, in.Idle) {
+		lane = batchedIdle
+	}
+	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, lane)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
@@ -48,11 +52,21 @@ func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 	return out, nil
 }
 
+// beatLane says whether a presence write waits to share a round trip
+// with other heartbeats (Options.HeartbeatBatch), and for how long.
+type beatLane int
+
+const (
+	unbatched   beatLane = iota
+	batched              // the heartbeat window
+	batchedIdle          // the idle window (Options.HeartbeatIdleBatch)
+)
+
 // seen runs presence_seen: with require, only on a record holding p's
 // owner and device (ErrPresenceChanged otherwise); with shards, it also
-// answers the runner's record of shards (runnerShardList); batched, it
-// shares a round trip with other heartbeats (Options.HeartbeatBatch).
-func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched bool) (Presence, []int, error) {
+// answers the runner's record of shards (runnerShardList); lane says
+// whether it shares a round trip with other heartbeats.
+func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane beatLane) (Presence, []int, error) {
 	if err := s.checkID("runner id", p.RunnerID); err != nil {
 		return Presence{}, nil, err
 	}
@@ -77,15 +91,15 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards, batched b
 	if require {
 		// The short form first: a remembered device whose lists have not
 		// changed sends digests, not its device and lists.
-		rec, in, ok, err := s.beat(ctx, p, device, caps, withheld, shards, batched)
+		rec, in, ok, err := s.beat(ctx, p, device, caps, withheld, shards, lane)
 		if err != nil || ok {
 			return rec, in, err
 		}
 	}
 	keys, args := s.seenCall(p, device, caps, withheld, require, shards)
 	var msg valkey.ValkeyMessage
-	if batched && s.beats != nil {
-		msg, err = s.beats.run(ctx, keys, args...)
+	if lane != unbatched && s.beats != nil {
+		msg, err = s.beats.run(ctx, lane == batchedIdle, keys, args...)
 	} else {
 		msg, err = s.run(ctx, scPresenceSeen, keys, args...)
 	}
@@ -146,13 +160,13 @@ func (s *Store) seenCall(p Presence, device, caps, withheld []byte, require, sha
 // and these lists; otherwise nothing was written and the caller sends the
 // heartbeat in full. With shards, the runner's record of shards where it
 // may hold a live grant comes back too.
-func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []byte, shards, batched bool) (Presence, []int, bool, error) {
+func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []byte, shards bool, lane beatLane) (Presence, []int, bool, error) {
 	keys, args := s.beatCall(p, device, caps, withheld, shards)
 	var now string
 	var entry valkey.ValkeyMessage
 	var err error
-	if batched && s.beats != nil {
-		now, entry, err = s.beats.runBeat(ctx, keys, args)
+	if lane != unbatched && s.beats != nil {
+		now, entry, err = s.beats.runBeat(ctx, lane == batchedIdle, keys, args)
 	} else {
 		// A call of one record, read as the batch reads a group's reply.
 		c := &batchedCall{}

@@ -132,6 +132,14 @@ type Options struct {
 	// the server pays about one round trip per batch instead of one per
 	// heartbeat. Zero writes each heartbeat at once.
 	HeartbeatBatch time.Duration
+	// HeartbeatIdleBatch, when longer than HeartbeatBatch, is how long the
+	// presence write of an idle heartbeat (HeartbeatInput.Idle: the device
+	// runs nothing and the work view knows its next claim would find
+	// nothing) may wait. Such a write can be late without delaying any
+	// work, and on a cluster, where heartbeats share a script call only
+	// per shard, a longer window is what fills the calls. Any flush of the
+	// short window takes the waiting idle writes along.
+	HeartbeatIdleBatch time.Duration
 	// EvalScripts runs every operation with EVALSHA even when the server
 	// has FUNCTION (see library): for benchmarks that compare the two in
 	// one run. A server without FUNCTION, or one that refuses to load the
@@ -254,7 +262,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources)),
 		sha1: make(map[string]string, len(sources))}
 	if opts.HeartbeatBatch > 0 {
-		s.beats = newBeatBatch(s, opts.HeartbeatBatch)
+		s.beats = newBeatBatch(s, opts.HeartbeatBatch, max(opts.HeartbeatIdleBatch, opts.HeartbeatBatch))
 	}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
 	var seed [12]byte

@@ -230,6 +230,30 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool
 	return false, sv.fence
 }
 
+// quiet: does the view already know that shard i holds nothing due and
+// that every one of these queues is empty? Unlike notDue and queuesEmpty
+// it changes nothing (it takes no part in refreshing the due reading and
+// starts no fence), so asking costs the next claim nothing; an answer it
+// cannot give without a read is false.
+func (v *workView) quiet(i int, queues []string, at time.Time, offset int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sv := &v.sh[i]
+	d := &sv.due
+	if !v.live[i] || !d.ok || d.ver != sv.dueVer || at.Sub(d.at) > workViewDueTTL ||
+		d.head <= d.raw+at.Sub(d.at).Milliseconds()+1+offset {
+		return false
+	}
+	for _, q := range queues {
+		e, ok := sv.empty[maphash.String(v.seed, q)]
+		if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL ||
+			(e.own != sv.own && sv.fenced < sv.own) {
+			return false
+		}
+	}
+	return true
+}
+
 // fenceBack: a probe came back on shard i's subscription.
 func (v *workView) fenceBack(i int, msg string) {
 	v.mu.Lock()

@@ -122,7 +122,8 @@ def rates(w):
             "scripts": d("scripts"), "reads": d("reads"), "relay": (b["relayTicks"] - a["relayTicks"]) / tck / s}
 rs = [rates(w) for w in ws]
 batch = os.environ.get("RELAY_DAEMON_HEARTBEAT_BATCH", "default (100ms)")
-print(f"### Idle tick by slope: fleets of {fa} and {fa + fb} idle daemons, {reps} replica(s) on {where} (heartbeat batch {batch})\n")
+idle_batch = os.environ.get("RELAY_DAEMON_IDLE_HEARTBEAT_BATCH", "default (1s)")
+print(f"### Idle tick by slope: fleets of {fa} and {fa + fb} idle daemons, {reps} replica(s) on {where} (heartbeat batch {batch}, idle {idle_batch})\n")
 print("| window | s | ticks/s | Valkey CPU ms/s | relay CPU ms/s | commands/s | scripts/s | round trips/s | Valkey µs/tick, raw |")
 print("|---|---|---|---|---|---|---|---|---|")
 for r in rs:
