@@ -548,3 +548,33 @@ func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
 		t.Fatal("a store without a live view ruled out a claim")
 	}
 }
+
+// An idle heartbeat whose short form does not decide it (its lists
+// changed) waits for the idle window once: the full form goes in the
+// short window, so both fit in the store timeout plus one idle window,
+// which is all the relay gives such a call.
+func TestIdleHeartbeatWaitsOnce(t *testing.T) {
+	b := realBackend(t)
+	const idleWindow = 400 * time.Millisecond
+	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: idleWindow})
+	withView(t, h.s)
+	dev := freshDevice()
+	h.seen("runner_idle", "alice", dev, `[]`, `[]`)
+	if got := h.claim(runner("runner_idle")); len(got) != 0 {
+		t.Fatalf("claimed %d from an empty store", len(got))
+	}
+	idle := &IdleClaim{Routes: []Route{{SiteID: site, Owner: "alice"}}, Kinds: []string{protocol.KindGenerate}}
+	if !h.s.claimLooksEmpty("runner_idle", "alice", idle) {
+		t.Fatal("the view does not rule out a claim it has just seen empty")
+	}
+	// Two idle windows would pass this deadline; one and a short one do not.
+	ctx, cancel := context.WithTimeout(h.ctx, 2*idleWindow)
+	defer cancel()
+	if _, err := h.s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_idle", Owner: "alice", Device: dev,
+		Capabilities: json.RawMessage(`["changed"]`)}, RequirePresence: true, Cancels: true, Idle: idle}); err != nil {
+		t.Fatalf("an idle heartbeat with changed lists: %v", err)
+	}
+	if p := h.presence("runner_idle"); string(p.Capabilities) != `["changed"]` {
+		t.Fatalf("record holds %s, want the changed lists", p.Capabilities)
+	}
+}

@@ -95,6 +95,11 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane
 		if err != nil || ok {
 			return rec, in, err
 		}
+		if lane == batchedIdle {
+			// The idle wait is spent; the full form goes in the short
+			// window, so the two waits stay within the caller's timeout.
+			lane = batched
+		}
 	}
 	keys, args := s.seenCall(p, device, caps, withheld, require, shards)
 	var msg valkey.ValkeyMessage
