@@ -65,6 +65,10 @@ else
   RATES=10,20,40,80,160,320,640,1280; STEP=8s; COST_FOR=20s; IDLE_FOR=50s; IDLE_SETTLE=15; IDLE_DAEMONS=${IDLE_DAEMONS:-400}
   TARGETS=(reference old-1 new-1 old-3 new-3 old-cluster new-cluster); MEM_ARGS=(-sizes 20000 -claims 20 -sweep-jobs 2000 -mem-jobs 2000)
 fi
+# A finer ramp near the limits, ramps only (no cost runs, no memory):
+#   CAP_RAMP_ONLY=1 CAP_TARGETS="reference new-1" CAP_RATES=160,240,320,400 test/bench/capacity.sh
+if [ -n "${CAP_RATES:-}" ]; then RATES=$CAP_RATES; fi
+if [ -n "${CAP_TARGETS:-}" ]; then read -ra TARGETS <<<"$CAP_TARGETS"; fi
 # The cost runs' rate: near what run.sh's closed loop carried, so the
 # aggressive profile's idle polling is spread over as many jobs as there.
 export COST_RATE=${COST_RATE:-100}
@@ -227,6 +231,10 @@ LOAD_START=$(loadavg)
 verify_floor
 for t in "${TARGETS[@]}"; do ramp "$t"; done
 verify_floor
+if [ "${CAP_RAMP_ONLY:-0}" = 1 ]; then
+  for t in "${TARGETS[@]}"; do sed "s/^/[$t] /" "$OUT/cap-ramp-$t.txt"; done
+  exit 0
+fi
 for round in $(seq 1 "$COST_ROUNDS"); do
   for profile in aggressive real idle; do
     cost old-1 "$profile" "$round"
