@@ -280,7 +280,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Bodies:          bodies,
 		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
-		IdleBeatWait:    idleBeatWait(cfg),
+		IdleBeatWait:    st.IdleBeatWait(),
 		Logger:          log,
 
 		Grants:             grants,
@@ -537,14 +537,4 @@ func buildVersion() string {
 		}
 	}
 	return v
-}
-
-// idleBeatWait is the longest an idle heartbeat's presence write waits in
-// the store's batch: the idle window, which only ever lengthens a batched
-// write (with batching off nothing waits).
-func idleBeatWait(cfg config.Config) time.Duration {
-	if cfg.DaemonHeartbeatBatch <= 0 {
-		return 0
-	}
-	return max(cfg.DaemonIdleHeartbeatBatch, cfg.DaemonHeartbeatBatch)
 }

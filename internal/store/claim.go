@@ -250,10 +250,6 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 	return order, held, nil
 }
 
-// claimQueues is the queue keys claim reads for routes (all on one shard),
-// in the order the claim script expects them: per route, the ready queues
-// of the kinds (private only on the device owner's own routes), then the
-// runner's sticky queue.
 // claimLooksEmpty: does the work view know that a claim by this runner
 // for c's routes and kinds would grant nothing, so that nothing its
 // heartbeat answers can lead to work sooner? It reads nothing from Valkey
@@ -267,11 +263,9 @@ func (s *Store) claimLooksEmpty(runnerID, owner string, c *IdleClaim) bool {
 	in := ClaimInput{RunnerID: runnerID, Owner: owner}
 	byShard := map[int][]Route{}
 	for _, r := range routes {
-		sh, ok := s.k.place.get(r.SiteID)
+		sh, ok := s.k.placedShard(r.SiteID)
 		if !ok {
-			if sh, ok = s.k.unplaced[r.SiteID]; !ok {
-				return false
-			}
+			return false
 		}
 		byShard[sh] = append(byShard[sh], r)
 	}
@@ -284,6 +278,10 @@ func (s *Store) claimLooksEmpty(runnerID, owner string, c *IdleClaim) bool {
 	return true
 }
 
+// claimQueues is the queue keys claim reads for routes (all on one shard),
+// in the order the claim script expects them: per route, the ready queues
+// of the kinds (private only on the device owner's own routes), then the
+// runner's sticky queue.
 func (s *Store) claimQueues(in ClaimInput, routes []Route, kinds []string) []string {
 	var out []string
 	for _, r := range routes {

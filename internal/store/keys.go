@@ -160,13 +160,20 @@ func (k keys) shardOf(domain, id string) int {
 // a bug in this package, never a reason to guess: a guess could split the
 // site's keys over two shards.
 func (k keys) siteShard(siteID string) int {
-	if sh, ok := k.place.get(siteID); ok {
-		return sh
-	}
-	if sh, ok := k.unplaced[siteID]; ok {
+	if sh, ok := k.placedShard(siteID); ok {
 		return sh
 	}
 	panic("store: site " + strconv.Quote(siteID) + " used before it was placed")
+}
+
+// placedShard is a site's shard if this Store already knows it, without
+// asking Valkey.
+func (k keys) placedShard(siteID string) (int, bool) {
+	if sh, ok := k.place.get(siteID); ok {
+		return sh, true
+	}
+	sh, ok := k.unplaced[siteID]
+	return sh, ok
 }
 
 // siteHashShard is where layout v2 put a site: an HMAC of its id.

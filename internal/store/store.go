@@ -262,7 +262,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources)),
 		sha1: make(map[string]string, len(sources))}
 	if opts.HeartbeatBatch > 0 {
-		s.beats = newBeatBatch(s, opts.HeartbeatBatch, max(opts.HeartbeatIdleBatch, opts.HeartbeatBatch))
+		s.beats = newBeatBatch(s, opts.HeartbeatBatch, opts.HeartbeatIdleBatch)
 	}
 	s.results.limit = max(opts.ResultCacheBytes, 0)
 	var seed [12]byte
@@ -405,6 +405,17 @@ func assemble(fsys fs.FS, common []byte, body string) (string, error) {
 
 // Namespace is the namespace this store works in.
 func (s *Store) Namespace() string { return s.opts.Namespace }
+
+// IdleBeatWait is the longest an idle heartbeat's presence write waits in
+// this Store's batch before it is sent (0 when heartbeats are not
+// batched): what a caller's deadline for such a Heartbeat must allow on
+// top of the store's own time.
+func (s *Store) IdleBeatWait() time.Duration {
+	if s.beats == nil {
+		return 0
+	}
+	return s.beats.idleWindow
+}
 
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
 func (s *Store) KeyPattern() string { return s.k.pattern() }

@@ -210,8 +210,8 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool
 	sv := &v.sh[i]
 	unfenced := false
 	for _, q := range queues {
-		e, ok := sv.empty[maphash.String(v.seed, q)]
-		if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL {
+		e, ok := v.seenEmpty(sv, q, at)
+		if !ok {
 			return false, ""
 		}
 		if e.own != sv.own && sv.fenced < sv.own {
@@ -240,18 +240,33 @@ func (v *workView) quiet(i int, queues []string, at time.Time, offset int64) boo
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
 	d := &sv.due
-	if !v.live[i] || !d.ok || d.ver != sv.dueVer || at.Sub(d.at) > workViewDueTTL ||
-		d.head <= d.raw+at.Sub(d.at).Milliseconds()+1+offset {
+	if !v.live[i] || !d.ok || d.ver != sv.dueVer || at.Sub(d.at) > workViewDueTTL || !d.clearAt(at, offset) {
 		return false
 	}
 	for _, q := range queues {
-		e, ok := sv.empty[maphash.String(v.seed, q)]
-		if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL ||
-			(e.own != sv.own && sv.fenced < sv.own) {
+		e, ok := v.seenEmpty(sv, q, at)
+		if !ok || (e.own != sv.own && sv.fenced < sv.own) {
 			return false
 		}
 	}
 	return true
+}
+
+// seenEmpty is shard sv's entry for queue q if it still stands: written in
+// the shard's current version and not older than workViewEmptyTTL. v.mu
+// is held.
+func (v *workView) seenEmpty(sv *shardView, q string, at time.Time) (emptySeen, bool) {
+	e, ok := sv.empty[maphash.String(v.seed, q)]
+	if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL {
+		return emptySeen{}, false
+	}
+	return e, true
+}
+
+// clearAt: by this reading, is nothing due at at, the store clock's offset
+// applied? v.mu is held.
+func (d *dueSeen) clearAt(at time.Time, offset int64) bool {
+	return d.head > d.raw+at.Sub(d.at).Milliseconds()+1+offset
 }
 
 // fenceBack: a probe came back on shard i's subscription.
@@ -301,7 +316,7 @@ func (v *workView) notDue(i int, at time.Time, offset int64) bool {
 			return false
 		}
 	}
-	return d.head > d.raw+at.Sub(d.at).Milliseconds()+1+offset
+	return d.clearAt(at, offset)
 }
 
 func (v *workView) sawDue(i int, st viewStamp, at time.Time, raw, head int64) {
