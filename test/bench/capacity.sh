@@ -102,10 +102,10 @@ fi
 # ---- valkey: a private server, and a private cluster ------------------------
 VPORT=$(free_port)
 mkdir -p "$OUT/cap-valkey"
-redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/cap-valkey" \
+"$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/cap-valkey" \
   --logfile "$OUT/cap-valkey/server.log" --lazyfree-lazy-user-del yes &
 VPID=$!; STARTED+=("$VPID")
-for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 VALKEY_URL=redis://127.0.0.1:$VPORT/0
 if printf '%s\n' "${TARGETS[@]}" | grep -q cluster; then
   log "starting a 3-primary cluster on ports $CLUSTER_BASE_PORT-$((CLUSTER_BASE_PORT + 2))"
@@ -117,8 +117,8 @@ fi
 valkey_stats() {
   local p cpu=0 scripts=0 c s
   for p in "$@"; do
-    c=$(redis-cli -p "$p" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {n += $2} END {printf "%.6f", n}')
-    s=$(redis-cli -p "$p" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(eval|fcall)/ {n += $3} END {print n + 0}')
+    c=$("$CLI" -p "$p" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {n += $2} END {printf "%.6f", n}')
+    s=$("$CLI" -p "$p" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(eval|fcall)/ {n += $3} END {print n + 0}')
     cpu=$(awk "BEGIN{print $cpu + $c}"); scripts=$((scripts + s))
   done
   echo "{\"cpu\": $cpu, \"scripts\": $scripts}"
@@ -253,7 +253,7 @@ LOAD_END=$(loadavg)
 
 # Clean the namespaces the relays wrote on the private server (it goes away
 # with the run anyway; the cluster is stopped).
-redis-cli -p "$VPORT" flushall >/dev/null || true
+"$CLI" -p "$VPORT" flushall >/dev/null || true
 
 # ---- report -----------------------------------------------------------------
 python3 - "$OUT" "$CLK_TCK" "$OLD_REV" "$NEW_REV" "$LOAD_START" "$LOAD_END" "$(nproc)" "$MAX_P99" "$QUICK" <<'EOF' | tee "$OUT/capacity.md"

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestCapacitySmoke runs test/bench/capacity.sh with BENCH_SMOKE=1 (this
@@ -25,7 +27,8 @@ func TestCapacitySmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it for about a minute")
 	}
-	for _, tool := range []string{"redis-server", "redis-cli", "git", "python3"} {
+	server := relaytest.ServerBinary(t) // the suite's server: the smoke runs on it too
+	for _, tool := range []string{"git", "python3"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)
 		}
@@ -34,7 +37,7 @@ func TestCapacitySmoke(t *testing.T) {
 	defer cancel()
 	out := t.TempDir()
 	cmd := exec.CommandContext(ctx, "bash", "capacity.sh")
-	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out)
+	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out, "BENCH_SERVER="+server)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	md, err := cmd.Output()

@@ -53,9 +53,9 @@ PARTS=${BENCH_PARTS:-load,idle}
 relay_bins
 log "starting the cluster on ports ${PRIMARIES[*]}"
 if [ "$SINGLE" = 1 ]; then
-  redis-server --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/cluster-single.log" 2>&1 &
+  "$SERVER" --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/cluster-single.log" 2>&1 &
   STARTED+=($!)
-  for _ in $(seq 1 50); do redis-cli -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 1 50); do "$CLI" -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   CLUSTER_URL=redis://127.0.0.1:$CLUSTER_BASE_PORT/0
 else
   CLUSTER_URL=$(bash .ci/cluster start)

@@ -40,11 +40,11 @@ if [ -n "${BENCH_VALKEY_URL:-}" ]; then
 else
   VPORT=$(free_port)
   mkdir -p "$OUT/valkey-grants"
-  redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/valkey-grants" \
+  "$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/valkey-grants" \
     --logfile "$OUT/valkey-grants/server.log" &
   STARTED+=("$!")
   VALKEY_URL=redis://127.0.0.1:$VPORT/0
-  for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 KEY=$OUT/grant-bench.key
 head -c 32 /dev/urandom | base64 >"$KEY"
@@ -77,7 +77,7 @@ run() {
   echo $((r1 - r0)) >"$OUT/$name.cpu"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   log "$name: $(grep -E '^throughput|^must be 0|^grants' "$OUT/$name.txt" | tr '\n' ' ')"
-  redis-cli -u "$VALKEY_URL" --scan --pattern "$ns:*" | xargs -r -n 500 redis-cli -u "$VALKEY_URL" unlink >/dev/null
+  "$CLI" -u "$VALKEY_URL" --scan --pattern "$ns:*" | xargs -r -n 500 "$CLI" -u "$VALKEY_URL" unlink >/dev/null
 }
 
 for i in $(seq 1 "$PAIRS"); do

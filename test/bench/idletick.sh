@@ -46,13 +46,13 @@ if [ "${BENCH_VALKEY:-single}" = cluster ]; then
   WHERE="a 3-primary cluster"
 else
   PRIMARIES=("$CLUSTER_BASE_PORT")
-  redis-server --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/idletick-valkey.log" 2>&1 &
+  "$SERVER" --port "$CLUSTER_BASE_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/idletick-valkey.log" 2>&1 &
   STARTED+=($!)
   if [ -n "${VALKEY_CPU:-}" ]; then
     taskset -pc "$VALKEY_CPU" $! >/dev/null
     WHERE_CPU=", the server alone on CPU $VALKEY_CPU, relays and load generators on CPU $(taskset -pc $$ | sed 's/.*: //')"
   fi
-  for _ in $(seq 1 50); do redis-cli -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 1 50); do "$CLI" -p "$CLUSTER_BASE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   CLUSTER_URL=redis://127.0.0.1:$CLUSTER_BASE_PORT/0
   WHERE="one redis-server${WHERE_CPU:-}"
 fi

@@ -14,6 +14,11 @@
 #                     64 in flight)
 #   cpu_ticks PID...  utime+stime of the pids, in clock ticks
 #   free_port         a free loopback port
+#   SERVER, CLI       the server benchmarks start and its cli: BENCH_SERVER
+#                     (a valkey-server or redis-server binary), else Valkey 8
+#                     from ../shared/valkey (what the relay is deployed on),
+#                     else valkey-server, else redis-server on PATH; every
+#                     result names the server it ran on
 #   scripts           Lua script calls so far on the server at VPORT
 #   relay_bins        BIN from RELAY_BIN_DIR (another revision's relay and
 #                     loadgen), else this tree's built into it
@@ -36,6 +41,15 @@ bench_init() {
   export PATH="/usr/local/go/bin:$PATH"
   TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   CLK_TCK=$(getconf CLK_TCK)
+  if [ -n "${BENCH_SERVER:-}" ]; then SERVER=$BENCH_SERVER
+  elif [ -x "$ROOT/../shared/valkey/valkey-server" ]; then SERVER=$(cd "$ROOT/../shared/valkey" && pwd)/valkey-server
+  elif command -v valkey-server >/dev/null 2>&1; then SERVER=$(command -v valkey-server)
+  else SERVER=$(command -v redis-server); fi
+  case "$(basename "$SERVER")" in valkey-*) CLI=$(dirname "$SERVER")/valkey-cli ;; *) CLI="$CLI" ;; esac
+  [ -x "$CLI" ] || command -v "$CLI" >/dev/null 2>&1 || CLI=redis-cli
+  export SERVER CLI
+  export RELAY_TEST_REDIS_SERVER="${RELAY_TEST_REDIS_SERVER:-$SERVER}" # .ci/cluster's server
+  log "server: $("$SERVER" --version)"
   STARTED=() # pids this script started; only these are ever signalled
   OLD_TREE=""
   trap bench_cleanup EXIT
@@ -82,7 +96,7 @@ cpu_ticks() {
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-scripts() { redis-cli -p "$VPORT" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(eval|fcall)/ {n += $3} END {print n + 0}'; }
+scripts() { "$CLI" -p "$VPORT" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(eval|fcall)/ {n += $3} END {print n + 0}'; }
 
 # snapshot: one JSON object: wall time, relay CPU ticks of RELAY_PIDS, and per
 # primary its CPU seconds, script calls and the commands clients sent (one
@@ -90,7 +104,7 @@ scripts() { redis-cli -p "$VPORT" info commandstats | tr -d '\r' | awk -F'[=,:]'
 snapshot() {
   local nodes="" p
   for p in "${PRIMARIES[@]}"; do
-    nodes+=$(redis-cli -p "$p" info everything | tr -d '\r' | python3 -c '
+    nodes+=$("$CLI" -p "$p" info everything | tr -d '\r' | python3 -c '
 import sys, json
 cpu = 0.0; scripts = 0; calls = 0; reads = 0; bycmd = {}
 for line in sys.stdin:

@@ -30,10 +30,10 @@ go build -o "$BIN/loadgen" ./cmd/loadgen
 
 VPORT=$(free_port)
 mkdir -p "$OUT/regress-valkey"
-redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/regress-valkey" \
+"$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/regress-valkey" \
   --logfile "$OUT/regress-valkey/server.log" --lazyfree-lazy-user-del yes &
 VPID=$!; STARTED+=("$VPID")
-for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 run() { # KIND ROUND
   local kind=$1 round=$2 ns outf pid listen admin r0 v0 s0 r1 v1 s1

@@ -50,10 +50,10 @@ go test -c -o "$BIN/protocol.test" ./internal/protocol
 
 VPORT=$(free_port)
 mkdir -p "$OUT/reqcpu-valkey"
-redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/reqcpu-valkey" \
+"$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/reqcpu-valkey" \
   --logfile "$OUT/reqcpu-valkey/server.log" --lazyfree-lazy-user-del yes &
 VPID=$!; STARTED+=("$VPID")
-for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 RELAY_PID="" LISTEN="" ADMIN=""
 start_relay() { # KIND NAME

@@ -51,16 +51,16 @@ NEW_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo "" || 
 
 VPORT=${RT_PORT:-$(free_port)}
 mkdir -p "$OUT/rt-valkey"
-redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/rt-valkey" \
+"$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/rt-valkey" \
   --logfile "$OUT/rt-valkey/server.log" --lazyfree-lazy-user-del yes &
 STARTED+=($!)
-for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 VALKEY_URL=redis://127.0.0.1:$VPORT/0
 field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
 
 # server_stats: one JSON object of the counters read from the server.
 server_stats() {
-  { redis-cli -p "$VPORT" info stats; redis-cli -p "$VPORT" info cpu; redis-cli -p "$VPORT" info commandstats; } | tr -d '\r' |
+  { "$CLI" -p "$VPORT" info stats; "$CLI" -p "$VPORT" info cpu; "$CLI" -p "$VPORT" info commandstats; } | tr -d '\r' |
     python3 -c '
 import json, sys
 o = {"reads": 0, "commands": 0, "scripts": 0, "cpu": 0.0, "cmd": {}, "us": {}}
@@ -127,7 +127,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for v in $VARIANTS; do run_one "${v%%:*}" "${v#*:}" "$profile" "$round"; done
   done
 done
-redis-cli -p "$VPORT" flushall >/dev/null || true
+"$CLI" -p "$VPORT" flushall >/dev/null || true
 
 python3 - "$OUT" "$CLK_TCK" "$NEW_REV${RT_OLD_REV:+ (old: $RT_OLD_REV)}" "$RATE" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
 import json, os, statistics, sys

@@ -88,13 +88,13 @@ if [ -n "${BENCH_VALKEY_URL:-}" ]; then
 else
   VPORT=$(free_port)
   mkdir -p "$OUT/valkey"
-  redis-server --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/valkey" \
+  "$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/valkey" \
     --logfile "$OUT/valkey/server.log" --lazyfree-lazy-user-del yes &
   VALKEY_PID=$!
   STARTED+=("$VALKEY_PID")
   VALKEY_URL=redis://127.0.0.1:$VPORT/0
-  for _ in $(seq 1 50); do redis-cli -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  VALKEY_KIND="private $(redis-server --version | awk '{print $1, $2, $3}') on 127.0.0.1:$VPORT"
+  for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  VALKEY_KIND="private $("$SERVER" --version | awk '{print $1, $2, $3}') on 127.0.0.1:$VPORT"
   log "started $VALKEY_KIND"
 fi
 NAMESPACE="bench-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')"
