@@ -12,8 +12,9 @@
 #     where the team keeps 8.0.1), else valkey-server on PATH; without either
 #     the whole suite runs on redis-server instead, and says so.
 #   * Redis (Debian's redis-server, 7.0 on bookworm), a compatibility target:
-#     the store package, the operations view's server readers, the published
-#     store contract and the peers suite run on it too.
+#     the connection and store packages, the operations view (it reads the
+#     server's INFO), the published store contract and the peers suite run
+#     on it too.
 #
 # Whoever already has servers running can skip all this and use plain
 # `go test ./...`: it reads RELAY_TEST_VALKEY_URL (default
@@ -122,9 +123,9 @@ RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$main_cluster_u
   go test -p 1 -count=1 -timeout "$timeout" ./...
 say "main suite done at $((SECONDS - start))s"
 
-say "== compatibility: store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
+say "== compatibility: connection, store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
 env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" \
-  go test -p 1 -count=1 -timeout "$timeout" ./internal/store/ ./internal/opsview/ ./test/contract/ ./test/peers/
+  go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ./test/peers/
 say "compatibility suites done at $((SECONDS - start))s"
 
 if [ "${TEST_SKIP_FUZZ:-}" != 1 ]; then
