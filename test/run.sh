@@ -115,20 +115,27 @@ go version; node --version; npm --version
 timeout="${TEST_TIMEOUT:-30m}"
 start=$SECONDS
 
-go vet ./...
+# Every stage runs even when one before it failed; the run fails at the end.
+failed=()
+go vet ./... || failed+=(vet)
 
 say "== every package, on $(basename "$main_server") ($(server_line "$main_url"))"
 RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$main_cluster_url" \
   RELAY_TEST_REDIS_SERVER="$main_server" \
-  go test -p 1 -count=1 -timeout "$timeout" ./...
+  go test -p 1 -count=1 -timeout "$timeout" ./... || failed+=("main suite")
 say "main suite done at $((SECONDS - start))s"
 
 say "== compatibility: connection, store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
 env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" \
-  go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ./test/peers/
+  go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ./test/peers/ || failed+=("compatibility suites")
 say "compatibility suites done at $((SECONDS - start))s"
 
 if [ "${TEST_SKIP_FUZZ:-}" != 1 ]; then
-  RELAY_TEST_VALKEY_URL="$main_url" bash .ci/fuzz
+  RELAY_TEST_VALKEY_URL="$main_url" bash .ci/fuzz || failed+=("fuzz smoke")
 fi
 say "all done in $((SECONDS - start))s"
+if [ ${#failed[@]} -gt 0 ]; then
+  say "FAILED: ${failed[*]}"
+  exit 1
+fi
+say "PASS"
