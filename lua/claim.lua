@@ -29,12 +29,15 @@
 -- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
 --          (Go drains with sweep and calls again). -1: settle everything.
 -- ARGV[12] eO of the device owner
--- ARGV[13] nk, then nk kinds (base64url, as the records' eK)
+-- ARGV[13] claim token: one per Store.Claim call; once lua/give_back.lua has
+--          revoked it (the relay gave up on this claim's answer), every
+--          later call of the claim grants and changes nothing
+-- ARGV[14] nk, then nk kinds (base64url, as the records' eK)
 -- then     nr, then per route: eS, eO, nq_r
 -- then     one cursor per queue key, in KEYS order: the seq of the last
 --          entry a previous call examined there, "" to start at the head
 -- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
--- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
+-- Reply: {'sweep', {}, reports, 0, 0, 0, {}} | {'revoked', {}, {}, 0, 0, 0, {}}
 --      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
 --   truncated = 1: the scan budget stopped the merge with candidates left;
 --   cursors (one per queue, as above) say where.
@@ -49,7 +52,8 @@ local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
 
 local e_device_owner = ARGV[12]
-local a = 13
+local token = ARGV[13]
+local a = 14
 local kinds = {}
 local nk = tonumber(ARGV[a])
 for i = 1, nk do
@@ -58,6 +62,12 @@ end
 a = a + nk + 1
 local nr = tonumber(ARGV[a])
 a = a + 1
+
+-- 0. A claim its relay gave up on grants nothing: its runner will never see
+-- the leases. One EXISTS of a key that is almost never there.
+if redis.call('EXISTS', P .. 'gb:' .. token) == 1 then
+  return {'revoked', {}, {}, 0, 0, 0, {}}
+end
 
 local now = clock()
 
