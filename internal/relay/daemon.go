@@ -270,6 +270,10 @@ func (r *Relay) claim(req *request) (reply, error) {
 		claim.RequirePresence = false
 		granted, err = r.store.Claim(req.ctx, claim)
 	}
+	if lost := (*store.UnansweredClaim)(nil); errors.As(err, &lost) {
+		// Answered 503 below; the daemon will never see these leases.
+		r.returns.add(lost)
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("claim: %w", err)
 	}
