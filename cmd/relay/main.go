@@ -153,6 +153,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		ObserveScript:      tel.ScriptObserver(),
 		Logger:             log,
 		PairingsPerSource:  cfg.PairingsPerAddress,
+		PairingsPerNetwork: cfg.PairingsPerNetwork,
+		PairingCapacity:    cfg.PairingsMax,
 		SiteLimits:         cfg.SiteLimits,
 		HeartbeatBatch:     cfg.DaemonHeartbeatBatch,
 		HeartbeatIdleBatch: cfg.DaemonIdleHeartbeatBatch,

@@ -132,6 +132,8 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 		return pairingBusy, nil
 	case store.PairingSourceBusy:
 		return pairingSourceBusy, nil
+	case store.PairingNetworkBusy:
+		return pairingNetworkBusy, nil
 	}
 	return ok200(newObj().
 		val("deviceCode", p.DeviceCode).
