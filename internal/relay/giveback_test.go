@@ -85,6 +85,7 @@ func TestClaimAnswered503AfterItsScriptRanIsGivenBack(t *testing.T) {
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("SIGCONT: %v", err)
 	}
+	thawed := time.Now()
 
 	// Given back, not expired: queued, unclaimed, no seal attempt, no
 	// re-offer. The awaiting window's expiry (10 s) would leave
@@ -93,6 +94,7 @@ func TestClaimAnswered503AfterItsScriptRanIsGivenBack(t *testing.T) {
 		j, err := st.Job(context.Background(), "site_a", "lost")
 		return err == nil && j != nil && j.State == store.StateQueued && j.ClaimedBy == nil && j.SealAttempts == 0 && j.ReofferTo == ""
 	})
+	t.Logf("the job was queued again %v after the store answered again", time.Since(thawed).Round(time.Millisecond))
 	relaytest.WaitFor(t, 10*time.Second, "the give-back counted", func() bool {
 		claims, given, abandoned := counts.snapshot()
 		return claims == 1 && given == 1 && abandoned == 0
