@@ -87,20 +87,29 @@ func TestClaimAnswered503AfterItsScriptRanIsGivenBack(t *testing.T) {
 	}
 	thawed := time.Now()
 
-	// Given back, not expired: queued, unclaimed, no seal attempt, no
-	// re-offer. The awaiting window's expiry (10 s) would leave
-	// sealAttempts 1 and reofferTo runner_alice, which this never matches.
-	relaytest.WaitFor(t, 20*time.Second, "the lost claim's grant given back", func() bool {
-		j, err := st.Job(context.Background(), "site_a", "lost")
-		return err == nil && j != nil && j.State == store.StateQueued && j.ClaimedBy == nil && j.SealAttempts == 0 && j.ReofferTo == ""
+	// The script and the relay's give-back reach the thawed server in
+	// either order: the script first (it grants, the give-back requeues
+	// the grant) or the give-back first (it revokes the claim's token, the
+	// script grants nothing). Either way the give-back is done once, and
+	// the job is then queued as a plain release leaves it: unclaimed, no
+	// seal attempt, no re-offer. Without the give-back the job sits
+	// awaiting runner_alice for 10 s, then goes back sticky to her alone.
+	relaytest.WaitFor(t, 20*time.Second, "the lost claim given back", func() bool {
+		claims, _, _ := counts.snapshot()
+		return claims > 0
 	})
-	t.Logf("the job was queued again %v after the store answered again", time.Since(thawed).Round(time.Millisecond))
-	relaytest.WaitFor(t, 10*time.Second, "the give-back counted", func() bool {
-		claims, given, abandoned := counts.snapshot()
-		return claims == 1 && given == 1 && abandoned == 0
-	})
+	claims, given, abandoned := counts.snapshot()
+	t.Logf("given back %v after the store answered again: %d lease(s) requeued (0: the revocation came first, or an earlier attempt whose answer was lost requeued it)",
+		time.Since(thawed).Round(time.Millisecond), given)
+	if claims != 1 || given > 1 || abandoned != 0 {
+		t.Fatalf("give-backs: %d claims, %d leases, %d abandoned; want one claim given back", claims, given, abandoned)
+	}
 	if logs.Count("gave back the grants of a claim whose answer was lost") != 1 {
 		t.Fatal("no log line for the give-back")
+	}
+	j, err := st.Job(context.Background(), "site_a", "lost")
+	if err != nil || j == nil || j.State != store.StateQueued || j.ClaimedBy != nil || j.SealAttempts != 0 || j.ReofferTo != "" {
+		t.Fatalf("after the give-back: %+v %v; want queued, unclaimed, not sticky", j, err)
 	}
 	jobs := e.claim(t, w.alice, "runner_alice", 1)
 	if len(jobs) != 1 || jobs[0].ID != "lost" {
