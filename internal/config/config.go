@@ -651,7 +651,7 @@ var options = []option{
 		c.PairingsPerNetwork = n
 		return nil
 	}},
-	{env: "RELAY_PAIRINGS_MAX", flag: "pairings-max", def: strconv.Itoa(DefaultPairingsMax), usage: "live device-code pairings the whole relay holds (each up to about 70 KB of Valkey memory); the last fifth only for networks holding none, so a new network still gets a code", apply: func(c *Config, v string) error {
+	{env: "RELAY_PAIRINGS_MAX", flag: "pairings-max", def: strconv.Itoa(DefaultPairingsMax), usage: "live device-code pairings the whole relay holds (each up to about 83 KB of Valkey memory, 1.4 KB for a typical start); the last fifth only for networks holding none, so a new network still gets a code", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 10 || n > 100_000 {
 			return fmt.Errorf("%q is not a count; use a whole number from 10 to 100000, e.g. 1000", v)
@@ -739,8 +739,9 @@ const (
 	// DefaultPairingsMax: twice the reference's 500 live codes. With the
 	// per-network bound (20) and the reserve (a fifth), filling it takes
 	// 40 networks and then 200 more fresh ones, where 500 took 100
-	// addresses of one /24. A code is at most about 70 KB of Valkey memory
-	// (a 64 KiB start), so the worst case is about 70 MB.
+	// addresses of one /24. A code is at most about 83 KB of Valkey memory
+	// (a 64 KiB start; 1.4 KB for a typical one, TestPairingMemoryPerCode),
+	// so the worst case is about 83 MB.
 	DefaultPairingsMax = 1000
 
 	minTokenLen      = 16
