@@ -29,12 +29,16 @@
 -- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
 --          (Go drains with sweep and calls again). -1: settle everything.
 -- ARGV[12] eO of the device owner
--- ARGV[13] nk, then nk kinds (base64url, as the records' eK)
+-- ARGV[13] claim token: one per Store.Claim call; once lua/give_back.lua has
+--          revoked it (the relay gave up on this claim's answer), a call
+--          of the claim that would grant stops before its first grant
+-- ARGV[14] nk, then nk kinds (base64url, as the records' eK)
 -- then     nr, then per route: eS, eO, nq_r
 -- then     one cursor per queue key, in KEYS order: the seq of the last
 --          entry a previous call examined there, "" to start at the head
 -- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
 -- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
+--      | {'revoked', {}, reports, scanned, 0, quarantined, {}}: nothing granted
 --      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
 --   truncated = 1: the scan budget stopped the merge with candidates left;
 --   cursors (one per queue, as above) say where.
@@ -49,7 +53,8 @@ local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
 
 local e_device_owner = ARGV[12]
-local a = 13
+local token = ARGV[13]
+local a = 14
 local kinds = {}
 local nk = tonumber(ARGV[a])
 for i = 1, nk do
@@ -120,7 +125,12 @@ local function fill(q)
   end
 end
 
--- 3. Merge the queues by seq and grant.
+-- 3. Merge the queues by seq and grant. A claim its relay gave up on
+-- (revoked token) grants nothing: its runner will never see the leases.
+-- Checked once, before the first grant, so a call that grants nothing pays
+-- nothing for it (one EXISTS, about 2-3 us); what it settled or repaired
+-- before is what any claim or sweep would have done.
+local revoked = nil
 local grants = {}
 local scanned, truncated, quarantined = 0, 0, 0
 while remaining > 0 do
@@ -186,6 +196,12 @@ while remaining > 0 do
         redis.call('ZADD', P .. 'bad', h.seq, m)
         quarantined = quarantined + 1
       else
+        if revoked == nil then
+          revoked = redis.call('EXISTS', P .. 'gb:' .. token) == 1
+        end
+        if revoked then
+          return {'revoked', {}, REPORTS, scanned, 0, quarantined, {}}
+        end
         local lease_id = ARGV[lease_at + #grants]
         if not lease_id then
           return redis.error_reply('claim: ran out of pre-minted lease ids')

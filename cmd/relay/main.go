@@ -53,6 +53,12 @@ const (
 	exitConfig  = 2 // the configuration was refused
 )
 
+// giveBackGrace is how long shutdown waits, after the listeners are done,
+// for give-backs of lost claims still being retried (relay.Relay.Close). A
+// store that answers takes one in milliseconds; one that does not in this
+// long will not in the next minute either, and those leases lapse anyway.
+const giveBackGrace = 2 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -147,6 +153,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		ObserveScript:      tel.ScriptObserver(),
 		Logger:             log,
 		PairingsPerSource:  cfg.PairingsPerAddress,
+		PairingsPerNetwork: cfg.PairingsPerNetwork,
+		PairingCapacity:    cfg.PairingsMax,
 		SiteLimits:         cfg.SiteLimits,
 		HeartbeatBatch:     cfg.DaemonHeartbeatBatch,
 		HeartbeatIdleBatch: cfg.DaemonIdleHeartbeatBatch,
@@ -288,6 +296,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		GrantTimeout:       cfg.GrantTimeout,
 		GrantBudget:        cfg.GrantBudget,
 		GrantObserver:      metrics,
+		LeaseObserver:      metrics,
 
 		// One debug line per refusal.
 		Middleware: []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{Logger: log})},
@@ -446,6 +455,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err := drain(context.Background(), checker, log, drainPeriod, cfg.ShutdownTimeout, httpServers...); err != nil {
 		log.Warn("graceful shutdown cut short; connections closed", slog.Any("err", err))
 	}
+	// Give-backs of lost claims still under way get a short while (the
+	// store is still open); what is left is logged and lapses by itself.
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), giveBackGrace)
+	planes.Close(closeCtx)
+	cancelClose()
 	return serveErr
 }
 

@@ -132,6 +132,12 @@ type Config struct {
 	// PairingsPerAddress bounds the live pairing codes of one source
 	// address.
 	PairingsPerAddress int
+	// PairingsPerNetwork bounds the live pairing codes of one source
+	// network (/24, IPv6 /48); never below PairingsPerAddress in effect.
+	PairingsPerNetwork int
+	// PairingsMax bounds the live pairing codes of the whole relay; a fifth
+	// of it is kept for networks holding none.
+	PairingsMax int
 	// SiteLimits bounds each site's jobs, stored bytes and enqueue rate.
 	SiteLimits store.SiteLimits
 	// LogFormat is "text", "json" or "auto" (text on a terminal).
@@ -261,6 +267,8 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("bodyTimeout", c.BodyTimeout),
 		slog.String("tlsCertFile", orDash(c.TLSCertFile)),
 		slog.Int("pairingsPerAddress", c.PairingsPerAddress),
+		slog.Int("pairingsPerNetwork", c.PairingsPerNetwork),
+		slog.Int("pairingsMax", c.PairingsMax),
 		slog.Int("trustedProxies", len(c.TrustedProxies)),
 		slog.Any("siteLimit", c.SiteLimits.Default),
 		slog.Int("siteLimitOverrides", len(c.SiteLimits.Sites)),
@@ -627,12 +635,28 @@ var options = []option{
 		}
 		return nil
 	}},
-	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: strconv.Itoa(store.DefaultPairingsPerSource), usage: "live device-code pairings one client address may hold (of the 500 the relay holds at most); IPv6 clients count per /64", apply: func(c *Config, v string) error {
+	{env: "RELAY_PAIRINGS_PER_ADDRESS", flag: "pairings-per-address", def: strconv.Itoa(store.DefaultPairingsPerSource), usage: "live device-code pairings one client address may hold (of RELAY_PAIRINGS_MAX); IPv6 clients count per /64", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
 			return fmt.Errorf("%q is not a count; use a whole number from 1 to 500, e.g. 5", v)
 		}
 		c.PairingsPerAddress = n
+		return nil
+	}},
+	{env: "RELAY_PAIRINGS_PER_NETWORK", flag: "pairings-per-network", def: strconv.Itoa(store.DefaultPairingsPerNetwork), usage: "live device-code pairings the client addresses of one network (IPv4 /24, IPv6 /48) may hold together; never less than RELAY_PAIRINGS_PER_ADDRESS in effect", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100_000 {
+			return fmt.Errorf("%q is not a count; use a whole number from 1 to 100000, e.g. 20", v)
+		}
+		c.PairingsPerNetwork = n
+		return nil
+	}},
+	{env: "RELAY_PAIRINGS_MAX", flag: "pairings-max", def: strconv.Itoa(DefaultPairingsMax), usage: "live device-code pairings the whole relay holds (each up to about 83 KB of Valkey memory, 1.4 KB for a typical start); the last fifth only for networks holding none, so a new network still gets a code", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 || n > 100_000 {
+			return fmt.Errorf("%q is not a count; use a whole number from 10 to 100000, e.g. 1000", v)
+		}
+		c.PairingsMax = n
 		return nil
 	}},
 	{env: "RELAY_SITE_LIMITS", flag: "site-limits", def: "", usage: "per-site limits: entries site=jobs:N,bytes:SIZE,rate:R,burst:B separated by ';', the site * changing the default for every site (default *=jobs:10000,bytes:1GiB,rate:200,burst:400); a field left out keeps the default, off lifts it", apply: func(c *Config, v string) error {
@@ -712,6 +736,14 @@ var options = []option{
 }
 
 const (
+	// DefaultPairingsMax: twice the reference's 500 live codes. With the
+	// per-network bound (20) and the reserve (a fifth), filling it takes
+	// 40 networks and then 200 more fresh ones, where 500 took 100
+	// addresses of one /24. A code is at most about 83 KB of Valkey memory
+	// (a 64 KiB start; 1.4 KB for a typical one, TestPairingMemoryPerCode),
+	// so the worst case is about 83 MB.
+	DefaultPairingsMax = 1000
+
 	minTokenLen      = 16
 	maxSafeInteger   = 1<<53 - 1
 	minSweepInterval = 50 * time.Millisecond

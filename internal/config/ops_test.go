@@ -89,6 +89,24 @@ func TestTrustedProxiesAndPairingsPerAddress(t *testing.T) {
 	}
 }
 
+func TestPairingsPerNetworkAndMax(t *testing.T) {
+	cfg, err := Load(nil, envOf(map[string]string{"RELAY_PAIRINGS_PER_NETWORK": "50", "RELAY_PAIRINGS_MAX": "20000"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PairingsPerNetwork != 50 || cfg.PairingsMax != 20000 {
+		t.Fatalf("got %d %d", cfg.PairingsPerNetwork, cfg.PairingsMax)
+	}
+	for _, c := range []struct{ env, val string }{
+		{"RELAY_PAIRINGS_PER_NETWORK", "0"}, {"RELAY_PAIRINGS_PER_NETWORK", "100001"}, {"RELAY_PAIRINGS_PER_NETWORK", "many"},
+		{"RELAY_PAIRINGS_MAX", "9"}, {"RELAY_PAIRINGS_MAX", "100001"}, {"RELAY_PAIRINGS_MAX", "1e3"},
+	} {
+		if _, err := Load(nil, envOf(map[string]string{c.env: c.val}), io.Discard); err == nil || !strings.Contains(err.Error(), c.env) {
+			t.Errorf("%s=%q: %v", c.env, c.val, err)
+		}
+	}
+}
+
 func TestSiteLimits(t *testing.T) {
 	l, err := ParseSiteLimits(" *=jobs:500,rate:off ; siteA=bytes:64MiB,jobs:10;tricky=id=rate:0.5,burst:2; siteB=jobs:off")
 	if err != nil {

@@ -132,6 +132,8 @@ func (r *Relay) pairStart(req *request, start *protocol.PairStartRequest) (reply
 		return pairingBusy, nil
 	case store.PairingSourceBusy:
 		return pairingSourceBusy, nil
+	case store.PairingNetworkBusy:
+		return pairingNetworkBusy, nil
 	}
 	return ok200(newObj().
 		val("deviceCode", p.DeviceCode).
@@ -269,6 +271,10 @@ func (r *Relay) claim(req *request) (reply, error) {
 		}
 		claim.RequirePresence = false
 		granted, err = r.store.Claim(req.ctx, claim)
+	}
+	if lost := (*store.UnansweredClaim)(nil); errors.As(err, &lost) {
+		// Answered 503 below; the daemon will never see these leases.
+		r.returns.add(lost)
 	}
 	if err != nil {
 		return reply{}, fmt.Errorf("claim: %w", err)

@@ -112,6 +112,11 @@ func newEnvOn(t testing.TB, st *store.Store, opts ...envOption) *env {
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r.Close(ctx)
+	})
 	srv := httptest.NewServer(r.Handler())
 	t.Cleanup(srv.Close)
 	return &env{t: t, st: st, proj: ps, relay: r, srv: srv}

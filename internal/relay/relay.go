@@ -128,6 +128,9 @@ type Store interface {
 	PutPairing(ctx context.Context, p store.PendingPairing) (store.PairingOutcome, error)
 	PairingByDeviceCode(ctx context.Context, code string) (*store.PendingPairing, error)
 	DropPairing(ctx context.Context, deviceCode string) error
+	// GiveBack hands back the grants of a claim whose answer was lost
+	// (store.UnansweredClaim); it is idempotent.
+	GiveBack(ctx context.Context, u store.UnansweredClaim) ([]string, error)
 }
 
 // ProjectionSource hands out the projection in force. Current returns nil
@@ -187,6 +190,9 @@ type Config struct {
 	GrantTimeout, GrantBudget time.Duration
 	// GrantObserver, if set, counts authority calls by outcome.
 	GrantObserver GrantObserver
+	// LeaseObserver, if set, counts claims whose answer was lost and how
+	// many of their leases were given back.
+	LeaseObserver LeaseObserver
 	// Middleware runs around every request after its route is decided
 	// (telemetry reads the route with telemetry.RouteOf).
 	Middleware []echo.MiddlewareFunc
@@ -224,6 +230,10 @@ type Relay struct {
 	grantTimeout       time.Duration
 	grantBudget        time.Duration
 	grantObs           GrantObserver
+
+	// returns gives back the grants of claims answered 503 after their
+	// script may have run (giveback.go).
+	returns *leaseReturns
 }
 
 // ErrControlPlaneWithoutAuthor is the reference's construction error (wire.md
@@ -297,6 +307,7 @@ func New(cfg Config) (*Relay, error) {
 	if r.now == nil {
 		r.now = newStoreClock(cfg.Store, r.log).now
 	}
+	r.returns = newLeaseReturns(r.store, r.log, cfg.LeaseObserver, r.leaseMs)
 	r.routes = r.routeTable()
 	e := echo.New()
 	e.HideBanner = true
@@ -323,6 +334,11 @@ func New(cfg Config) (*Relay, error) {
 
 // Handler serves both planes and /debug.
 func (r *Relay) Handler() http.Handler { return r.echo }
+
+// Close ends the relay's background work once the planes serve no more
+// requests: give-backs of lost claims under way may finish until ctx ends;
+// what is left then is logged, and those leases lapse by themselves.
+func (r *Relay) Close(ctx context.Context) { r.returns.close(ctx) }
 
 // storeClock is the default plane clock: local time plus the last measured
 // offset to the store's clock. Sampling is lazy and asynchronous so a request

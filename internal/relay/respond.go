@@ -68,6 +68,8 @@ var (
 	// own pairing-busy refusal (429 rate-limited), which the daemon reports
 	// to the person pairing; the message says it is this address.
 	pairingSourceBusy = fail(429, protocol.CodeRateLimited, "too many pairings are in progress from this address — finish or let one expire (codes last 10 minutes), then try again")
+	// The same for the address's network (its /24, or /48 for IPv6).
+	pairingNetworkBusy = fail(429, protocol.CodeRateLimited, "too many pairings are in progress from this network — finish or let one expire (codes last 10 minutes), then try again")
 )
 
 // Per-site limits (not in 0.1.1): 429 rate-limited, the protocol's own

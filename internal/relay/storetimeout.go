@@ -85,6 +85,12 @@ func (t timedStore) ReleaseLeases(ctx context.Context, in store.ReleaseInput) ([
 	return t.s.ReleaseLeases(ctx, in)
 }
 
+func (t timedStore) GiveBack(ctx context.Context, u store.UnansweredClaim) ([]string, error) {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.GiveBack(ctx, u)
+}
+
 func (t timedStore) Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (store.SealResult, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

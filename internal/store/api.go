@@ -34,6 +34,14 @@ const (
 	// may hold: a person pairs one machine at a time, and a handful covers
 	// several machines behind one NAT being set up together.
 	DefaultPairingsPerSource = 5
+	// DefaultPairingsPerNetwork is how many live codes one /24 (IPv4) or
+	// /48 (IPv6) may hold: an office or campus setting up a few machines
+	// at once, while a client renting a block of addresses counts as one.
+	DefaultPairingsPerNetwork = 20
+	// PairingReserveDivisor: 1/PairingReserveDivisor of the capacity is
+	// only for starts from a network holding no live code, so a fresh
+	// network still gets a code when every other slot is taken.
+	PairingReserveDivisor = 5
 )
 
 // Holder refusals (takePayload, complete) and seal refusals.
@@ -258,4 +266,6 @@ const (
 	PairingStored     PairingOutcome = "stored"
 	PairingAtCapacity PairingOutcome = "at-capacity" // PairingCapacity live codes
 	PairingSourceBusy PairingOutcome = "source-busy" // PairingsPerSource live codes of p.Source
+	// PairingsPerNetwork live codes of p.Source's network (SourceNetwork)
+	PairingNetworkBusy PairingOutcome = "network-busy"
 )

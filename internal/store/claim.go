@@ -43,12 +43,33 @@ const claimAttemptsBeforeForce = 3
 // asks Go to drain them with Sweep (bounded batches), then runs again. Either
 // way the grants are chosen only after everything due at that instant was
 // settled, as the reference's sweep-first claim does.
+//
+// A claim that fails after one of its claim scripts may have run (its
+// context ended while a reply was due, or a later step failed) returns an
+// *UnansweredClaim naming every lease id it may have granted; GiveBack
+// hands them back.
 func (s *Store) Claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, error) {
 	out, _, err := s.claim(ctx, in)
 	return out, err
 }
 
 func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimStats, error) {
+	token, err := newClaimToken()
+	if err != nil {
+		return nil, claimStats{}, fmt.Errorf("claim: token: %w", err)
+	}
+	u := &UnansweredClaim{RunnerID: in.RunnerID, Token: token}
+	out, stats, err := s.claimWith(ctx, in, u)
+	if err != nil && len(u.Leases) > 0 {
+		u.Err = err
+		return nil, stats, u
+	}
+	return out, stats, err
+}
+
+// claimWith is Claim under u's token; each lease id minted for a claim
+// script is added to u.Leases before the script is sent.
+func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim) ([]ClaimedStub, claimStats, error) {
 	var stats claimStats
 	if err := s.checkClaim(in); err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
@@ -112,7 +133,7 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 		if len(out) >= in.Max {
 			break
 		}
-		got, dl, err := s.claimShard(ctx, in, sh, byShard[sh], kinds, device, in.Max-len(out), &stats)
+		got, dl, err := s.claimShard(ctx, in, u, sh, byShard[sh], kinds, device, in.Max-len(out), &stats)
 		if err != nil {
 			return out, stats, err
 		}
@@ -316,13 +337,13 @@ func mintLease(shard int) (string, error) {
 // claimShard runs the claim script on one shard until it has granted
 // remaining, exhausted its queues or spent the scan budget. It returns the
 // grants and the latest deadline among them.
-func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []Route, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
+func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClaim, sh int, routes []Route, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
 	keys := []string{s.k.due(sh), s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)}
 	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
 		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
 	// indexes in args of the per-call values: max, scan budget, settle budget
 	const maxArg, scanArg, settleArg = 5, 6, 7
-	args = append(args, enc(in.Owner), strconv.Itoa(len(kinds)))
+	args = append(args, enc(in.Owner), u.Token, strconv.Itoa(len(kinds)))
 	for _, k := range kinds {
 		args = append(args, enc(k))
 	}
@@ -347,6 +368,7 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []
 			return nil, 0, fmt.Errorf("claim: lease id: %w", err)
 		}
 		args = append(args, id)
+		u.Leases = append(u.Leases, id) // before the script is sent: it may run unanswered
 	}
 
 	// Each script examines at most claimScan queue entries; a claim that
@@ -383,6 +405,9 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, sh int, routes []
 			return out, latest, fmt.Errorf("claim: %w", err)
 		}
 		s.fireChurn(reports)
+		if status == "revoked" {
+			return out, latest, fmt.Errorf("claim: %w", errClaimRevoked)
+		}
 		if status == "sweep" {
 			sweeps++
 			if _, err := s.sweepShards(ctx, []int{sh}); err != nil {

@@ -168,6 +168,10 @@
 //	                             or forget; the device page counts and lists
 //	                             it (lua/ops_device.lua)
 //	cxl:⟨R⟩                ZSET  m -> seq: cancelled jobs R holds here
+//	gb:<token>             STR   "1": a claim token GiveBack revoked (the relay
+//	                             gave up on that claim's answer); a claim
+//	                             script carrying it grants nothing. Expires
+//	                             after GiveBackRevokeMs
 //	churn:⟨S⟩:⟨O⟩          ZSET  "<leaseId>:m" -> ms of each awaiting timeout
 //	churnrep:⟨S⟩:⟨O⟩       STR   ms of the pair's last churn report
 //	stc                    HASH  state -> jobs here in that state; metrics

@@ -185,6 +185,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	_, _ = h.s.CancelRequests(ctx, "runner_1")
 	_, _ = h.s.RenewLeases(ctx, RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[1])}})
 	h.release("runner_1", []protocol.GrantRef{grant(got[2])}, ReasonRefused, nil)
+	if given := h.giveBack(UnansweredClaim{RunnerID: "runner_1", Token: "workload", Leases: []string{got[3].Lease.ID}}); len(given) != 1 {
+		t.Fatalf("give back: %v", given)
+	}
 	_ = h.writeRawStub(got[2].SiteID, stubID(got[2]), `{"bad":1}`)
 	h.claim(routes([]string{a, c}, []string{"alice"}))
 	h.s.AdvanceClock(3_600_000)

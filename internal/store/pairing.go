@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -37,15 +38,19 @@ func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (PairingOutcom
 	if err := s.checkBlob("pairing", raw); err != nil {
 		return "", fmt.Errorf("put pairing: %w", err)
 	}
-	source := ""
+	source, network := "", ""
 	if p.Source != "" {
 		source = enc(p.Source)
+		if n := SourceNetwork(p.Source); n != "" {
+			network = enc(n)
+		}
 	}
 	msg, err := s.run(ctx, scPairingPut,
 		[]string{s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("mi"), s.k.pairing("mu"), s.k.pairing("i"), s.k.pairing("u"),
-			s.k.pairing("ms"), s.k.pairing("a:" + source)},
+			s.k.pairing("ms"), s.k.pairing("a:" + source), s.k.pairing("mn"), s.k.pairing("n:" + network)},
 		strconv.Itoa(s.opts.PairingCapacity), p.DeviceCode, p.UserCode, p.Device.Identity,
-		strconv.FormatInt(p.ExpiresAt, 10), string(raw), source, strconv.Itoa(s.opts.PairingsPerSource))
+		strconv.FormatInt(p.ExpiresAt, 10), string(raw), source, strconv.Itoa(s.opts.PairingsPerSource),
+		network, strconv.Itoa(s.opts.PairingsPerNetwork), strconv.Itoa(s.opts.PairingCapacity/PairingReserveDivisor))
 	if err != nil {
 		return "", fmt.Errorf("put pairing: %w", err)
 	}
@@ -54,10 +59,34 @@ func (s *Store) PutPairing(ctx context.Context, p PendingPairing) (PairingOutcom
 		return "", fmt.Errorf("put pairing: %w", err)
 	}
 	switch out := PairingOutcome(status); out {
-	case PairingStored, PairingAtCapacity, PairingSourceBusy:
+	case PairingStored, PairingAtCapacity, PairingSourceBusy, PairingNetworkBusy:
 		return out, nil
 	}
 	return "", fmt.Errorf("put pairing: unexpected reply %q", status)
+}
+
+// SourceNetwork is the network a pairing source is counted in beyond its
+// own address: an IPv4 address's /24, an IPv6 address's or prefix's /48 (the
+// planes name an IPv6 client by its /64). A source that is neither names no
+// network ("") and is bounded by its address alone.
+func SourceNetwork(source string) string {
+	bitsOf := func(a netip.Addr) int {
+		if a.Is4() {
+			return 24
+		}
+		return 48
+	}
+	if a, err := netip.ParseAddr(source); err == nil {
+		a = a.Unmap().WithZone("")
+		p, _ := a.Prefix(bitsOf(a))
+		return p.String()
+	}
+	if p, err := netip.ParsePrefix(source); err == nil {
+		a := p.Addr().Unmap()
+		n, _ := a.Prefix(min(bitsOf(a), p.Bits()))
+		return n.String()
+	}
+	return ""
 }
 
 // PairingByDeviceCode returns the live pairing of deviceCode, else nil.

@@ -27,6 +27,7 @@ var (
 	scComplete          = Script{Name: "complete", ReadOnly: false, Work: true}
 	scEnqueue           = Script{Name: "enqueue", ReadOnly: false, Work: true}
 	scFinished          = Script{Name: "finished", ReadOnly: true}
+	scGiveBack          = Script{Name: "give_back", ReadOnly: false, Work: true}
 	scHolds             = Script{Name: "holds", ReadOnly: false, Work: true}
 	scJob               = Script{Name: "job", ReadOnly: true}
 	scJobsPage          = Script{Name: "jobs_page", ReadOnly: true}
@@ -77,6 +78,7 @@ var Scripts = []Script{
 	scComplete,
 	scEnqueue,
 	scFinished,
+	scGiveBack,
 	scHolds,
 	scJob,
 	scJobsPage,

@@ -71,11 +71,17 @@ type Options struct {
 	// Logger receives warnings (quarantined stubs, scan budget hits, recovered
 	// callback panics); default slog.Default().
 	Logger *slog.Logger
-	// PairingCapacity bounds outstanding pairings; default 500.
+	// PairingCapacity bounds outstanding pairings; default 500
+	// (MaxOutstandingPairings, the reference's). A fifth of it is kept for
+	// networks holding no live code (see PairingsPerNetwork).
 	PairingCapacity int
 	// PairingsPerSource bounds the live codes of one source address
 	// (PendingPairing.Source); default DefaultPairingsPerSource.
 	PairingsPerSource int
+	// PairingsPerNetwork bounds the live codes of one source network (the
+	// source's /24, or /48 for IPv6: SourceNetwork); default
+	// DefaultPairingsPerNetwork, and never below PairingsPerSource.
+	PairingsPerNetwork int
 	// MaxPairingBytes bounds one stored pending pairing (its JSON); default
 	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
 	MaxPairingBytes int
@@ -168,6 +174,12 @@ func (o Options) withDefaults() Options {
 	if o.PairingsPerSource <= 0 {
 		o.PairingsPerSource = DefaultPairingsPerSource
 	}
+	if o.PairingsPerNetwork <= 0 {
+		o.PairingsPerNetwork = DefaultPairingsPerNetwork
+	}
+	// An address is inside its network: a network bound below the
+	// address bound would only make the address bound a lie.
+	o.PairingsPerNetwork = max(o.PairingsPerNetwork, o.PairingsPerSource)
 	if o.MaxPairingBytes <= 0 {
 		o.MaxPairingBytes = DefaultMaxPairingBytes
 	}

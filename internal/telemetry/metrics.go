@@ -42,6 +42,8 @@ type Metrics struct {
 	sweeps     metric.Int64Counter
 	sweptJobs  metric.Int64Counter
 	churn      metric.Int64Counter
+	unanswered metric.Int64Counter
+	givenBack  metric.Int64Counter
 
 	scriptLatency metric.Float64Histogram
 	scriptErrors  metric.Int64Counter
@@ -111,6 +113,12 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.churn, e = meter.Int64Counter("relay.unsealed_churn.reports",
 		metric.WithDescription("Unsealed-churn reports raised (a site and owner that keep claiming without sealing)."))
 	wrap("relay.unsealed_churn.reports", e)
+	m.unanswered, e = meter.Int64Counter("relay.claims.unanswered",
+		metric.WithDescription("Claims answered 503 after their script may have run (store timeout, client gone), by outcome: given-back (the relay handed their grants back) or abandoned (left to lapse: shutdown, store down for a whole lease, queue full)."))
+	wrap("relay.claims.unanswered", e)
+	m.givenBack, e = meter.Int64Counter("relay.leases.given_back",
+		metric.WithDescription("Leases of unanswered claims the relay handed back, so their jobs were claimable again at once."))
+	wrap("relay.leases.given_back", e)
 	m.scriptLatency, e = meter.Float64Histogram("relay.valkey.script.duration", metric.WithUnit("s"),
 		metric.WithDescription("Valkey store script latency, by script and outcome."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -316,6 +324,19 @@ func (m *Metrics) RecordSweep(ctx context.Context, requeued, removed int) {
 	}
 	if removed > 0 {
 		m.sweptJobs.Add(ctx, int64(removed), metric.WithAttributes(attribute.String("outcome", "removed")))
+	}
+}
+
+// RecordUnansweredClaim counts one claim whose answer was lost, and the
+// leases the relay gave back for it (relay.LeaseObserver).
+func (m *Metrics) RecordUnansweredClaim(ctx context.Context, given int, abandoned bool) {
+	outcome := "given-back"
+	if abandoned {
+		outcome = "abandoned"
+	}
+	m.unanswered.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	if given > 0 {
+		m.givenBack.Add(ctx, int64(given))
 	}
 }
 

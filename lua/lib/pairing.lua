@@ -11,12 +11,16 @@
 --   pc:ms  HASH deviceCode -> source address (base64url), when one was given
 --   pc:a:<source>  ZSET deviceCode -> expiresAt: the source's codes (its
 --          live ones are counted against the per-source limit)
+--   pc:mn  HASH deviceCode -> network of the source (base64url), when known
+--   pc:n:<network> ZSET deviceCode -> expiresAt: the network's codes (its
+--          /24 or /48; live ones count against the per-network limit)
 --   pc:ok  HASH deviceCode -> runnerId          (approved through the admin API)
 
 local function remove_code(dc)
   local identity = redis.call('HGET', P .. 'pc:mi', dc)
   local user_code = redis.call('HGET', P .. 'pc:mu', dc)
   local source = redis.call('HGET', P .. 'pc:ms', dc)
+  local network = redis.call('HGET', P .. 'pc:mn', dc)
   redis.call('HDEL', P .. 'pc:d', dc)
   redis.call('ZREM', P .. 'pc:x', dc)
   redis.call('HDEL', P .. 'pc:mi', dc)
@@ -24,6 +28,10 @@ local function remove_code(dc)
   if source then
     redis.call('HDEL', P .. 'pc:ms', dc)
     redis.call('ZREM', P .. 'pc:a:' .. source, dc)
+  end
+  if network then
+    redis.call('HDEL', P .. 'pc:mn', dc)
+    redis.call('ZREM', P .. 'pc:n:' .. network, dc)
   end
   redis.call('HDEL', P .. 'pc:ok', dc)
   if identity and redis.call('HGET', P .. 'pc:i', identity) == dc then

@@ -1,0 +1,44 @@
+-- give_back: hand back the grants of a claim whose answer never reached its
+-- runner (the relay gave up waiting: store timeout, a client that hung up).
+-- The relay knows the claim's token and every lease id it minted for it,
+-- not which were granted. First the token is revoked on this shard (a claim
+-- script of that token that runs later, still queued behind this one on
+-- another connection, grants nothing: lua/claim.lua), then each named grant
+-- that is still exactly that grant is requeued as a plain release would
+-- (§2.10, no reason, no retry-after). A lease id that resolves to nothing,
+-- or to a grant another claim made since (a different lease id), is left
+-- alone, so calling it again changes nothing: it is idempotent.
+-- lib: blob
+-- lib: store
+--
+-- mode: write
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  lease (of the shard the lease ids name; job records are built from
+--          KEYS[1]'s prefix)
+-- ARGV[1..3] prefix, offset, churn flag
+-- ARGV[4]  runnerId   ARGV[5]  claim token   ARGV[6]  revocation lifetime (ms)
+-- ARGV[7]  n (at most store.GrantChunk, 32), then n lease ids
+-- Reply: {given back: the lease ids requeued, reports}
+
+local runner, token, ttl = ARGV[4], ARGV[5], ARGV[6]
+local n = tonumber(ARGV[7])
+local now = clock()
+redis.call('SET', P .. 'gb:' .. token, '1', 'PX', ttl)
+local given = {}
+for i = 1, n do
+  local lease_id = ARGV[7 + i]
+  local m = redis.call('HGET', KEYS[1], lease_id)
+  if m then
+    local h = core(m)
+    if not h or h.cl ~= lease_id then
+      redis.call('HDEL', KEYS[1], lease_id) -- index entry outlived its grant
+    elseif h.cr == runner and (h.state == AWAITING or h.state == READY)
+        and not settle(m, now, false, h) then
+      -- Awaiting or ready only: a runner that fetched or finished the job
+      -- knew its lease, so that claim was answered after all.
+      requeue(m, h)
+      given[#given + 1] = lease_id
+    end
+  end
+end
+return {given, REPORTS}
