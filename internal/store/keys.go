@@ -249,6 +249,12 @@ func (k keys) presence(runnerID string) string {
 }
 func (k keys) presenceIndex(shard int) string { return k.shards[shard] + "pidx" }
 func (k keys) presenceSeq(shard int) string   { return k.shards[shard] + "pseq" }
+
+// retentionIndex is the shard's ls: runner -> an instant at most an hour
+// before its last heartbeat (lua/lib/presence.lua index_seen); retentionFill
+// the backfill's cursor over pidx (lua/presence_backfill.lua).
+func (k keys) retentionIndex(shard int) string { return k.shards[shard] + "ls" }
+func (k keys) retentionFill(shard int) string  { return k.shards[shard] + "lsfill" }
 func (k keys) presenceByOwner(shard int, owner string) string {
 	return k.shards[shard] + "po:" + enc(owner)
 }

@@ -80,8 +80,16 @@ type Options struct {
 	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
 	MaxPairingBytes int
 	// PresenceTTLMs, when positive, expires presence records that long after
-	// their last heartbeat. 0 keeps them, as the reference does.
+	// their last heartbeat. 0 keeps them, as the reference does. The relay
+	// sets DeviceRetention instead, which ends a device's other keys too.
 	PresenceTTLMs int64
+	// DeviceRetention, when positive, is how long a silent device keeps
+	// its presence record, owner-index and runner-index entries and record
+	// of shards: ReapDevices (the relay's background sweep) forgets them
+	// after it. 0 keeps them, as the reference does. The relay's
+	// RELAY_DEVICE_RETENTION is at least MinDeviceRetention; the store takes
+	// any positive value, so tests can shorten it.
+	DeviceRetention time.Duration
 	// ShardRecheckMs is how long a heartbeat's read of the runner's record
 	// of shards that found no live grant stands (lua/presence_beat.lua);
 	// default DefaultShardRecheckMs. Every grant this store makes clears
@@ -235,6 +243,8 @@ type Store struct {
 	// until Migrate moves it (checkedAt, unix ms).
 	layoutV   atomic.Int32
 	checkedAt atomic.Int64
+	// retention: what ReapDevices and BackfillRetention remember.
+	retention retentionState
 }
 
 // epochCandidate is the epoch the next enqueue writes if the namespace has
