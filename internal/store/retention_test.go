@@ -83,9 +83,6 @@ func TestReapForgetsSilentDevices(t *testing.T) {
 			h.s.AdvanceClock(time.Hour.Milliseconds())
 		}
 		h.s.AdvanceClock(time.Hour.Milliseconds()) // now 26 h after the first beats
-		h.s.retention.mu.Lock()
-		clear(h.s.retention.quietTil) // this Store's memory of the heads is in real time
-		h.s.retention.mu.Unlock()
 		n, more, err := h.s.ReapDevices(h.ctx, 100)
 		if err != nil || more {
 			t.Fatalf("reap: %v %v", more, err)
