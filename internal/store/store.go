@@ -153,6 +153,12 @@ type Options struct {
 	// one run. A server without FUNCTION, or one that refuses to load the
 	// library, gets EVALSHA whatever this says.
 	EvalScripts bool
+	// PlacementCacheSites bounds this Store's copy of the placement
+	// record: at most two generations of this many sites (about 100 B
+	// each), the older forgotten when the newer fills; a forgotten site
+	// costs one read of the record when next used. Default
+	// DefaultPlacementCacheSites.
+	PlacementCacheSites int
 	// WorkViewQueues bounds the empty queues the work view remembers per
 	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
 	// more queues on a shard than this sends some empty claims to Valkey.
