@@ -99,7 +99,10 @@ func (s *Store) ReapDevices(ctx context.Context, limit int) (forgotten int, more
 		if err != nil {
 			return 0, false, fmt.Errorf("reap devices: head: %w", err)
 		}
-		quiet := now + reapRecheck.Milliseconds()
+		// An entry written from now on is due a retention later at the
+		// earliest; the recheck bounds how late an older one another
+		// replica's backfill adds is seen.
+		quiet := now + min(reapRecheck.Milliseconds(), ret)
 		if len(z) > 0 {
 			quiet = min(quiet, int64(z[0].Score)+ret)
 		}
