@@ -18,10 +18,10 @@ import (
 // The fleet-wide placement record maps each site to its shard. lua/place.lua
 // writes a site's entry once, atomically with the choice, and nothing ever
 // changes or deletes it while the namespace lives; each Store caches what it
-// has read for good. So two replicas placing one site at once get one
-// answer, a restart reads the same answer back, and no cache is ever stale.
-// A replica asks Valkey only the first time it meets a site (one script for
-// all the sites of a call), never on the request path after that.
+// has read (bounded, placeCache). So two replicas placing one site at once
+// get one answer, a restart reads the same answer back, and no cache is
+// ever stale. A replica asks Valkey only when it meets a site it does not
+// hold (one script for all the sites of a call).
 
 // MaxPlacedSites bounds the placement record. Sites reach the store only
 // after the projection named them, so this is far above any real fleet.
