@@ -30,9 +30,9 @@ RELAY_SOAK_GENERATIONS=$GENERATIONS RELAY_SOAK_LOAD=$LOAD \
 {
   echo "# Churn soak: $GENERATIONS generations, $LOAD of load each ($(date -u +%FT%TZ), $(git rev-parse --short HEAD))"
   echo
-  echo "| generation | peak keys | peak used_memory (B) | after: keys | after: used_memory (B) | after: heap (B) |"
-  echo "|---:|---:|---:|---:|---:|---:|"
-  sed -n 's/.*generation \([0-9]*\): peak keys \([0-9]*\), used_memory \([0-9]*\) B, heap [0-9]* B; after keys \([0-9]*\), used_memory \([0-9]*\) B, heap \([0-9]*\) B.*/| \1 | \2 | \3 | \4 | \5 | \6 |/p' "$OUT/soak.log"
+  echo "| generation | peak keys | peak key bytes | peak used_memory (B) | after: keys | after: key bytes | after: used_memory (B) | of it Lua VMs (B) | after: heap (B) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  sed -n 's/.*generation \([0-9]*\): peak keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua [0-9]* B), heap [0-9]* B; after keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua \([0-9]*\) B), heap \([0-9]*\) B.*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 |/p' "$OUT/soak.log"
   echo
   grep -o 'jobs completed.*' "$OUT/soak.log" | sed 's/^/    /'
 } >"$OUT/soak.md"
