@@ -265,9 +265,10 @@
 //	po:⟨O⟩ pidx ls             entries: each leaves with its presence record
 //	                           (reap, forget, drop); po also on the owner's
 //	                           next Advertised when a record went by a TTL
-//	rsh:⟨R⟩                    with its presence record; if it still names a
-//	                           grant whose deadline is ahead, PEXPIREAT that
-//	                           latest deadline
+//	rsh:⟨R⟩                    TTL: ten minutes past its latest grant
+//	                           deadline (runner_shards_add), and with its
+//	                           presence record (then, if it still names a
+//	                           deadline ahead, PEXPIREAT that deadline)
 //	seq epoch stc pseq lsfill  fixed: one each per shard (counters and
 //	                           cursors), at most 5 × Shards keys
 //	mguard                     never written

@@ -302,3 +302,27 @@ func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 		}
 	})
 }
+
+// A runner's record of shards ends ten minutes after its latest grant
+// deadline by itself, so it cannot outlive a presence record reaped or
+// forgotten while a claim was being made.
+func TestRunnerShardsExpire(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newH(t, b, Options{})
+		now := h.now()
+		st := stub("j1", "alice")
+		st.DeadlineAt = now + 5000
+		h.enqueueStub(site, st)
+		if got := h.claim(runner("r_1")); len(got) != 1 {
+			t.Fatalf("claimed %d", len(got))
+		}
+		// No presence record at all: nothing but the TTL ends it.
+		pttl, err := b.client.Do(h.ctx, b.client.B().Pttl().Key(h.s.k.runnerShards("r_1")).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl <= 0 || pttl > 5000+600_000+1000 {
+			t.Fatalf("rsh PTTL %d ms, want about 5 s + 10 min", pttl)
+		}
+	})
+}
