@@ -98,8 +98,9 @@ local function forget_runner(pre, eR, now)
   local krsh = pre .. 'rsh:' .. eR
   redis.call('ZREMRANGEBYSCORE', krsh, '-inf', fmt(now))
   local last = redis.call('ZRANGE', krsh, -1, -1, 'WITHSCORES')
-  if #last == 2 then
-    redis.call('PEXPIREAT', krsh, last[2])
+  local hi = tonumber(last[2] or '')
+  if hi then
+    redis.call('PEXPIREAT', krsh, fmt(hi))
   end
   if owner then
     return 1
