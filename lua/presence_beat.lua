@@ -30,7 +30,9 @@
 -- slot: KEYS[1]'s on a cluster (Go groups records by shard there); every other key is in KEYS, none is built
 --       from a prefix. On a server that is not a cluster Go sends the records of every shard in one call
 --       (internal/store batch.go groupByShard): the script reads and writes only the keys it is given.
--- per record i (from 0), 2 keys at KEYS[1+2i..2+2i]: p:<eR>, rsh:<eR>
+-- per record i (from 0), 3 keys at KEYS[1+3i..3+3i]: p:<eR>, rsh:<eR>, and
+--          ls, the retention index of the record's shard (lib/presence.lua
+--          index_seen)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  ttl ms ("0": records never expire)
 -- ARGV[5]  ms for which a read of rsh that found no live grant stands
@@ -43,7 +45,7 @@
 --         none, or none live)}
 
 local n = (#ARGV - 5) / 2
-if n < 1 or n > 64 or n ~= math.floor(n) or #KEYS ~= 2 * n then
+if n < 1 or n > 64 or n ~= math.floor(n) or #KEYS ~= 3 * n then
   return redis.error_reply('ERR relay: presence_beat: KEYS and ARGV do not hold n records')
 end
 local at = clock()
@@ -51,17 +53,19 @@ local now = fmt(at)
 local ttl, stands = ARGV[4], tonumber(ARGV[5])
 local out = {now}
 for i = 0, n - 1 do
-  local kp, a = KEYS[1 + 2 * i], 6 + 2 * i
+  local kp, a = KEYS[1 + 3 * i], 6 + 2 * i
   local d = ARGV[a]
-  -- One field read: ld is the heartbeat digest, alone or followed by
-  -- ":" and nr (lib/presence.lua holds_digest).
-  local nr = holds_digest(redis.call('HGET', kp, 'ld'), d)
+  -- One read: ld is the heartbeat digest, alone or followed by ":" and
+  -- nr (lib/presence.lua holds_digest); lx is when the retention index
+  -- last took the record (index_seen).
+  local f = redis.call('HMGET', kp, 'ld', 'lx')
+  local nr = holds_digest(f[1], d)
   if nr == nil then
     out[i + 2] = 0
   else
     local shards, read, live = '', false, false
     if ARGV[a + 1] == '1' and not (nr and at - nr < stands) then
-      local z = redis.call('ZRANGE', KEYS[2 + 2 * i], 0, -1, 'WITHSCORES')
+      local z = redis.call('ZRANGE', KEYS[2 + 3 * i], 0, -1, 'WITHSCORES')
       local names = {}
       for j = 1, #z, 2 do
         names[#names + 1] = z[j]
@@ -77,6 +81,7 @@ for i = 0, n - 1 do
     else
       redis.call('HSET', kp, 'lastSeenAt', now)
     end
+    index_seen(kp, KEYS[3 + 3 * i], string.match(kp, '}:p:(.*)$'), f[2], now)
     if ttl ~= '0' then
       redis.call('PEXPIRE', kp, ttl)
     end

@@ -22,6 +22,18 @@ for i = 4, #ARGV, 2 do
   args[#args + 1] = ARGV[i]
 end
 local added = redis.call('ZADD', KEYS[1], 'GT', unpack(args))
+-- The record ends ten minutes after its latest deadline: nothing it
+-- names is reported past a deadline (cancel requests), and due jobs are
+-- forgotten within a sweep of theirs. So it ends even when its runner's
+-- presence record went first (reaped or forgotten between the claim's
+-- check and this call) and nothing else would delete it.
+local hi = 0
+for i = 5, #ARGV, 2 do
+  hi = math.max(hi, tonumber(ARGV[i]) or 0)
+end
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+hi = math.max(hi, tonumber(last[2] or '') or 0)
+redis.call('PEXPIREAT', KEYS[1], fmt(hi + 600000))
 local ld = redis.call('HGET', KEYS[2], 'ld')
 local cut = ld and string.find(ld, ':', 1, true)
 if cut then

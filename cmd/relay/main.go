@@ -159,6 +159,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		HeartbeatBatch:     cfg.DaemonHeartbeatBatch,
 		HeartbeatIdleBatch: cfg.DaemonIdleHeartbeatBatch,
 		WorkViewQueues:     cfg.WorkViewQueues,
+		DeviceRetention:    cfg.DeviceRetention,
 		OnChurn: func(r store.ChurnReport) {
 			metrics.RecordChurnReport(bg)
 			activity.Churned(r)
@@ -369,7 +370,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		go func() { defer wg.Done(); file.Watch(bg, time.Second) }()
 	}
 	if cfg.SweepInterval > 0 {
+		removed := &removedDevices{current: proj.Current}
 		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: log,
+			Devices: st, Removed: removed.take,
 			OnSweep: func(requeued, removed int) {
 				metrics.RecordSweep(bg, requeued, removed)
 				activity.Swept(requeued, removed)

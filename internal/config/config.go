@@ -80,6 +80,10 @@ type Config struct {
 	DaemonFloor string
 	// SweepInterval is the background sweeper's mean period; 0 disables it.
 	SweepInterval time.Duration
+	// DeviceRetention is how long a silent device keeps its presence and
+	// index entries in Valkey before the sweep forgets them
+	// (store.Options.DeviceRetention); at least store.MinDeviceRetention.
+	DeviceRetention time.Duration
 	// QueueAgeInterval is how often the replica re-reads each projection
 	// site's oldest queued job for relay_site_oldest_queued_seconds.
 	QueueAgeInterval time.Duration
@@ -260,6 +264,7 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("storeTimeout", c.StoreTimeout),
 		slog.Duration("daemonHeartbeatBatch", c.DaemonHeartbeatBatch),
 		slog.Duration("daemonIdleHeartbeatBatch", c.DaemonIdleHeartbeatBatch),
+		slog.Duration("deviceRetention", c.DeviceRetention),
 		slog.Int("workViewQueues", c.WorkViewQueues),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 		slog.Int("maxConns", c.MaxConns),
@@ -476,6 +481,14 @@ var options = []option{
 			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval)
 		}
 		c.SweepInterval = d
+		return nil
+	}},
+	{env: "RELAY_DEVICE_RETENTION", flag: "device-retention", def: "168h", usage: "how long a device that stops sending heartbeats keeps its presence record and index entries in Valkey; after it the background sweep forgets them (the device, if still paired, is recorded again by its next heartbeat). A Go duration or whole days (e.g. 7d), from 24h to 3650d", apply: func(c *Config, v string) error {
+		d, err := parseDays(v)
+		if err != nil || d < store.MinDeviceRetention || d > maxDeviceRetention {
+			return fmt.Errorf("%q is not a usable device retention; write a Go duration or whole days from 24h to 3650d, e.g. 7d or 168h (shorter would forget a laptop asleep overnight)", v)
+		}
+		c.DeviceRetention = d
 		return nil
 	}},
 	{env: "RELAY_QUEUE_AGE_INTERVAL", flag: "queue-age-interval", def: "30s", usage: "how often this replica reads each projection site's oldest queued job for relay_site_oldest_queued_seconds (one or a few ops_site script calls per site)", apply: func(c *Config, v string) error {
@@ -762,6 +775,7 @@ const (
 	// cluster: a longer window for idle heartbeats").
 	DefaultDaemonIdleHeartbeatBatch = time.Second
 	maxDaemonIdleHeartbeatBatch     = 2 * time.Second
+	maxDeviceRetention              = 3650 * 24 * time.Hour
 	maxStoreTimeout                 = time.Minute
 	// A grant is one policy read and one signature; 10 ms is the least a
 	// remote one on a LAN needs, and a claim held over 30 s is abandoned
@@ -1089,4 +1103,16 @@ func parseSize(v string) (int64, error) {
 		return 0, errors.New("not a size")
 	}
 	return n * mult, nil
+}
+
+// parseDays is a Go duration, or a whole number of days written "<n>d".
+func parseDays(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 || days > 1<<20 {
+			return 0, fmt.Errorf("%q: not a whole number of days", v)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
 }

@@ -92,7 +92,7 @@ func (b *beatBatch) run(ctx context.Context, idle bool, keys []string, args ...s
 // runBeat is run for one record of presence_beat (Store.beatCall): its
 // entry of the reply and the call's lastSeenAt.
 func (b *beatBatch) runBeat(ctx context.Context, idle bool, keys, args []string) (string, valkey.ValkeyMessage, error) {
-	if len(keys) != 2 || len(args) != 2 {
+	if len(keys) != 3 || len(args) != 2 {
 		return "", valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_beat's", len(keys), len(args))
 	}
 	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, done: make(chan struct{})}
@@ -338,7 +338,7 @@ func batchArgs(g []*batchedCall) []string {
 // beatKeys and beatArgs are presence_beat's KEYS and op-specific ARGV
 // for the short-form calls of one shard.
 func beatKeys(g []*batchedCall) []string {
-	keys := make([]string, 0, 2*len(g))
+	keys := make([]string, 0, 3*len(g))
 	for _, c := range g {
 		keys = append(keys, c.keys...)
 	}

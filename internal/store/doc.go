@@ -70,9 +70,11 @@
 // writes it there in the same script, so two replicas placing one site at
 // once get the one answer the first script wrote. Nothing deletes or
 // rewrites an entry while the namespace lives, so each Store keeps what it
-// has read in memory for good (a cache that cannot go stale): a request
+// has read in memory (a cache that cannot go stale): a request
 // never pays a round trip for placement except a replica's first meeting
-// with a site, one script for all the sites of that call. Operations that
+// with a site, one script for all the sites of that call (the cache is
+// bounded, Options.PlacementCacheSites; a site it forgot is read again).
+// Operations that
 // only read, or write to jobs that must exist (seal, cancel), never place:
 // on a cache miss they read the record (one HMGET, no script), and a site
 // it does not name has no keys yet, so they read its hash shard and find
@@ -199,9 +201,15 @@
 //	                             the instant a heartbeat last found rsh:⟨R⟩
 //	                             holding no live grant, dropped by every
 //	                             grant)
+//	                             lx: the retention index's score for it
 //	pidx / pseq            ZSET / STR  ⟨R⟩ -> first-seen number (next_seq)
 //	                             of the shard's runners (Everyone merges the
 //	                             shards by it)
+//	ls                     ZSET  ⟨R⟩ -> an instant at most an hour before
+//	                             its lastSeenAt: the retention index (see
+//	                             What ends each key)
+//	lsfill                 STR   the retention backfill's cursor over pidx;
+//	                             "done" once it has read all of it
 //	po:⟨O⟩                 SET   ⟨R⟩ of owner O's presence records on this
 //	                             shard (Advertised reads every shard's)
 //	rsh:⟨R⟩                ZSET  shard index -> the latest deadline of a grant
@@ -231,6 +239,83 @@
 //	                             writes the second and bumps the first's version
 //	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opsview.go)
 //	ops:tk, ops:ti         HASH  scoped view tokens by digest, digest by id
+//
+// # What ends each key
+//
+// Nothing the relay writes grows with history: every key family has an
+// owner and an end, so Valkey holds what the live fleet needs (devices
+// seen within the retention, jobs before their deadlines) plus a fixed
+// set per shard and the fleet-wide records. "Entries" means a key holds
+// members that each leave with what they name, and Valkey deletes the key
+// when its last member goes.
+//
+//	key (per shard)            ends by
+//	j:⟨S⟩:⟨J⟩ (+ :ref, :ra)    the job's deadline: settle forgets it (sweep,
+//	                           claim, or the next call touching it)
+//	q: sq: bad uns: aw: fin:   entries: each job leaves at requeue, claim,
+//	due sl: st:<state> all     seal, completion, cancel or forget (the
+//	                           deadline); all and st: are only emptied
+//	lease held: hid: cxl:      entries: each grant leaves at requeue,
+//	                           release, expiry or forget (the deadline)
+//	sb:⟨S⟩                     deleted when the site's stored bytes reach 0
+//	                           (its last blob forgotten)
+//	sr:⟨S⟩                     TTL: the bucket's refill time plus 1 s
+//	churn:⟨S⟩:⟨O⟩, churnrep:   TTL (CHURN_TTL_MS, 2 h) and the window trim
+//	p:⟨R⟩                      device silence: ReapDevices after
+//	                           Options.DeviceRetention (RELAY_DEVICE_RETENTION);
+//	                           a projection change: ForgetDevices (the sweep
+//	                           after a replica sees the device unpaired or
+//	                           revoked); PresenceTTLMs when set (tests)
+//	po:⟨O⟩ pidx ls             entries: each leaves with its presence record
+//	                           (reap, forget, drop); po also on the owner's
+//	                           next Advertised when a record went by a TTL
+//	rsh:⟨R⟩                    TTL: ten minutes past its latest grant
+//	                           deadline (runner_shards_add), and with its
+//	                           presence record (then, if it still names a
+//	                           deadline ahead, PEXPIREAT that deadline)
+//	seq epoch stc pseq lsfill  fixed: one each per shard (counters and
+//	                           cursors), at most 5 × Shards keys
+//	mguard                     never written
+//
+//	key (fleet-wide)           ends by
+//	layout                     the namespace
+//	place placen               never: one entry per site ever placed (about
+//	                           100 B), bounded by MaxPlacedSites; a hub that
+//	                           churns through millions of sites grows it
+//	pc:* (pending pairings)    the code's expiresAt (purged after it), approval,
+//	                           denial; pc:a:⟨addr⟩ expires with its last code
+//	pc:ok                      with its code (purged at expiry)
+//	projection                 admin action (PUT/merge); one document
+//	projection:approved        admin action (relay pairing unpair, or the
+//	                           document taking the runner id over)
+//	pol:*                      admin action (policy writes); pol:v a counter
+//	ops:r:⟨id⟩, ops:rs         TTL of the replica's heartbeat record; the
+//	                           index trimmed by age and MaxReplicaRecords
+//	ops:tk ops:ti              admin action (drop a view token); at most
+//	                           MaxViewTokens
+//
+// The retention index ls (per shard, beside pidx) is what lets the sweep
+// find silent devices without reading the dataset: runner -> an instant
+// at most an hour (LS_STEP_MS, lua/lib/presence.lua) before its last
+// heartbeat. A heartbeat writes it when the record's lx field (the score
+// last written) is absent or an hour old, so an idle tick adds no write
+// there; presence_reap reads only entries already past the cut, decides
+// each by the record's own lastSeenAt (moving a device that beat since
+// forward), and forgets the rest, a record and its entries in one script
+// on the runner's shard. Records written before the index (relays before
+// 2026-12-03) enter it at their next heartbeat; those that never beat
+// again are indexed once per namespace by BackfillRetention (the sweep
+// walks pidx in pages, keeping its cursor in lsfill, "done" at the end).
+// Each Store remembers per shard when its index head can next be due, so
+// an idle sweep reads one ZRANGE per shard at most once a minute.
+//
+// A replica's own memory is bounded the same way: the placement cache
+// (Options.PlacementCacheSites, two generations), the work view
+// (Options.WorkViewQueues per shard), the results cache
+// (Options.ResultCacheBytes, each site's entry counted), the relay's
+// presence checks (100,000 runners), the operations view's activity (500
+// sites × 10 minutes), per-site queue ages (the projection's sites). A
+// miss reads Valkey again.
 //
 // # Claims spanning shards
 //
@@ -398,8 +483,9 @@
 //   - A claim examines at most ClaimScanBudget queue entries; only entries
 //     skipped for this runner (refusedBy, retryAfter) cost scans without a
 //     grant, so the budget bounds pathological claims only.
-//   - Presence may expire (Options.PresenceTTLMs); Everyone drops index
-//     entries whose record is gone.
+//   - Presence may expire (Options.PresenceTTLMs), and a device silent
+//     past Options.DeviceRetention is forgotten (ReapDevices; the relay
+//     always sets it); Everyone drops index entries whose record is gone.
 //   - Pairing user codes: a lookup by user code finds the first live code
 //     stored under it; if that one is dropped, a later code that collided
 //     with it (8 random symbols) is not found by user code (it still is by

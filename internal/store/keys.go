@@ -105,14 +105,14 @@ func newKeys(namespace string) (keys, error) {
 }
 
 // withLayout fixes the shard count and salt of the namespace's layout record.
-func (k keys) withLayout(shards int, salt []byte) keys {
+func (k keys) withLayout(shards int, salt []byte, placeLimit int) keys {
 	k.shards = make([]string, shards)
 	for i := range shards {
 		k.shards[i] = shardPrefix(k.ns, i, shards)
 	}
 	k.salt = salt
 	k.macs = &sync.Pool{New: func() any { return &shardMAC{h: hmac.New(sha256.New, salt)} }}
-	k.place = newPlaceCache()
+	k.place = newPlaceCache(placeLimit)
 	return k
 }
 
@@ -162,6 +162,14 @@ func (k keys) shardOf(domain, id string) int {
 func (k keys) siteShard(siteID string) int {
 	if sh, ok := k.placedShard(siteID); ok {
 		return sh
+	}
+	// Placed by this call, then forgotten by the bounded cache before its
+	// use (placeCache): the record has it.
+	if k.place.read != nil {
+		if sh, ok := k.place.read(siteID); ok {
+			k.place.put(siteID, sh)
+			return sh
+		}
 	}
 	panic("store: site " + strconv.Quote(siteID) + " used before it was placed")
 }
@@ -249,6 +257,12 @@ func (k keys) presence(runnerID string) string {
 }
 func (k keys) presenceIndex(shard int) string { return k.shards[shard] + "pidx" }
 func (k keys) presenceSeq(shard int) string   { return k.shards[shard] + "pseq" }
+
+// retentionIndex is the shard's ls: runner -> an instant at most an hour
+// before its last heartbeat (lua/lib/presence.lua index_seen); retentionFill
+// the backfill's cursor over pidx (lua/presence_backfill.lua).
+func (k keys) retentionIndex(shard int) string { return k.shards[shard] + "ls" }
+func (k keys) retentionFill(shard int) string  { return k.shards[shard] + "lsfill" }
 func (k keys) presenceByOwner(shard int, owner string) string {
 	return k.shards[shard] + "po:" + enc(owner)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -102,8 +103,25 @@ func (s *Store) loadLayout(ctx context.Context) error {
 		}
 		return nil
 	}
-	s.k = s.k.withLayout(n, raw)
+	s.k = s.k.withLayout(n, raw, cmp.Or(s.opts.PlacementCacheSites, DefaultPlacementCacheSites))
+	s.k.place.read = s.readPlacement
 	return nil
+}
+
+// readPlacement is one site's entry of the placement record, read with a
+// deadline of its own (siteShard's read-through has no caller context).
+func (s *Store) readPlacement(site string) (int, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.k.p+"place").Field(site).Build()).ToString()
+	if err != nil {
+		return 0, false
+	}
+	sh, err := strconv.Atoi(v)
+	if err != nil || sh < 0 || sh >= len(s.k.shards) {
+		return 0, false
+	}
+	return sh, true
 }
 
 // layoutRecheck is how often a Store serving a v3 namespace reads the

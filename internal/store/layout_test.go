@@ -215,6 +215,20 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	_, _ = h.s.Everyone(ctx)
 	_, _ = h.s.Advertised(ctx, "alice")
 	_ = h.s.DropPresence(ctx, "runner_1")
+	// Retention (retention.go): the backfill, a reap with everything past
+	// the cut, and a forget.
+	if _, err := h.s.BackfillRetention(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.ForgetDevices(ctx, []string{together[1]}); err != nil {
+		t.Fatal(err)
+	}
+	h.s.opts.DeviceRetention = time.Millisecond
+	h.s.AdvanceClock(10)
+	if n, _, err := h.s.ReapDevices(ctx, 10); err != nil || n == 0 {
+		t.Fatalf("reap: %d %v", n, err)
+	}
+	h.s.opts.DeviceRetention = 0
 	p := PendingPairing{DeviceCode: "dc1", UserCode: "ABCD-EFGH", Device: freshDevice(), Label: "l", Platform: "linux",
 		Capabilities: []byte("[]"), ExpiresAt: h.now() + 600_000, Source: "10.0.0.1"}
 	_, _ = h.s.PutPairing(ctx, p)
@@ -323,7 +337,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		for i, k := range toks[3 : 3+n] {
 			want := slot
 			if name == scPresenceBeat.Name && !valkeyconn.IsCluster(b.client) && i < n-1 {
-				want = keyHashSlot(toks[3+i-i%2]) // the record's p key: its pair's slot
+				want = keyHashSlot(toks[3+i-i%3]) // the record's p key: its triple's slot
 				if want != slot {
 					crossSlotBeats, declared = true, map[string]bool{}
 				}

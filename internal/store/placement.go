@@ -18,10 +18,10 @@ import (
 // The fleet-wide placement record maps each site to its shard. lua/place.lua
 // writes a site's entry once, atomically with the choice, and nothing ever
 // changes or deletes it while the namespace lives; each Store caches what it
-// has read for good. So two replicas placing one site at once get one
-// answer, a restart reads the same answer back, and no cache is ever stale.
-// A replica asks Valkey only the first time it meets a site (one script for
-// all the sites of a call), never on the request path after that.
+// has read (bounded, placeCache). So two replicas placing one site at once
+// get one answer, a restart reads the same answer back, and no cache is
+// ever stale. A replica asks Valkey only when it meets a site it does not
+// hold (one script for all the sites of a call).
 
 // MaxPlacedSites bounds the placement record. Sites reach the store only
 // after the projection named them, so this is far above any real fleet.
@@ -35,24 +35,60 @@ const placeChunk = 256
 // placement less even, never wrong.
 const topologyTTL = 30 * time.Second
 
+// placeCache is this Store's copy of placement record entries. An entry
+// never goes stale (the record is written once per site), so the only
+// question is memory: sites come and go over the life of a hub, and the
+// cache keeps at most two generations of limit entries each. A lookup
+// finds the current generation or the previous one (and moves the entry
+// to the current); when the current one is full it becomes the previous,
+// and what the old previous held is forgotten: sites not used during a
+// whole generation. A miss reads the record again (placeSites, siteKeys;
+// siteShard reads through, so an entry forgotten between a call's
+// placement and its use is read back, never guessed).
 type placeCache struct {
-	mu sync.RWMutex
-	m  map[string]int
+	mu        sync.RWMutex
+	cur, prev map[string]int
+	limit     int
+	// read looks one site up in the record (siteShard's read-through).
+	read func(site string) (int, bool)
 }
 
-func newPlaceCache() *placeCache { return &placeCache{m: map[string]int{}} }
+// DefaultPlacementCacheSites is the default Options.PlacementCacheSites.
+const DefaultPlacementCacheSites = 65536
+
+func newPlaceCache(limit int) *placeCache {
+	return &placeCache{cur: map[string]int{}, limit: max(limit, 1)}
+}
 
 func (p *placeCache) get(site string) (int, bool) {
 	p.mu.RLock()
-	sh, ok := p.m[site]
+	sh, ok := p.cur[site]
+	if ok {
+		p.mu.RUnlock()
+		return sh, true
+	}
+	sh, ok = p.prev[site]
 	p.mu.RUnlock()
+	if ok {
+		p.put(site, sh)
+	}
 	return sh, ok
 }
 
 func (p *placeCache) put(site string, sh int) {
 	p.mu.Lock()
-	p.m[site] = sh
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if _, ok := p.cur[site]; !ok && len(p.cur) >= p.limit {
+		p.prev, p.cur = p.cur, make(map[string]int, p.limit/4)
+	}
+	p.cur[site] = sh
+}
+
+// size is the entries held, both generations (tests).
+func (p *placeCache) size() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.cur) + len(p.prev)
 }
 
 // topology is the primary that serves each shard's slot.

@@ -200,14 +200,15 @@ func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []b
 	return rec, in, true, nil
 }
 
-// beatCall is one record's keys and values for presence_beat; the rsh key
-// holds its place (any key of the shard) when the record is not asked for.
+// beatCall is one record's keys and values for presence_beat: its record,
+// its rsh (the record's key holds its place when rsh is not asked for)
+// and its shard's retention index.
 func (s *Store) beatCall(p Presence, device, caps, withheld []byte, shards bool) (keys, args []string) {
 	kp, rsh, flag := s.k.presence(p.RunnerID), s.k.presence(p.RunnerID), ""
 	if shards {
 		rsh, flag = s.k.runnerShards(p.RunnerID), "1"
 	}
-	return []string{kp, rsh}, []string{heartbeatDigest(p.Owner, device, caps, withheld), flag}
+	return []string{kp, rsh, s.k.retentionIndex(s.k.runnerShard(p.RunnerID))}, []string{heartbeatDigest(p.Owner, device, caps, withheld), flag}
 }
 
 // beatCallArgs is presence_beat's per-call values: the record expiry and

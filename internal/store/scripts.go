@@ -53,10 +53,13 @@ var (
 	scPendingPage       = Script{Name: "pending_page", ReadOnly: true}
 	scPlace             = Script{Name: "place", ReadOnly: false}
 	scPresenceAll       = Script{Name: "presence_all", ReadOnly: false}
+	scPresenceBackfill  = Script{Name: "presence_backfill", ReadOnly: false}
 	scPresenceBeat      = Script{Name: "presence_beat", ReadOnly: false}
 	scPresenceByOwner   = Script{Name: "presence_by_owner", ReadOnly: false}
 	scPresenceDrop      = Script{Name: "presence_drop", ReadOnly: false}
+	scPresenceForget    = Script{Name: "presence_forget", ReadOnly: false}
 	scPresenceGet       = Script{Name: "presence_get", ReadOnly: true}
+	scPresenceReap      = Script{Name: "presence_reap", ReadOnly: false}
 	scPresenceSeen      = Script{Name: "presence_seen", ReadOnly: false}
 	scPresenceSeenBatch = Script{Name: "presence_seen_batch", ReadOnly: false}
 	scRelease           = Script{Name: "release", ReadOnly: false, Work: true}
@@ -104,10 +107,13 @@ var Scripts = []Script{
 	scPendingPage,
 	scPlace,
 	scPresenceAll,
+	scPresenceBackfill,
 	scPresenceBeat,
 	scPresenceByOwner,
 	scPresenceDrop,
+	scPresenceForget,
 	scPresenceGet,
+	scPresenceReap,
 	scPresenceSeen,
 	scPresenceSeenBatch,
 	scRelease,

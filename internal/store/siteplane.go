@@ -146,17 +146,14 @@ func (c *resultCache) get(siteID, epoch string) map[string]*ResultJob {
 // filed under that listing's epoch, or forgets every site when the cache
 // would grow past its bound.
 func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
-	size := 0
-	for _, r := range entries {
-		size += resultSize(r)
-	}
+	size := resultSiteSize(siteID, entries)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sites == nil {
 		c.sites = map[string]siteResults{}
 	}
-	for _, r := range c.sites[siteID].entries {
-		c.bytes -= resultSize(r)
+	if old, ok := c.sites[siteID]; ok {
+		c.bytes -= resultSiteSize(siteID, old.entries)
 	}
 	delete(c.sites, siteID)
 	if epoch == "" || size > c.limit {
@@ -168,6 +165,17 @@ func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 	}
 	c.sites[siteID] = siteResults{epoch: epoch, entries: entries}
 	c.bytes += size
+}
+
+// resultSiteSize is what a site's entry costs the cache's bound: its
+// results and the entry itself, so that sites with no results (a hub's
+// sites come and go) count too.
+func resultSiteSize(siteID string, entries map[string]*ResultJob) int {
+	n := 256 + len(siteID)
+	for _, r := range entries {
+		n += resultSize(r)
+	}
+	return n
 }
 
 func resultSize(r *ResultJob) int {

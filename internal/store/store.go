@@ -86,8 +86,16 @@ type Options struct {
 	// DefaultMaxPairingBytes. The planes bound the pair-start body below it.
 	MaxPairingBytes int
 	// PresenceTTLMs, when positive, expires presence records that long after
-	// their last heartbeat. 0 keeps them, as the reference does.
+	// their last heartbeat. 0 keeps them, as the reference does. The relay
+	// sets DeviceRetention instead, which ends a device's other keys too.
 	PresenceTTLMs int64
+	// DeviceRetention, when positive, is how long a silent device keeps
+	// its presence record, owner-index and runner-index entries and record
+	// of shards: ReapDevices (the relay's background sweep) forgets them
+	// after it. 0 keeps them, as the reference does. The relay's
+	// RELAY_DEVICE_RETENTION is at least MinDeviceRetention; the store takes
+	// any positive value, so tests can shorten it.
+	DeviceRetention time.Duration
 	// ShardRecheckMs is how long a heartbeat's read of the runner's record
 	// of shards that found no live grant stands (lua/presence_beat.lua);
 	// default DefaultShardRecheckMs. Every grant this store makes clears
@@ -151,6 +159,12 @@ type Options struct {
 	// one run. A server without FUNCTION, or one that refuses to load the
 	// library, gets EVALSHA whatever this says.
 	EvalScripts bool
+	// PlacementCacheSites bounds this Store's copy of the placement
+	// record: at most two generations of this many sites (about 100 B
+	// each), the older forgotten when the newer fills; a forgotten site
+	// costs one read of the record when next used. Default
+	// DefaultPlacementCacheSites.
+	PlacementCacheSites int
 	// WorkViewQueues bounds the empty queues the work view remembers per
 	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
 	// more queues on a shard than this sends some empty claims to Valkey.
@@ -247,6 +261,8 @@ type Store struct {
 	// until Migrate moves it (checkedAt, unix ms).
 	layoutV   atomic.Int32
 	checkedAt atomic.Int64
+	// retention: what ReapDevices and BackfillRetention remember.
+	retention retentionState
 }
 
 // epochCandidate is the epoch the next enqueue writes if the namespace has

@@ -104,3 +104,60 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 		t.Fatalf("something still due: more=%v err=%v", more, err)
 	}
 }
+
+// TestSweepEndsDevices: a replica's sweep ends the devices silent past the
+// retention and, at once, the ones the projection removed; devices that
+// beat stay.
+func TestSweepEndsDevices(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := relaytest.Client(t)
+	ns := relaytest.Namespace(t, c)
+	st, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Logger(t), DeviceRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := func(id string) {
+		t.Helper()
+		if _, err := st.Seen(ctx, store.Presence{RunnerID: id, Owner: "o"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 {
+		seen(fmt.Sprint("silent_", i))
+	}
+	seen("unpaired")
+	seen("alive")
+	removed := []string{"unpaired"}
+	sw := New(st, Options{Logger: relaytest.Logger(t), Devices: st, DeviceBatch: 4,
+		Removed: func() []string { r := removed; removed = nil; return r }})
+	if err := sw.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := st.Presence(ctx, "unpaired"); p != nil {
+		t.Fatal("a device the projection removed is still present after a sweep")
+	}
+	if got := sw.Stats().Forgotten; got != 1 {
+		t.Fatalf("forgotten after the first tick: %d, want 1", got)
+	}
+	// Past the retention; alive beats just before the sweep.
+	st.AdvanceClock(2 * time.Hour.Milliseconds())
+	seen("alive")
+	// Another replica sweeps (its clock moved the same way).
+	st2, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Logger(t), DeviceRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2.SetClockOffset(2 * time.Hour.Milliseconds())
+	sw2 := New(st2, Options{Logger: relaytest.Logger(t), Devices: st2, DeviceBatch: 4, Budget: 10 * time.Second})
+	relaytest.WaitFor(t, 30*time.Second, "every silent device forgotten", func() bool {
+		if err := sw2.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		all, err := st2.Everyone(ctx)
+		return err == nil && len(all) == 1 && all[0].RunnerID == "alive"
+	})
+	if got := sw2.Stats().Forgotten; got != 40 {
+		t.Fatalf("forgotten: %d, want 40", got)
+	}
+}

@@ -12,6 +12,8 @@ package sweeper
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
@@ -23,6 +25,16 @@ import (
 // Store is the part of *store.Store the sweeper uses.
 type Store interface {
 	SweepBatch(ctx context.Context, limit int) (jobs []store.Job, more bool, err error)
+}
+
+// Devices is the part of *store.Store that ends devices' state: silent
+// ones past the retention (ReapDevices, bounded per call), ones the
+// projection dropped (ForgetDevices), and the one-time indexing of records
+// older relays wrote (BackfillRetention).
+type Devices interface {
+	ReapDevices(ctx context.Context, limit int) (forgotten int, more bool, err error)
+	ForgetDevices(ctx context.Context, runnerIDs []string) (int, error)
+	BackfillRetention(ctx context.Context, limit int) (done bool, err error)
 }
 
 // Defaults.
@@ -48,11 +60,28 @@ type Options struct {
 	// OnSweep, when set, is told the outcome of every tick that settled
 	// something (for metrics).
 	OnSweep func(requeued, removed int)
+	// Devices, when set, has each tick also end devices' state: the
+	// runners Removed names, then devices past the retention, in batches
+	// of DeviceBatch within the same budget.
+	Devices Devices
+	// Removed, when set, names the runners the projection dropped or
+	// revoked since its last call (the sweeper forgets them at once).
+	// Runners it could not forget are asked for again on the next tick.
+	Removed func() []string
+	// DeviceBatch is the most retention-index entries one reap call
+	// examines per shard; default DefaultDeviceBatch.
+	DeviceBatch int
 }
+
+// DefaultDeviceBatch keeps one reap script short: each forgotten device
+// is a handful of commands on its own shard.
+const DefaultDeviceBatch = 128
 
 // Stats are cumulative counts since Run started.
 type Stats struct {
 	Ticks, Batches, Requeued, Removed, Errors int64
+	// Forgotten counts device records ended (retention or projection).
+	Forgotten int64
 }
 
 // Sweeper is one replica's background sweep loop.
@@ -61,7 +90,10 @@ type Sweeper struct {
 	opts Options
 	log  *slog.Logger
 
-	ticks, batches, requeued, removed, errors atomic.Int64
+	ticks, batches, requeued, removed, errors, forgotten atomic.Int64
+	// pending: runners Removed named that a failed forget left for the
+	// next tick (only the Run goroutine touches it).
+	pending []string
 }
 
 // New builds a Sweeper; Run starts it.
@@ -81,13 +113,16 @@ func New(st Store, opts Options) *Sweeper {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.DeviceBatch <= 0 {
+		opts.DeviceBatch = DefaultDeviceBatch
+	}
 	return &Sweeper{st: st, opts: opts, log: opts.Logger.With(slog.String("component", "sweeper"))}
 }
 
 // Stats returns the cumulative counts.
 func (s *Sweeper) Stats() Stats {
 	return Stats{Ticks: s.ticks.Load(), Batches: s.batches.Load(), Requeued: s.requeued.Load(),
-		Removed: s.removed.Load(), Errors: s.errors.Load()}
+		Removed: s.removed.Load(), Errors: s.errors.Load(), Forgotten: s.forgotten.Load()}
 }
 
 // Run sweeps until ctx ends.
@@ -155,7 +190,50 @@ func (s *Sweeper) Tick(ctx context.Context) error {
 			s.opts.OnSweep(requeued, removed)
 		}
 	}
+	if s.opts.Devices != nil && ctx.Err() == nil {
+		if derr := s.devices(ctx, deadline); derr != nil {
+			s.errors.Add(1)
+			err = errors.Join(err, derr)
+		}
+	}
 	return err
+}
+
+// devices is a tick's part for device state: forget the runners the
+// projection dropped, index what older relays wrote (until done), reap
+// the silent, all within the tick's budget.
+func (s *Sweeper) devices(ctx context.Context, deadline time.Time) error {
+	d := s.opts.Devices
+	if s.opts.Removed != nil {
+		s.pending = append(s.pending, s.opts.Removed()...)
+	}
+	if len(s.pending) > 0 {
+		n, err := d.ForgetDevices(ctx, s.pending)
+		if err != nil {
+			return fmt.Errorf("forget removed devices: %w", err)
+		}
+		s.forgotten.Add(int64(n))
+		if n > 0 {
+			s.log.Info("forgot devices the projection no longer holds", slog.Int("records", n), slog.Int("runners", len(s.pending)))
+		}
+		s.pending = nil
+	}
+	if _, err := d.BackfillRetention(ctx, s.opts.DeviceBatch); err != nil {
+		return fmt.Errorf("retention backfill: %w", err)
+	}
+	for {
+		n, more, err := d.ReapDevices(ctx, s.opts.DeviceBatch)
+		s.forgotten.Add(int64(n))
+		if err != nil {
+			return fmt.Errorf("reap silent devices: %w", err)
+		}
+		if n > 0 {
+			s.log.Debug("forgot silent devices", slog.Int("records", n))
+		}
+		if !more || time.Now().After(deadline) {
+			return nil
+		}
+	}
 }
 
 // next is the jittered delay to the next tick.

@@ -36,6 +36,78 @@ local function holds_digest(ld, d)
   return tonumber(string.sub(ld, #d + 2)) or nil
 end
 
+-- The retention index: ls (per shard, beside pidx) is a ZSET eR -> an
+-- instant at most LS_STEP_MS before the record's lastSeenAt, so the sweep
+-- (presence_reap) reads only the records that may be due. A heartbeat
+-- writes it when the record's lx field (the score last written there) is
+-- absent or LS_STEP_MS old, so an idle device's beat adds a write to it
+-- about once an hour, not on every tick. The sweep never trusts the score
+-- alone: it reads lastSeenAt and moves a record that beat since forward.
+local LS_STEP_MS = 3600000
+
+-- index_seen(kp, kls, eR, lx, now): the retention index kls (the
+-- record's shard's ls) after a heartbeat of record kp whose lx field read
+-- lx (nil or a string).
+local function index_seen(kp, kls, eR, lx, now)
+  if lx and tonumber(now) - (tonumber(lx) or 0) < LS_STEP_MS then
+    return
+  end
+  redis.call('ZADD', kls, now, eR)
+  redis.call('HSET', kp, 'lx', now)
+end
+
+-- b64url(s): base64url without padding, the key-part encoding (enc in
+-- internal/store keys.go), for the owner's index key of a record that
+-- holds its owner raw.
+local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+local function b64url(s)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = string.byte(s, i, i + 2)
+    local n = a * 65536 + (b or 0) * 256 + (c or 0)
+    local q = {math.floor(n / 262144) % 64, math.floor(n / 4096) % 64, math.floor(n / 64) % 64, n % 64}
+    local keep = 4
+    if not b then
+      keep = 2
+    elseif not c then
+      keep = 3
+    end
+    for j = 1, keep do
+      out[#out + 1] = string.sub(B64, q[j] + 1, q[j] + 1)
+    end
+  end
+  return table.concat(out)
+end
+
+-- forget_runner(pre, eR, now): everything of runner eR on its own shard
+-- (prefix pre): its presence record, its owner-index entry, its runner
+-- index and retention index entries, and its record of shards unless that
+-- still names a grant whose deadline is ahead (then only its lapsed
+-- shards go, and the key expires at its latest deadline: cancel requests
+-- and the bare-id probe need it no longer than that). Its grants on other
+-- shards (hid, cxl) end with their jobs. Returns 1 if a record was there.
+local function forget_runner(pre, eR, now)
+  local kp = pre .. 'p:' .. eR
+  local owner = redis.call('HGET', kp, 'owner')
+  if owner then
+    redis.call('SREM', pre .. 'po:' .. b64url(owner), eR)
+    redis.call('DEL', kp)
+  end
+  redis.call('ZREM', pre .. 'pidx', eR)
+  redis.call('ZREM', pre .. 'ls', eR)
+  local krsh = pre .. 'rsh:' .. eR
+  redis.call('ZREMRANGEBYSCORE', krsh, '-inf', fmt(now))
+  local last = redis.call('ZRANGE', krsh, -1, -1, 'WITHSCORES')
+  local hi = tonumber(last[2] or '')
+  if hi then
+    redis.call('PEXPIREAT', krsh, fmt(hi))
+  end
+  if owner then
+    return 1
+  end
+  return 0
+end
+
 -- seen_record(p, pidx, pseq, po, rsh, i, now): the record's keys (rsh may
 -- be nil: not read) and, from ARGV[i], its nine values: eR, runnerId,
 -- owner, device, capabilities, withheld, ttl ms, digest, condition. Read
@@ -50,7 +122,7 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
   -- One read is both the existence check and the reply's fields: a
   -- record always has an owner (presence_seen is its only writer), and
   -- its runnerId is the one its key names, ARGV[i + 1].
-  local r = redis.call('HMGET', kp, 'owner', 'device', 'ld')
+  local r = redis.call('HMGET', kp, 'owner', 'device', 'ld', 'lx')
   local same = r[1] == ARGV[i + 2] and r[2] == ARGV[i + 3]
   local cond = ARGV[i + 8] == '1'
   if cond and not same then
@@ -82,6 +154,7 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
     r = {ARGV[i + 2], ARGV[i + 3]}
     redis.call('SADD', kpo, ARGV[i])
   end
+  index_seen(kp, string.match(kp, '^[^{]*{[^}]*}:') .. 'ls', ARGV[i], r[4], now)
   if ARGV[i + 6] ~= '0' then
     redis.call('PEXPIRE', kp, ARGV[i + 6])
   end

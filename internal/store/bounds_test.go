@@ -1,0 +1,73 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The placement cache keeps at most two generations of
+// PlacementCacheSites sites; a site it forgot is read back from the
+// record (by a placing call, a reading call, and siteShard itself), and
+// lands on the shard it was placed on, with its jobs.
+func TestPlacementCacheBounded(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		const limit = 4
+		h := newH(t, b, Options{PlacementCacheSites: limit})
+		shards := map[string]int{}
+		for i := range 25 {
+			s := fmt.Sprint("site-", i)
+			h.enqueueStub(s, stub("j", "alice"))
+			shards[s] = placedShard(h.s, s)
+			if n := h.s.k.place.size(); n > 2*limit {
+				t.Fatalf("after %d sites the cache holds %d, bound %d", i+1, n, 2*limit)
+			}
+		}
+		for s, sh := range shards {
+			if j, err := h.s.Job(h.ctx, s, "j"); err != nil || j == nil {
+				t.Fatalf("job of %s after its entry was forgotten: %+v %v", s, j, err)
+			}
+			if _, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: "k", SiteID: s, Stub: stub("k", "alice")}); err != nil {
+				t.Fatal(err)
+			}
+			if got := placedShard(h.s, s); got != sh {
+				t.Fatalf("%s read back on shard %d, placed on %d", s, got, sh)
+			}
+		}
+		// siteShard itself reads through a miss (an entry forgotten between
+		// a call's placement and its use).
+		h.s.k.place.mu.Lock()
+		h.s.k.place.cur, h.s.k.place.prev = map[string]int{}, nil
+		h.s.k.place.mu.Unlock()
+		for s, sh := range shards {
+			if got := h.s.k.siteShard(s); got != sh {
+				t.Fatalf("siteShard(%s) read through as %d, placed on %d", s, got, sh)
+			}
+		}
+		if n := h.s.k.place.size(); n > 2*limit {
+			t.Fatalf("after reading through the cache holds %d, bound %d", n, 2*limit)
+		}
+	})
+}
+
+// The results cache counts each site's entry against its byte bound,
+// results or none, so sites that come and go cannot grow it.
+func TestResultCacheCountsSites(t *testing.T) {
+	c := resultCache{limit: 64 << 10}
+	for i := range 10_000 {
+		c.put(fmt.Sprint("site-", i), "epoch", map[string]*ResultJob{})
+	}
+	if n := len(c.sites); n > (64<<10)/256 {
+		t.Fatalf("%d empty sites kept under a 64 KiB bound", n)
+	}
+	if c.bytes > c.limit {
+		t.Fatalf("%d bytes counted, bound %d", c.bytes, c.limit)
+	}
+	// Replacing a site's entry does not double-count it.
+	c = resultCache{limit: 64 << 10}
+	for range 100 {
+		c.put("one", "epoch", map[string]*ResultJob{"1:a": {JobID: "a"}})
+	}
+	if want := resultSiteSize("one", map[string]*ResultJob{"1:a": {JobID: "a"}}); c.bytes != want || len(c.sites) != 1 {
+		t.Fatalf("one site put 100 times: %d bytes, %d sites; want %d, 1", c.bytes, len(c.sites), want)
+	}
+}

@@ -1,0 +1,23 @@
+-- presence_forget: forget named runners of one shard at once: a device
+-- the projection no longer holds, or holds revoked (the sweeper passes
+-- the ones a projection change removed). What goes is what presence_reap
+-- takes from a silent device (forget_runner, lib/presence.lua), whatever
+-- its last heartbeat.
+--
+-- mode: write
+-- lib: presence
+-- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
+-- KEYS[1]  ls (the shard's retention index; names the shard)
+-- ARGV[1..3] prefix, offset, churn (unused)
+-- ARGV[4..] eR of each runner (all on this shard; at most 256)
+-- Reply: the number of presence records deleted
+
+if #ARGV < 4 or #ARGV > 259 then
+  return redis.error_reply('ERR relay: presence_forget: 1..256 runners')
+end
+local now = clock()
+local n = 0
+for i = 4, #ARGV do
+  n = n + forget_runner(P, ARGV[i], now)
+end
+return n

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The long churn soak: test/soak's TestChurnSoak with GENERATIONS
+# generations (default 50) of 24 devices, 3 owners and 4 sites each, LOAD
+# of traffic each (default 10s), through three stores and their sweepers
+# on a private server (device retention shortened to 1 s, a store option).
+# After each generation has gone (its devices silent or unpaired, its jobs
+# past their deadlines) it records the server's keys and used_memory and
+# the process heap: a flat line says nothing grows with history.
+#
+#   test/bench/soak.sh                                  # 50 generations, 10 s each (about 10 minutes)
+#   GENERATIONS=10 LOAD=3s test/bench/soak.sh
+#   RELAY_TEST_REDIS_SERVER=/path/valkey-server test/bench/soak.sh   # another server binary
+#
+# Output: $OUT/soak.md (one row per generation, then the summary) and
+# soak.log (the test's own output).
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+. test/bench/lib.sh
+bench_init soak
+
+GENERATIONS=${GENERATIONS:-50}
+LOAD=${LOAD:-10s}
+log "$GENERATIONS generations of $LOAD load"
+RELAY_SOAK_GENERATIONS=$GENERATIONS RELAY_SOAK_LOAD=$LOAD \
+  go test -count=1 -v -timeout 0 -run '^TestChurnSoak$' ./test/soak/ >"$OUT/soak.log" 2>&1 || {
+  tail -40 "$OUT/soak.log" >&2
+  exit 1
+}
+{
+  echo "# Churn soak: $GENERATIONS generations, $LOAD of load each ($(date -u +%FT%TZ), $(git rev-parse --short HEAD))"
+  echo
+  echo "| generation | peak keys | peak key bytes | peak used_memory (B) | after: keys | after: key bytes | after: used_memory (B) | of it Lua VMs (B) | after: heap (B) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  sed -n 's/.*generation \([0-9]*\): peak keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua [0-9]* B), heap [0-9]* B; after keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua \([0-9]*\) B), heap \([0-9]*\) B.*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 |/p' "$OUT/soak.log"
+  echo
+  grep -o 'jobs completed.*' "$OUT/soak.log" | sed 's/^/    /'
+} >"$OUT/soak.md"
+cat "$OUT/soak.md"
