@@ -185,6 +185,12 @@ func TestBrowser(t *testing.T) {
 	}
 	var grantedID struct{ ID string }
 	json.Unmarshal(granted[0].Stub, &grantedID)
+	// Sealed at once: an unsealed grant goes back to the queue after the
+	// 10 s awaiting-payload window, which a slow machine spends before the
+	// browser reaches the pages; a ready job keeps its 120 s lease.
+	if r, err := st.Seal(ctx, siteA, grantedID.ID, json.RawMessage(`{"ciphertext":"c2VhbGVk","recipientKeyId":"k"}`)); err != nil || r.Refused != "" {
+		t.Fatalf("seal: %+v %v", r, err)
+	}
 
 	want := map[string]int64{}
 	all, err := st.Jobs(ctx)
@@ -326,7 +332,7 @@ func TestBrowser(t *testing.T) {
 
 	// The device holding the grant, then the job it holds.
 	do("device page", chromedp.Navigate(admins[2]+"/ui/device/"+runner), visible("#held"))
-	if got := text("#active"); !strings.Contains(got, grantedID.ID) || !strings.Contains(got, "awaiting-payload") {
+	if got := text("#active"); !strings.Contains(got, grantedID.ID) || !strings.Contains(got, store.StateReady) {
 		t.Errorf("device page active leases:\n%s", got)
 	}
 	if got := text("#online"); got != "online" {
@@ -334,8 +340,8 @@ func TestBrowser(t *testing.T) {
 	}
 	shot("3-device")
 	do("job page", chromedp.Navigate(admins[0]+"/ui/job/"+siteA+"/"+grantedID.ID), visible("#job-state"))
-	if got := text("#job-state"); got != "awaiting-payload" {
-		t.Errorf("job state %q, want awaiting-payload", got)
+	if got := text("#job-state"); got != store.StateReady {
+		t.Errorf("job state %q, want ready", got)
 	}
 	if got := text("#job-holder"); !strings.Contains(got, runner) {
 		t.Errorf("job holder %q, want %s", got, runner)
