@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
@@ -24,6 +25,9 @@ type Options struct {
 	// OnlineWithinMs is how recent a presence must be to count as online
 	// (default 90 s: daemons heartbeat every few seconds).
 	OnlineWithinMs int64
+	// StoreTimeout bounds each store call a page makes (config
+	// RELAY_STORE_TIMEOUT); 0 leaves them unbounded.
+	StoreTimeout time.Duration
 }
 
 // Handler serves /ui/. Mount it without the admin listener's own token
@@ -45,6 +49,9 @@ func New(o Options) *Handler {
 	}
 	if o.OnlineWithinMs <= 0 {
 		o.OnlineWithinMs = 90_000
+	}
+	if o.StoreTimeout > 0 {
+		o.Source = timedSource{s: o.Source, d: o.StoreTimeout}
 	}
 	h := &Handler{src: o.Source, adminSet: o.AdminToken != "", adminSum: sha256.Sum256([]byte(o.AdminToken)),
 		secure: o.Secure, log: o.Logger.With(slog.String("component", "opsview")), online: o.OnlineWithinMs,

@@ -152,6 +152,8 @@ func New(client valkey.Client, opts Options) *Sync {
 		opts.Logger = slog.Default()
 	}
 	key, channel := Keys(opts.Namespace)
+	// Bounds the calls of a context from WithStoreTimeout (timeout.go).
+	client = timedClient{Client: client}
 	return &Sync{
 		client:  client,
 		key:     key,
