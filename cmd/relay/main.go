@@ -326,8 +326,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		// The operations view checks tokens itself (the admin token, or a
 		// read-only site token), so it is mounted on the open side.
 		ui := opsview.New(opsview.Options{
-			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current},
-			AdminToken: cfg.AdminToken, StoreTimeout: cfg.StoreTimeout, Logger: log,
+			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current, Version: proj.Version},
+			AdminToken: cfg.AdminToken, StoreTimeout: cfg.StoreTimeout, SiteRate: cfg.UISiteRate, Logger: log,
 		})
 		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 			adm.HandleOpen(method, "/ui", ui)

@@ -78,10 +78,10 @@ func (t timedSource) Now(ctx context.Context) (int64, error) {
 	return t.s.Now(ctx)
 }
 
-func (t timedSource) PutToken(ctx context.Context, digest, id string, record []byte) error {
+func (t timedSource) PutToken(ctx context.Context, digest, id string, record []byte, site string) error {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
-	return t.s.PutToken(ctx, digest, id, record)
+	return t.s.PutToken(ctx, digest, id, record, site)
 }
 
 func (t timedSource) Token(ctx context.Context, digest string) (json.RawMessage, error) {
