@@ -62,7 +62,6 @@ import (
 
 	"github.com/byollm/relay-go/internal/httpserve"
 	"github.com/byollm/relay-go/internal/projectionsync"
-	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 )
 
@@ -428,14 +427,12 @@ func (s *Server) mergeProjection(c echo.Context) error {
 func (s *Server) write(c echo.Context, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) error {
 	r := c.Request()
 	start := time.Now()
-	// The projection's schema is the reference's, verdict for verdict
-	// (projection.Parse keeps JSON.parse's last-wins rule, as zod sees it);
-	// a key named twice in what an operator sends is refused here, before
-	// it can silently mean its last value, as the other admin documents are.
-	if msg := duplicateKey(body(c)); msg != "" {
+	// A key named twice is refused before the document is read, as the
+	// other admin documents are (projectionsync.UniqueKeys says why here).
+	if err := projectionsync.UniqueKeys(body(c)); err != nil {
 		s.log.Warn("projection "+op+" refused; the projection in force is unchanged",
-			slog.String("remote", r.RemoteAddr), slog.String("reason", msg))
-		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: "projection: " + msg})
+			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
+		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
 	}
 	res, err := apply(r.Context(), body(c))
 	var invalid *projectionsync.InvalidError
@@ -452,16 +449,6 @@ func (s *Server) write(c echo.Context, op string, apply func(context.Context, []
 	s.log.Info("projection "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", res.Version),
 		slog.Bool("changed", res.Changed), slog.Duration("took", time.Since(start)))
 	return writeJSON(c, http.StatusOK, res)
-}
-
-// duplicateKey is what is wrong when raw (valid JSON) names a key twice in
-// one object, else "" (invalid JSON is left to the document's own parser).
-func duplicateKey(raw []byte) string {
-	var dup *protocol.DuplicateKeyError
-	if _, err := protocol.ParseJSONUnique(protocol.RequestText(raw)); errors.As(err, &dup) {
-		return dup.Error()
-	}
-	return ""
 }
 
 // storeFailed answers an error of the store behind a route by whose fault
