@@ -8,14 +8,19 @@
 --
 -- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
 -- KEYS[2]  ops:ti  HASH  token id -> token digest
+-- KEYS[3]  ops:tg  HASH  token digest -> "<generation>|<id>|<site>" (ops_token_put)
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  id
 -- Reply: 1 revoked, 0 no such token
 
-local d = redis.call('HGET', KEYS[2], ARGV[4])
+local tokens, ids, gens = KEYS[1], KEYS[2], KEYS[3]
+local id = ARGV[4]
+
+local d = redis.call('HGET', ids, id)
 if not d then
   return 0
 end
-redis.call('HDEL', KEYS[1], d)
-redis.call('HDEL', KEYS[2], ARGV[4])
+redis.call('HDEL', tokens, d)
+redis.call('HDEL', gens, d)
+redis.call('HDEL', ids, id)
 return 1

@@ -19,11 +19,15 @@
 --   teams     n, then n × (⟨O⟩, m, m × ⟨U⟩)  (the owner's members replaced)
 --   members   n, then n × (⟨O⟩, ⟨U⟩, "1" add | "0" remove)
 --   declares  n, then n × (⟨S⟩, purposes JSON)
--- Reply: the new version (integer)
+-- Reply: {version, changed}: a replace always writes and bumps the version;
+-- a merge or act that changes nothing (an empty merge, a consent written
+-- again as it is, a pause of a paused consent) writes nothing and keeps
+-- it, changed 0, as the projection's empty merge does.
 
 local function team(eo) return P .. 'pol:t:' .. eo end
 
-if ARGV[4] == 'replace' then
+local changed = ARGV[4] == 'replace'
+if changed then
   for _, eo in ipairs(redis.call('SMEMBERS', KEYS[3])) do
     redis.call('DEL', team(eo))
   end
@@ -36,32 +40,40 @@ local function take()
   i = i + 1
   return v
 end
+-- mark notes a command's reply: SADD, SREM, HDEL answer how many members
+-- they changed.
+local function mark(n)
+  if n > 0 then changed = true end
+end
 
 local n = tonumber(take())
 for _ = 1, n do
   local f, m, paused = take(), take(), take()
-  redis.call('HSET', KEYS[1], f, m)
+  if redis.call('HGET', KEYS[1], f) ~= m then
+    redis.call('HSET', KEYS[1], f, m)
+    changed = true
+  end
   if paused == '1' then
-    redis.call('SADD', KEYS[2], f)
+    mark(redis.call('SADD', KEYS[2], f))
   else
-    redis.call('SREM', KEYS[2], f)
+    mark(redis.call('SREM', KEYS[2], f))
   end
 end
 
 n = tonumber(take())
 for _ = 1, n do
   local f = take()
-  redis.call('HDEL', KEYS[1], f)
-  redis.call('SREM', KEYS[2], f)
+  mark(redis.call('HDEL', KEYS[1], f))
+  mark(redis.call('SREM', KEYS[2], f))
 end
 
 n = tonumber(take())
 for _ = 1, n do
   local f, on = take(), take()
   if on == '1' then
-    redis.call('SADD', KEYS[2], f)
+    mark(redis.call('SADD', KEYS[2], f))
   else
-    redis.call('SREM', KEYS[2], f)
+    mark(redis.call('SREM', KEYS[2], f))
   end
 end
 
@@ -69,14 +81,36 @@ n = tonumber(take())
 for _ = 1, n do
   local eo = take()
   local m = tonumber(take())
-  redis.call('DEL', team(eo))
+  local want, list = {}, {}
   for _ = 1, m do
-    redis.call('SADD', team(eo), take())
+    local u = take()
+    if not want[u] then
+      want[u] = true
+      list[#list + 1] = u
+    end
   end
-  if m > 0 then
-    redis.call('SADD', KEYS[3], eo)
+  local size = #list
+  -- The member list is replaced; it changes unless the set is the same.
+  local same = redis.call('SCARD', team(eo)) == size
+  if same then
+    for _, u in ipairs(redis.call('SMEMBERS', team(eo))) do
+      if not want[u] then
+        same = false
+        break
+      end
+    end
+  end
+  if not same then
+    changed = true
+    redis.call('DEL', team(eo))
+    for _, u in ipairs(list) do
+      redis.call('SADD', team(eo), u)
+    end
+  end
+  if size > 0 then
+    mark(redis.call('SADD', KEYS[3], eo))
   else
-    redis.call('SREM', KEYS[3], eo)
+    mark(redis.call('SREM', KEYS[3], eo))
   end
 end
 
@@ -84,12 +118,12 @@ n = tonumber(take())
 for _ = 1, n do
   local eo, eu, on = take(), take(), take()
   if on == '1' then
-    redis.call('SADD', team(eo), eu)
-    redis.call('SADD', KEYS[3], eo)
+    mark(redis.call('SADD', team(eo), eu))
+    mark(redis.call('SADD', KEYS[3], eo))
   else
-    redis.call('SREM', team(eo), eu)
+    mark(redis.call('SREM', team(eo), eu))
     if redis.call('SCARD', team(eo)) == 0 then
-      redis.call('SREM', KEYS[3], eo)
+      mark(redis.call('SREM', KEYS[3], eo))
     end
   end
 end
@@ -97,7 +131,13 @@ end
 n = tonumber(take())
 for _ = 1, n do
   local es, purposes = take(), take()
-  redis.call('HSET', KEYS[4], es, purposes)
+  if redis.call('HGET', KEYS[4], es) ~= purposes then
+    redis.call('HSET', KEYS[4], es, purposes)
+    changed = true
+  end
 end
 
-return redis.call('INCR', KEYS[5])
+if not changed then
+  return {tonumber(redis.call('GET', KEYS[5])) or 0, 0}
+end
+return {redis.call('INCR', KEYS[5]), 1}

@@ -327,7 +327,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	adminAddr := ""
 	if cfg.AdminListen != "" {
 		adm := admin.New(admin.Options{Token: cfg.AdminToken, Projections: proj, Pairings: pairings.New(st, proj), Policies: pol, Placement: st,
-			MaxBody: cfg.AdminMaxBody, Bodies: bodies, Logger: log,
+			MaxBody: cfg.AdminMaxBody, Bodies: bodies, StoreTimeout: cfg.StoreTimeout, Logger: log,
 			Middleware: []echo.MiddlewareFunc{tel.Middleware(telemetry.MiddlewareConfig{Plane: telemetry.PlaneAdmin})}})
 		// Probes and Prometheus carry no token; these reveal nothing secret.
 		adm.HandleOpen(http.MethodGet, "/healthz", checker.Healthz())
@@ -336,8 +336,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		// The operations view checks tokens itself (the admin token, or a
 		// read-only site token), so it is mounted on the open side.
 		ui := opsview.New(opsview.Options{
-			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current},
-			AdminToken: cfg.AdminToken, Logger: log,
+			Source:     opsview.StoreSource{Store: st, Client: client, Proj: proj.Current, Version: proj.Version},
+			AdminToken: cfg.AdminToken, StoreTimeout: cfg.StoreTimeout, SiteRate: cfg.UISiteRate, Logger: log,
 		})
 		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 			adm.HandleOpen(method, "/ui", ui)

@@ -102,7 +102,13 @@ type Options struct {
 	// Bodies is the request-body budget shared with the planes; nil gives
 	// the admin listener one of its own.
 	Bodies *httpserve.Budget
-	Logger *slog.Logger
+	// StoreTimeout bounds each store call of the pairing, policy and
+	// placement routes (config RELAY_STORE_TIMEOUT, as the planes); 0
+	// leaves them unbounded. The projection's calls (projectionsync, also
+	// those an approval makes) are bounded per call through the request's
+	// context (projectionsync.WithStoreTimeout).
+	StoreTimeout time.Duration
+	Logger       *slog.Logger
 	// Middleware runs around every request, outermost (telemetry).
 	Middleware []echo.MiddlewareFunc
 }
@@ -134,6 +140,17 @@ func New(opts Options) *Server {
 	if opts.Bodies == nil {
 		opts.Bodies = httpserve.NewBudget(0)
 	}
+	if d := opts.StoreTimeout; d > 0 {
+		if opts.Pairings != nil {
+			opts.Pairings = timedPairings{p: opts.Pairings, d: d}
+		}
+		if opts.Policies != nil {
+			opts.Policies = timedPolicies{p: opts.Policies, d: d}
+		}
+		if opts.Placement != nil {
+			opts.Placement = timedPlacement{p: opts.Placement, d: d}
+		}
+	}
 	s := &Server{
 		hasToken: opts.Token != "",
 		// Comparing digests keeps the comparison constant-time even in
@@ -151,6 +168,15 @@ func New(opts Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.httpError
 	e.Use(opts.Middleware...)
+	if d := opts.StoreTimeout; d > 0 {
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				r := c.Request()
+				c.SetRequest(r.WithContext(projectionsync.WithStoreTimeout(r.Context(), d)))
+				return next(c)
+			}
+		})
+	}
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.log.ErrorContext(c.Request().Context(), "admin: handler panic", slog.Any("err", err), slog.String("stack", string(stack)))
@@ -401,6 +427,13 @@ func (s *Server) mergeProjection(c echo.Context) error {
 func (s *Server) write(c echo.Context, op string, apply func(context.Context, []byte) (projectionsync.Result, error)) error {
 	r := c.Request()
 	start := time.Now()
+	// A key named twice is refused before the document is read, as the
+	// other admin documents are (projectionsync.UniqueKeys says why here).
+	if err := projectionsync.UniqueKeys(body(c)); err != nil {
+		s.log.Warn("projection "+op+" refused; the projection in force is unchanged",
+			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
+		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
+	}
 	res, err := apply(r.Context(), body(c))
 	var invalid *projectionsync.InvalidError
 	switch {

@@ -1,9 +1,7 @@
 package admin
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/byollm/relay-go/internal/pairings"
+	"github.com/byollm/relay-go/internal/protocol"
 )
 
 // Pairings is the approval service the /pairings routes drive; the relay
@@ -61,30 +60,48 @@ func (s *Server) registerPairings(p Pairings) {
 	}, s.bodyLimit(maxApprovalBody, denyTooLarge))
 }
 
-// decodeApproval reads {"owner": string, "runnerId"?: string} strictly: no
-// other keys, no trailing data. It returns "" or what is wrong.
+// decodeApproval reads {"owner": string, "runnerId"?: string} strictly,
+// with the wire's own parser and schema checks (internal/protocol): no
+// other keys, no key named twice, no trailing data; the ids' length and
+// characters (no control character, no lone surrogate) are checked by
+// pairings.CheckID. It returns "" or what is wrong.
 func decodeApproval(body []byte, a *pairings.Approval) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	var raw struct {
-		Owner    *string `json:"owner"`
-		RunnerID *string `json:"runnerId"`
+	const shape = `body must be {"owner": string, "runnerId"?: string}`
+	v, err := protocol.ParseJSONUnique(protocol.RequestText(body))
+	var dup *protocol.DuplicateKeyError
+	switch {
+	case errors.As(err, &dup):
+		return shape + ": " + dup.Error()
+	case err != nil:
+		return shape + ": not valid JSON"
 	}
-	if err := dec.Decode(&raw); err != nil {
-		return `body must be {"owner": string, "runnerId"?: string}: ` + err.Error()
+	o, err := protocol.StrictObject(v, "", "owner", "runnerId")
+	if err != nil {
+		return shape + ": " + err.Error()
 	}
-	if dec.More() {
-		return "body holds data after the JSON object"
+	owner, _, err := o.OptString("owner", 0, -1)
+	if err != nil {
+		return err.Error()
 	}
-	if raw.Owner == nil || *raw.Owner == "" {
+	if owner == "" {
 		return "owner: required, a non-empty string (the account the device will run for)"
 	}
-	a.Owner = *raw.Owner
-	if raw.RunnerID != nil {
-		if *raw.RunnerID == "" {
+	if err := pairings.CheckID("owner", owner); err != nil {
+		return err.Error()
+	}
+	a.Owner = owner
+	runner, present, err := o.OptString("runnerId", 0, -1)
+	if err != nil {
+		return err.Error()
+	}
+	if present {
+		if runner == "" {
 			return "runnerId: must be non-empty when given (leave it out to derive one from the device key)"
 		}
-		a.RunnerID = *raw.RunnerID
+		if err := pairings.CheckID("runnerId", runner); err != nil {
+			return err.Error()
+		}
+		a.RunnerID = runner
 	}
 	return ""
 }

@@ -548,11 +548,25 @@ func TestPairingRequestsRefused(t *testing.T) {
 		{``, "body must be"},
 		{`{}`, "owner: required"},
 		{`{"owner":""}`, "owner: required"},
-		{`{"owner":7}`, "body must be"},
-		{`{"owner":"alice","extra":1}`, "unknown field"},
+		{`{"owner":7}`, "owner: expected string"},
+		{`{"owner":"alice","extra":1}`, `unrecognized key "extra"`},
 		{`{"owner":"alice","runnerId":""}`, "runnerId: must be non-empty"},
-		{`{"owner":"alice"} {}`, "after the JSON object"},
+		{`{"owner":"alice"} {}`, "not valid JSON"},
 		{`{"owner":"` + strings.Repeat("a", maxApprovalBody) + `"}`, "cannot read body"},
+		// Issue 27, defect 8: a key named twice is refused, not read as its
+		// last value; ids are bounded and hold no control character.
+		{`{"owner":"alice","owner":"mallory"}`, `names the key "owner" twice`},
+		{`{"owner":"alice","runnerId":"r1","runnerId":"r2"}`, `names the key "runnerId" twice`},
+		// A lone surrogate is no character: refused, as the store refuses
+		// a runner id that is not UTF-8 (it became U+FFFD, so "r\ud800"
+		// and "r\ufffd" were one runner).
+		{`{"owner":"alice","runnerId":"runner-\ud800"}`, "runnerId: holds a lone surrogate"},
+		{`{"owner":"al\udfffice"}`, "owner: holds a lone surrogate"},
+		{`{"owner":"` + strings.Repeat("o", 60000) + `"}`, "owner: too long: 60000 bytes, at most 4096"},
+		{`{"owner":"al\u0007ice"}`, "owner: holds the control character U+0007"},
+		{`{"owner":"alice\n"}`, "owner: holds the control character U+000A"},
+		{`{"owner":"alice","runnerId":"r\u0000"}`, "runnerId: holds the control character U+0000"},
+		{`{"owner":"alice","runnerId":"r\u009b"}`, "runnerId: holds the control character U+009B"},
 	} {
 		wantError(t, cl.admin(0, "POST", approve, tt.body), 400, "bad-request", tt.msg)
 	}

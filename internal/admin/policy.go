@@ -17,7 +17,9 @@ import (
 type Policies interface {
 	Get(ctx context.Context) (policy.Document, int64, error)
 	Put(ctx context.Context, d policy.Document) (int64, error)
-	Merge(ctx context.Context, d policy.Document) (int64, error)
+	// MergeChanged merges and reports whether anything changed (a merge
+	// that changes nothing keeps the version).
+	MergeChanged(ctx context.Context, d policy.Document) (int64, bool, error)
 }
 
 // policyResult answers a write and the status route: the version, and the
@@ -26,7 +28,10 @@ type Policies interface {
 // any exist. With no projection stored, the empty projection is compared
 // (it routes nothing, so every policy consent is drift).
 type policyResult struct {
-	Version    int64    `json:"version"`
+	Version int64 `json:"version"`
+	// Changed is false when a merge changed nothing and kept the version
+	// (as the projection's merge answers); a PUT always writes.
+	Changed    *bool    `json:"changed,omitempty"`
 	Agrees     bool     `json:"agrees"`
 	Drift      []string `json:"drift"`
 	DriftCount int      `json:"driftCount"`
@@ -67,16 +72,19 @@ func (s *Server) writePolicy(c echo.Context, merge bool) error {
 			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
 		return writeJSON(c, http.StatusBadRequest, errorBody{Error: "bad-request", Message: err.Error()})
 	}
-	apply := s.pol.Put
+	var version int64
+	changed := true
 	if merge {
-		apply = s.pol.Merge
+		version, changed, err = s.pol.MergeChanged(r.Context(), doc)
+	} else {
+		version, err = s.pol.Put(r.Context(), doc)
 	}
-	version, err := apply(r.Context(), doc)
 	if err != nil {
 		return s.storeFailed(c, err)
 	}
 	res := s.policyCheck(r.Context(), version)
-	s.log.Info("policy "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", version), slog.Int("drift", res.DriftCount))
+	res.Changed = &changed
+	s.log.Info("policy "+op, slog.String("remote", r.RemoteAddr), slog.Int64("version", version), slog.Bool("changed", changed), slog.Int("drift", res.DriftCount))
 	return writeJSON(c, http.StatusOK, res)
 }
 

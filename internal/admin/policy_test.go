@@ -128,3 +128,49 @@ func TestPolicyPushCommand(t *testing.T) {
 		})
 	}
 }
+
+// Issue 27, defect 8: admin documents name each key once (a second
+// "consents" was read as the last one), and an empty merge, or one that
+// writes what is there already, keeps the version ("changed":false), as the
+// projection's merge does. A projection naming a key twice is refused too.
+func TestPolicyDuplicateKeysAndEmptyMerge(t *testing.T) {
+	t.Parallel()
+	srv, pol, _ := setupPolicy(t)
+	auth := "Bearer " + token
+	if a := call(t, srv, "PUT", "/policy", auth, policyDoc); a.status != 200 || !strings.Contains(a.body, `"version":1`) {
+		t.Fatalf("put: %d %s", a.status, a.body)
+	}
+	for _, bad := range []struct{ method, path, body, want string }{
+		{"PUT", "/policy", `{"consents":[],"consents":[{"siteId":"s","user":"u","mappings":[]}]}`, `names the key \"consents\" twice`},
+		{"POST", "/policy/merge", `{"teams":[{"owner":"bob","owner":"eve","members":[]}]}`, `names the key \"owner\" twice`},
+		{"PUT", "/projection", `{"sites":[],"consents":[],"consents":[{"owner":"a","siteId":"site-1"}]}`, `names the key \"consents\" twice`},
+		{"POST", "/projection/merge", `{"consents":[{"owner":"a","owner":"b","siteId":"site-1"}]}`, `names the key \"owner\" twice`},
+	} {
+		a := call(t, srv, bad.method, bad.path, auth, bad.body)
+		if a.status != 400 || !strings.Contains(a.body, bad.want) {
+			t.Fatalf("%s %s %s: %d %s, want 400 naming %q", bad.method, bad.path, bad.body, a.status, a.body, bad.want)
+		}
+	}
+	if a := call(t, srv, "GET", "/projection/status", auth, ""); !strings.HasPrefix(a.body, `{"version":0,`) {
+		t.Fatalf("refused projections wrote: %s", a.body)
+	}
+	for _, same := range []string{`{}`, `{"consents":[],"teams":[],"declares":[],"revoke":[]}`, policyDoc, `{"revoke":[{"siteId":"nowhere","user":"nobody"}]}`} {
+		a := call(t, srv, "POST", "/policy/merge", auth, same)
+		if a.status != 200 || !strings.Contains(a.body, `"version":1`) || !strings.Contains(a.body, `"changed":false`) {
+			t.Fatalf("merge %s: %d %s, want version 1 unchanged", same, a.status, a.body)
+		}
+	}
+	if _, v, _ := pol.Get(context.Background()); v != 1 {
+		t.Fatalf("no-op merges moved the version to %d", v)
+	}
+	// A merge that changes something still bumps it.
+	a := call(t, srv, "POST", "/policy/merge", auth, `{"teams":[{"owner":"bob","members":["alice","carol"]}]}`)
+	if a.status != 200 || !strings.Contains(a.body, `"version":2`) || !strings.Contains(a.body, `"changed":true`) {
+		t.Fatalf("merge: %d %s", a.status, a.body)
+	}
+	// The same members in another order are the same team.
+	a = call(t, srv, "POST", "/policy/merge", auth, `{"teams":[{"owner":"bob","members":["carol","alice"]}]}`)
+	if a.status != 200 || !strings.Contains(a.body, `"version":2`) || !strings.Contains(a.body, `"changed":false`) {
+		t.Fatalf("merge, same team: %d %s", a.status, a.body)
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/sweeper"
@@ -119,6 +120,9 @@ type Config struct {
 	OTLPEndpoint string
 	// AdminMaxBody caps admin request bodies, in bytes.
 	AdminMaxBody int64
+	// UISiteRate is the operations view's sustained pages a second per site
+	// token and per client address, on each replica (bursts of 10 s worth).
+	UISiteRate float64
 	// MaxConns caps open connections on each listener.
 	MaxConns int
 	// BodyBytesInFlight caps the request-body bytes held in memory at once,
@@ -589,6 +593,14 @@ var options = []option{
 			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024, e.g. 16777216 (16 MiB)", v)
 		}
 		c.AdminMaxBody = n
+		return nil
+	}},
+	{env: "RELAY_UI_SITE_RATE", flag: "ui-site-rate", def: strconv.FormatFloat(opsview.DefaultSiteRate, 'f', -1, 64), usage: "operations view: sustained pages a second per site token and per client address, on each replica, with bursts of ten seconds' worth; more is answered 429 with Retry-After (the admin token is never limited)", apply: func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0.01 && f <= 10000) {
+			return fmt.Errorf("%q is not a usable page rate; write pages a second from 0.01 to 10000, e.g. 2 (a page refreshes itself every 5 s, so 2 serves ten open pages)", v)
+		}
+		c.UISiteRate = f
 		return nil
 	}},
 	{env: "RELAY_MAX_CONNS", flag: "max-conns", def: strconv.Itoa(httpserve.DefaultMaxConns), usage: "open connections allowed on each listener; one more is answered 503 (retryable) and closed, or just closed on a TLS listener", apply: func(c *Config, v string) error {

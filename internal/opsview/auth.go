@@ -11,18 +11,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/byollm/relay-go/internal/store"
 )
 
-// cookieName carries the token a person logged in with. HttpOnly and
-// SameSite=Strict, so no script reads it and no other site's page sends
-// it; the view answers GET only with it, so a forged cross-site request has
-// nothing to change.
+// cookieName carries a login session: never a token, but a value derived
+// from it (session.go) that expires. HttpOnly and SameSite=Strict, so no
+// script reads it and no other site's page sends it, Secure when the view
+// is reached over TLS; the view answers GET only with it, so a forged
+// cross-site request has nothing to change.
 const cookieName = "relay_ui"
 
 // principal is who a request is: the admin, or a site's read-only token.
@@ -30,6 +33,7 @@ type principal struct {
 	Admin   bool
 	Site    string // the one site a scoped token sees
 	TokenID string
+	digest  string // a site token's digest, for its login session
 }
 
 // sees reports whether the principal may see siteID.
@@ -61,22 +65,32 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// identify resolves the request's token: the Authorization header first,
-// then the login cookie. ok is false when there is no valid token.
+// identify resolves the request: the Authorization header's token first,
+// then the login session cookie. ok is false when neither is valid.
 func (h *Handler) identify(ctx context.Context, r *http.Request, allowCookie bool) (principal, bool, error) {
-	tok, ok := bearer(r)
-	if !ok && allowCookie {
-		if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
-			tok, ok = c.Value, true
-		}
+	if tok, ok := bearer(r); ok {
+		return h.check(ctx, r, tok)
 	}
-	if !ok {
+	if !allowCookie {
 		return principal{}, false, nil
 	}
-	return h.check(ctx, tok)
+	c, err := r.Cookie(cookieName)
+	if err != nil || c.Value == "" {
+		return principal{}, false, nil
+	}
+	subject, ok := h.sessions.open(c.Value, time.Now())
+	switch {
+	case !ok:
+		return principal{}, false, nil
+	case subject == sessionAdmin:
+		return principal{Admin: true}, true, nil
+	}
+	return h.siteByDigest(ctx, r, subject)
 }
 
-func (h *Handler) check(ctx context.Context, tok string) (principal, bool, error) {
+// check resolves a token: the admin token (compared by digest in constant
+// time), else a site token looked up by its digest.
+func (h *Handler) check(ctx context.Context, r *http.Request, tok string) (principal, bool, error) {
 	if len(tok) > 512 {
 		return principal{}, false, nil
 	}
@@ -86,7 +100,17 @@ func (h *Handler) check(ctx context.Context, tok string) (principal, bool, error
 			return principal{Admin: true}, true, nil
 		}
 	}
-	raw, err := h.src.Token(ctx, digest(tok))
+	return h.siteByDigest(ctx, r, digest(tok))
+}
+
+// siteByDigest looks a site token up by its digest. A lookup costs a store
+// call, so each address gets only so many (limits.go) before it is asked
+// to slow down: a flood of made-up tokens is refused without a store call.
+func (h *Handler) siteByDigest(ctx context.Context, r *http.Request, d string) (principal, bool, error) {
+	if wait := h.limits.address(clientAddress(r)); wait > 0 {
+		return principal{}, false, &slowDown{wait: wait}
+	}
+	raw, err := h.src.Token(ctx, d)
 	if err != nil {
 		return principal{}, false, err
 	}
@@ -97,7 +121,15 @@ func (h *Handler) check(ctx context.Context, tok string) (principal, bool, error
 	if err := json.Unmarshal(raw, &rec); err != nil || rec.Site == "" {
 		return principal{}, false, fmt.Errorf("view token record: %v", err)
 	}
-	return principal{Site: rec.Site, TokenID: rec.ID}, true, nil
+	// A token whose site has left the projection in force reads nothing;
+	// the store refuses one whose site left and came back (its generation).
+	if p := h.src.Projection(); p == nil || p.SiteFor(rec.Site) == nil {
+		return principal{}, false, nil
+	}
+	if wait := h.limits.token(rec.ID); wait > 0 {
+		return principal{}, false, &slowDown{wait: wait}
+	}
+	return principal{Site: rec.Site, TokenID: rec.ID, digest: d}, true, nil
 }
 
 func randomString(n int) string {
@@ -113,7 +145,12 @@ func randomString(n int) string {
 // revoke with a logged-in browser's cookie.
 func (h *Handler) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 	p, ok, err := h.identify(r.Context(), r, false)
-	if err != nil {
+	var slow *slowDown
+	switch {
+	case errors.As(err, &slow):
+		h.tooMany(w, slow)
+		return false
+	case err != nil:
 		h.fail(w, r, err)
 		return false
 	}
@@ -163,12 +200,18 @@ func (h *Handler) mintToken(w http.ResponseWriter, r *http.Request) {
 	rec := tokenRecord{ID: "vt_" + randomString(9), Site: site, CreatedAt: now}
 	tok := "rvt_" + randomString(32)
 	b, _ := json.Marshal(rec)
-	if err := h.src.PutToken(r.Context(), digest(tok), rec.ID, b); err != nil {
-		if errors.Is(err, store.ErrTokenRefused) {
+	if err := h.src.PutToken(r.Context(), digest(tok), rec.ID, b, site); err != nil {
+		switch {
+		case errors.Is(err, store.ErrTokenRefused):
 			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("at most %d view tokens exist at once: revoke some first", store.MaxViewTokens))
-			return
+		case errors.Is(err, store.ErrTokenSiteGone):
+			writeError(w, http.StatusBadRequest, "invalid-request", "site: no such site in the stored projection (it has just left)")
+		case errors.Is(err, store.ErrTokenProjectionMoved):
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the projection changed while the token was minted; try again")
+		default:
+			h.fail(w, r, err)
 		}
-		h.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"id": rec.ID, "site": rec.Site, "createdAt": rec.CreatedAt, "token": tok})
@@ -216,9 +259,12 @@ func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
 }
 
-// sameOrigin refuses a form post whose Origin (or Referer) names another
-// host: with SameSite=Strict this is belt and braces against login CSRF.
-func sameOrigin(r *http.Request) bool {
+// sameOrigin refuses a form post whose Origin (or Referer) is not this
+// view's own origin: the same scheme, host and port (default ports
+// written or not). With SameSite=Strict this is belt and braces against
+// login CSRF. The scheme is https when the view is reached over TLS (here,
+// or at a proxy that says so, or Options.Secure), else http.
+func (h *Handler) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		o = r.Header.Get("Referer")
@@ -227,12 +273,34 @@ func sameOrigin(r *http.Request) bool {
 		return o == ""
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	if err != nil || u.Host == "" || u.User != nil {
+		return false
+	}
+	scheme := "http"
+	if h.secureFor(r) {
+		scheme = "https"
+	}
+	return strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(hostPort(u.Host, scheme), hostPort(r.Host, scheme))
+}
+
+// hostPort is host:port with the scheme's default port filled in.
+func hostPort(hostport, scheme string) string {
+	if _, _, err := net.SplitHostPort(hostport); err == nil {
+		host, port, _ := net.SplitHostPort(hostport)
+		if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+			port = ""
+		}
+		if port == "" {
+			return strings.Trim(host, "[]")
+		}
+		return net.JoinHostPort(host, port)
+	}
+	return strings.Trim(hostport, "[]")
 }
 
 // login is POST /ui/login (form field "token"): sets the cookie.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !h.sameOrigin(r) {
 		writeError(w, http.StatusForbidden, "forbidden", "cross-origin login refused")
 		return
 	}
@@ -242,8 +310,18 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
-	p, ok, err := h.check(r.Context(), tok)
-	if err != nil {
+	if !h.sessions.enabled() {
+		w.WriteHeader(http.StatusForbidden)
+		h.render(w, r, "login", page{Title: "Log in", Message: "Logging in needs RELAY_ADMIN_TOKEN set on the relay (sessions are signed with a key derived from it); send the token as Authorization: Bearer instead."})
+		return
+	}
+	p, ok, err := h.check(r.Context(), r, tok)
+	var slow *slowDown
+	switch {
+	case errors.As(err, &slow):
+		h.tooMany(w, slow)
+		return
+	case err != nil:
 		h.fail(w, r, err)
 		return
 	}
@@ -252,18 +330,20 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, "login", page{Title: "Log in", Message: "That token is not valid (or was revoked)."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/ui/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: 12 * 3600})
+	subject := sessionAdmin
 	to := "/ui/"
 	if !p.Admin {
-		to = "/ui/site/" + url.PathEscape(p.Site)
+		subject = p.digest
+		to = "/ui/site/" + pathSegment(p.Site)
 	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: h.sessions.issue(subject, time.Now()), Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: h.secureFor(r), MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 // logout is POST /ui/logout: drops the cookie.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !h.sameOrigin(r) {
 		writeError(w, http.StatusForbidden, "forbidden", "cross-origin logout refused")
 		return
 	}

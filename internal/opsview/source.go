@@ -32,7 +32,9 @@ type Source interface {
 	Valkey(ctx context.Context) (ValkeyInfo, error)
 	Now(ctx context.Context) (int64, error)
 
-	PutToken(ctx context.Context, digest, id string, record []byte) error
+	// PutToken stores a site token bound to its site's generation
+	// (store.PutViewToken).
+	PutToken(ctx context.Context, digest, id string, record []byte, site string) error
 	Token(ctx context.Context, digest string) (json.RawMessage, error)
 	DropToken(ctx context.Context, id string) (bool, error)
 	Tokens(ctx context.Context) ([]json.RawMessage, error)
@@ -53,6 +55,10 @@ type StoreSource struct {
 	Store  *store.Store
 	Client valkey.Client
 	Proj   func() *projection.Projection
+	// Version is the version of the projection Proj returns
+	// (projectionsync.Sync.Version); a token is minted only while it is
+	// the stored one, or the site's generation is recorded.
+	Version func() int64
 }
 
 func (s StoreSource) Projection() *projection.Projection { return s.Proj() }
@@ -89,8 +95,12 @@ func (s StoreSource) Replicas(ctx context.Context) ([]Replica, error) {
 	}
 	return out, nil
 }
-func (s StoreSource) PutToken(ctx context.Context, digest, id string, record []byte) error {
-	return s.Store.PutViewToken(ctx, digest, id, record)
+func (s StoreSource) PutToken(ctx context.Context, digest, id string, record []byte, site string) error {
+	version := ""
+	if s.Version != nil {
+		version = strconv.FormatInt(s.Version(), 10)
+	}
+	return s.Store.PutViewToken(ctx, digest, id, record, site, version)
 }
 func (s StoreSource) Token(ctx context.Context, digest string) (json.RawMessage, error) {
 	return s.Store.ViewToken(ctx, digest)

@@ -2,7 +2,9 @@ package opsview
 
 import (
 	"html/template"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +34,10 @@ var templates = template.Must(template.New("ops").Funcs(template.FuncMap{
 		return formatMiB(b)
 	},
 	"minute": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04") },
+	// seg is one path segment of a link: an id holding "/", "?", "#", "%"
+	// or being "." or ".." still names itself (html/template keeps these
+	// escapes; it only normalises the URL).
+	"seg": pathSegment,
 }).Parse(`
 {{define "head"}}<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -82,7 +88,7 @@ input,button{font:inherit;padding:.4rem .6rem}
 <h2>Sweeps and churn reports, recently</h2>
 {{if .Events}}<table><tr><th>when</th><th>what</th></tr>{{range .Events}}<tr><td>{{ago $.Data.Now .At}}</td><td>{{if eq .Kind "sweep"}}sweep: {{.Requeued}} requeued, {{.Removed}} removed{{else}}churn report: site {{.SiteID}}, owner {{.Owner}}, {{.Expiries}} expiries{{end}}</td></tr>{{end}}</table>{{else}}<p class="muted">none in the replicas' memory</p>{{end}}
 <h2>Sites ({{.Projection.Sites}}), devices in the projection: {{.Projection.Device}}</h2>
-<table id="sites"><tr><th>site</th></tr>{{range .Sites}}<tr><td><a href="/ui/site/{{.}}">{{.}}</a></td></tr>{{end}}</table>
+<table id="sites"><tr><th>site</th></tr>{{range .Sites}}<tr><td><a href="/ui/site/{{seg .}}">{{.}}</a></td></tr>{{end}}</table>
 {{if .NextPage}}<a href="?page={{.NextPage}}">next page</a>{{end}}
 {{end}}{{template "foot" .}}{{end}}
 
@@ -97,14 +103,14 @@ input,button{font:inherit;padding:.4rem .6rem}
 <div class="card">done<b id="st-done">{{index .Jobs "done"}}</b></div>
 <div class="card">unsealed lapses<b id="lapses">{{.UnsealedLapses}}</b>in the churn window</div>
 </div>
-<p>Oldest queued job: {{if .OldestQueued}}<a href="/ui/job/{{.SiteID}}/{{.OldestQueued}}">{{.OldestQueued}}</a>, enqueued {{if .Partial}}at least {{end}}<span id="oldest-age">{{dur .OldestQueuedAgeMs}}</span> ago{{if .Partial}} (the oldest of the live jobs read){{end}}{{else}}none{{end}}</p>
+<p>Oldest queued job: {{if .OldestQueued}}<a href="/ui/job/{{seg .SiteID}}/{{seg .OldestQueued}}">{{.OldestQueued}}</a>, enqueued {{if .Partial}}at least {{end}}<span id="oldest-age">{{dur .OldestQueuedAgeMs}}</span> ago{{if .Partial}} (the oldest of the live jobs read){{end}}{{else}}none{{end}}</p>
 <h2>Per minute (all replicas)</h2>
 {{if .PerMinute}}<table id="per-minute"><tr><th>minute (UTC)</th><th>enqueued</th><th>completed</th></tr>{{range .PerMinute}}<tr><td>{{minute .At}}</td><td>{{.Enqueued}}</td><td>{{.Completed}}</td></tr>{{end}}</table>{{else}}<p class="muted">nothing in the last 10 minutes</p>{{end}}
 <h2>Refusals, last 10 minutes</h2>
 {{if .Refusals}}<table id="refusals"><tr><th>reason</th><th>count</th></tr>{{range $k, $v := .Refusals}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}</table>{{else}}<p class="muted">none</p>{{end}}
 <h2>Devices that may serve it ({{.DevicesTotal}})</h2>
 <table id="devices"><tr><th>device</th><th>owner</th><th>now</th><th class="hide-s">capabilities</th></tr>
-{{range .Devices}}<tr><td><a href="/ui/device/{{.RunnerID}}">{{.RunnerID}}</a></td><td>{{.Owner}}</td>
+{{range .Devices}}<tr><td><a href="/ui/device/{{seg .RunnerID}}">{{.RunnerID}}</a></td><td>{{.Owner}}</td>
 <td style="white-space:nowrap">{{if .Paused}}<span class="bad">paused</span>{{else if .Online}}<span class="ok">online</span>{{else}}<span class="muted">offline</span>{{end}}<br><span class="muted">{{ago $.Data.Now .LastSeenAt}}</span></td>
 <td class="hide-s">{{printf "%s" .Capabilities}}</td></tr>{{end}}</table>
 {{if .NextPage}}<a href="?page={{.NextPage}}">next page</a>{{end}}
@@ -118,17 +124,17 @@ input,button{font:inherit;padding:.4rem .6rem}
 <tr><th>leases held</th><td id="held">{{.Held}}</td></tr>
 <tr><th>capabilities</th><td>{{printf "%s" .Capabilities}}</td></tr></table>
 <h2>Active leases</h2>
-{{if .Active}}<table id="active"><tr><th>site</th><th>job</th><th>state</th><th>lease expires</th></tr>{{range .Active}}<tr><td>{{.SiteID}}</td><td><a href="/ui/job/{{.SiteID}}/{{.JobID}}">{{.JobID}}</a></td><td>{{.State}}</td><td>{{in $.Data.Now .LeaseExpiresAt}}</td></tr>{{end}}</table>{{else}}<p class="muted">none</p>{{end}}
+{{if .Active}}<table id="active"><tr><th>site</th><th>job</th><th>state</th><th>lease expires</th></tr>{{range .Active}}<tr><td>{{.SiteID}}</td><td><a href="/ui/job/{{seg .SiteID}}/{{seg .JobID}}">{{.JobID}}</a></td><td>{{.State}}</td><td>{{in $.Data.Now .LeaseExpiresAt}}</td></tr>{{end}}</table>{{else}}<p class="muted">none</p>{{end}}
 <h2>Sites it serves</h2>
-<table id="served"><tr><th>site</th><th>consent</th></tr>{{range .Sites}}<tr><td><a href="/ui/site/{{.SiteID}}">{{.SiteID}}</a></td><td>{{if .Paused}}<span class="bad">paused</span>{{else}}<span class="ok">live</span>{{end}}</td></tr>{{end}}</table>
+<table id="served"><tr><th>site</th><th>consent</th></tr>{{range .Sites}}<tr><td><a href="/ui/site/{{seg .SiteID}}">{{.SiteID}}</a></td><td>{{if .Paused}}<span class="bad">paused</span>{{else}}<span class="ok">live</span>{{end}}</td></tr>{{end}}</table>
 {{end}}{{template "foot" .}}{{end}}
 
 {{define "job"}}{{template "head" .}}{{with .Data}}
 <h1>Job {{.JobID}}</h1>
-<table id="job"><tr><th>site</th><td><a href="/ui/site/{{.SiteID}}">{{.SiteID}}</a></td></tr>
+<table id="job"><tr><th>site</th><td><a href="/ui/site/{{seg .SiteID}}">{{.SiteID}}</a></td></tr>
 <tr><th>state</th><td id="job-state">{{.State}}{{if .Cancelled}} (cancelled){{end}}</td></tr>
 <tr><th>kind / owner / audience</th><td>{{.Kind}} / {{.Owner}} / {{.Audience}}</td></tr>
-<tr><th>holder</th><td id="job-holder">{{if .Holder}}<a href="/ui/device/{{.Holder}}">{{.Holder}}</a> ({{.HolderOwner}}){{else}}—{{end}}</td></tr>
+<tr><th>holder</th><td id="job-holder">{{if .Holder}}<a href="/ui/device/{{seg .Holder}}">{{.Holder}}</a> ({{.HolderOwner}}){{else}}—{{end}}</td></tr>
 <tr><th>lease expires</th><td>{{ts .LeaseExpiresAt}}{{if .LeaseExpiresAt}} ({{in .Now .LeaseExpiresAt}}){{end}}</td></tr>
 <tr><th>awaiting payload until</th><td>{{ts .AwaitingUntil}}</td></tr>
 <tr><th>deadline</th><td>{{ts .DeadlineAt}}</td></tr>
@@ -138,6 +144,16 @@ input,button{font:inherit;padding:.4rem .6rem}
 </table>
 {{end}}{{template "foot" .}}{{end}}
 `))
+
+// pathSegment escapes an id as one URL path segment (url.PathEscape, which
+// leaves "." alone: a segment of only dots would be cleaned away by the
+// router, so its dots are escaped too).
+func pathSegment(id string) string {
+	if strings.Trim(id, ".") == "" {
+		return strings.Repeat("%2E", len(id))
+	}
+	return url.PathEscape(id)
+}
 
 func formatMiB(b int64) string {
 	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB"

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
@@ -24,6 +24,12 @@ type Options struct {
 	// OnlineWithinMs is how recent a presence must be to count as online
 	// (default 90 s: daemons heartbeat every few seconds).
 	OnlineWithinMs int64
+	// StoreTimeout bounds each store call a page makes (config
+	// RELAY_STORE_TIMEOUT); 0 leaves them unbounded.
+	StoreTimeout time.Duration
+	// SiteRate is the sustained site-token pages a second, per token and
+	// per address, on this replica (limits.go); default DefaultSiteRate.
+	SiteRate float64
 }
 
 // Handler serves /ui/. Mount it without the admin listener's own token
@@ -33,6 +39,8 @@ type Handler struct {
 	adminSet bool
 	adminSum [32]byte
 	secure   bool
+	sessions sessions
+	limits   limits
 	log      *slog.Logger
 	online   int64
 	mux      *http.ServeMux
@@ -46,8 +54,11 @@ func New(o Options) *Handler {
 	if o.OnlineWithinMs <= 0 {
 		o.OnlineWithinMs = 90_000
 	}
+	if o.StoreTimeout > 0 {
+		o.Source = timedSource{s: o.Source, d: o.StoreTimeout}
+	}
 	h := &Handler{src: o.Source, adminSet: o.AdminToken != "", adminSum: sha256.Sum256([]byte(o.AdminToken)),
-		secure: o.Secure, log: o.Logger.With(slog.String("component", "opsview")), online: o.OnlineWithinMs,
+		secure: o.Secure, sessions: newSessions(o.AdminToken), limits: newLimits(o.SiteRate), log: o.Logger.With(slog.String("component", "opsview")), online: o.OnlineWithinMs,
 		mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /ui/login", func(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, "login", page{Title: "Log in"})
@@ -84,7 +95,12 @@ type pageFunc func(w http.ResponseWriter, r *http.Request, p principal)
 func (h *Handler) authed(f pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, ok, err := h.identify(r.Context(), r, true)
-		if err != nil {
+		var slow *slowDown
+		switch {
+		case errors.As(err, &slow):
+			h.tooMany(w, slow)
+			return
+		case err != nil:
 			h.fail(w, r, err)
 			return
 		}
@@ -191,7 +207,7 @@ type FleetView struct {
 func (h *Handler) fleet(w http.ResponseWriter, r *http.Request, p principal) {
 	if !p.Admin {
 		// A site token's whole world is its site.
-		http.Redirect(w, r, "/ui/site/"+url.PathEscape(p.Site), http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/site/"+pathSegment(p.Site), http.StatusSeeOther)
 		return
 	}
 	ctx := r.Context()
@@ -487,7 +503,7 @@ func (h *Handler) jobLookup(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, "invalid-request", "site and id are required")
 		return
 	}
-	http.Redirect(w, r, "/ui/job/"+url.PathEscape(site)+"/"+url.PathEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r, "/ui/job/"+pathSegment(site)+"/"+pathSegment(id), http.StatusSeeOther)
 }
 
 func (h *Handler) job(w http.ResponseWriter, r *http.Request, p principal) {

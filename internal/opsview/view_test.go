@@ -36,6 +36,7 @@ type env struct {
 	st     *store.Store
 	client valkey.Client
 	ns     string
+	proj   *projectionsync.Sync
 }
 
 func setup(t testing.TB) env { return setupOn(t, false) }
@@ -65,7 +66,7 @@ func setupOn(t testing.TB, embedded bool) env {
 	h := New(Options{Source: StoreSource{Store: st, Client: c, Proj: proj.Current}, AdminToken: adminToken, Logger: logger})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return env{srv: srv, st: st, client: c, ns: ns}
+	return env{srv: srv, st: st, client: c, ns: ns, proj: proj}
 }
 
 func enqueue(t testing.TB, st *store.Store, site, id, owner string) {

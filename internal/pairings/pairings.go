@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/projectionsync"
@@ -136,6 +137,14 @@ func (s *Service) Approve(ctx context.Context, userCode string, a Approval) (App
 	if a.Owner == "" {
 		return Approved{}, &InvalidError{Msg: `owner: required (the account the device will run for)`}
 	}
+	if err := CheckID("owner", a.Owner); err != nil {
+		return Approved{}, err
+	}
+	if a.RunnerID != "" {
+		if err := CheckID("runnerId", a.RunnerID); err != nil {
+			return Approved{}, err
+		}
+	}
 	for attempt := 0; attempt < attempts; attempt++ {
 		v, err := s.store.ShowPairing(ctx, code)
 		if errors.Is(err, store.ErrPairingExpired) {
@@ -190,6 +199,29 @@ func (s *Service) Approve(ctx context.Context, userCode string, a Approval) (App
 			KeyID: protocol.KeyID(v.Device.Identity), Version: version, UpdatedAt: at}, nil
 	}
 	return Approved{}, fmt.Errorf("approve: the projection changed concurrently %d times in a row; nothing was written, try again", attempts)
+}
+
+// CheckID applies the id rules to an approval's owner or runner id: at most
+// the routing store's identifier limit (store.DefaultMaxIDBytes, the
+// policy's MaxIDBytes too), and no control character (U+0000-U+001F,
+// U+007F-U+009F): these are typed by a person, and a control character in
+// one is a paste gone wrong that would reach logs, pages and the daemon.
+// A lone surrogate (a \ud800 escape, WTF-8 here) is no character and is
+// refused, as the store refuses a runner id that is not UTF-8; it is never
+// turned into U+FFFD, which would make "r\ud800" and "r\ufffd" one id.
+func CheckID(field, v string) error {
+	if len(v) > store.DefaultMaxIDBytes {
+		return &InvalidError{Msg: fmt.Sprintf("%s: too long: %d bytes, at most %d", field, len(v), store.DefaultMaxIDBytes)}
+	}
+	if !utf8.ValidString(v) {
+		return &InvalidError{Msg: field + ": holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not a character"}
+	}
+	for i, r := range v {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return &InvalidError{Msg: fmt.Sprintf("%s: holds the control character U+%04X at byte %d", field, r, i)}
+		}
+	}
+	return nil
 }
 
 func expired(code string) error {

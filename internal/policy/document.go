@@ -8,6 +8,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -67,7 +68,13 @@ type Document struct {
 // consents[2].mappings[0].owner: expected string or null, received number").
 // merge allows the "revoke" list.
 func Parse(data []byte, merge bool) (Document, error) {
-	v, err := protocol.ParseJSON(protocol.RequestText(data))
+	// Keys named twice are refused, not resolved last-wins as JSON.parse
+	// does: a document written for the admin listener means one thing.
+	v, err := protocol.ParseJSONUnique(protocol.RequestText(data))
+	var dup *protocol.DuplicateKeyError
+	if errors.As(err, &dup) {
+		return Document{}, fmt.Errorf("policy: %w", err)
+	}
 	if err != nil {
 		return Document{}, fmt.Errorf("policy: the document is not valid JSON")
 	}

@@ -192,7 +192,9 @@ type change struct {
 	declares []Declared
 }
 
-func (s *Store) apply(ctx context.Context, c change) (int64, error) {
+// apply runs one change; it reports the version after it and whether the
+// policy changed (a merge or act that changes nothing keeps the version).
+func (s *Store) apply(ctx context.Context, c change) (int64, bool, error) {
 	args := []string{"merge"}
 	if c.replace {
 		args[0] = "replace"
@@ -205,7 +207,7 @@ func (s *Store) apply(ctx context.Context, c change) (int64, error) {
 		}
 		blob, err := protocol.Marshal(m)
 		if err != nil {
-			return 0, fmt.Errorf("policy write: %w", err)
+			return 0, false, fmt.Errorf("policy write: %w", err)
 		}
 		args = append(args, consentField(x.SiteID, x.User), string(blob), flag(x.Paused))
 	}
@@ -236,19 +238,24 @@ func (s *Store) apply(ctx context.Context, c change) (int64, error) {
 		}
 		blob, err := protocol.Marshal(p)
 		if err != nil {
-			return 0, fmt.Errorf("policy write: %w", err)
+			return 0, false, fmt.Errorf("policy write: %w", err)
 		}
 		args = append(args, enc(d.SiteID), string(blob))
 	}
 	msg, err := s.exec(ctx, s.write, s.writeKeys(), args...)
 	if err != nil {
-		return 0, fmt.Errorf("policy write: %w", err)
+		return 0, false, fmt.Errorf("policy write: %w", err)
 	}
-	v, err := msg.AsInt64()
-	if err != nil {
-		return 0, fmt.Errorf("policy write: reply: %w", err)
+	reply, err := msg.ToArray()
+	if err != nil || len(reply) != 2 {
+		return 0, false, fmt.Errorf("policy write: reply: %v", err)
 	}
-	return v, nil
+	v, err1 := reply[0].AsInt64()
+	changed, err2 := reply[1].AsInt64()
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, false, fmt.Errorf("policy write: reply: %w", err)
+	}
+	return v, changed == 1, nil
 }
 
 func flag(b bool) string {
@@ -302,15 +309,25 @@ func (s *Store) Put(ctx context.Context, d Document) (int64, error) {
 	if err := validate(d, false); err != nil {
 		return 0, err
 	}
-	return s.apply(ctx, change{replace: true, consents: d.Consents, teams: d.Teams, declares: d.Declares})
+	v, _, err := s.apply(ctx, change{replace: true, consents: d.Consents, teams: d.Teams, declares: d.Declares})
+	return v, err
 }
 
 // Merge upserts d into the policy: consents by (siteId, user), teams by
-// owner, declares by siteId; Revoke withdraws consents. Returns the new
-// version.
+// owner, declares by siteId; Revoke withdraws consents. Returns the
+// version after it.
 func (s *Store) Merge(ctx context.Context, d Document) (int64, error) {
+	v, _, err := s.MergeChanged(ctx, d)
+	return v, err
+}
+
+// MergeChanged is Merge that also reports whether the policy changed: a
+// merge that changes nothing (an empty document, entries written again as
+// they are) writes nothing and keeps the version, as the projection's
+// empty merge does.
+func (s *Store) MergeChanged(ctx context.Context, d Document) (int64, bool, error) {
 	if err := validate(d, true); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	return s.apply(ctx, change{consents: d.Consents, revokes: d.Revoke, teams: d.Teams, declares: d.Declares})
 }
@@ -359,7 +376,7 @@ func (s *Store) setPause(ctx context.Context, siteID, user string, on bool) erro
 		SiteID, User string
 		On           bool
 	}{siteID, user, on})
-	_, err := s.apply(ctx, c)
+	_, _, err := s.apply(ctx, c)
 	return err
 }
 
@@ -382,7 +399,7 @@ func (s *Store) setMember(ctx context.Context, owner, user string, add bool) err
 		Owner, User string
 		Add         bool
 	}{owner, user, add})
-	_, err := s.apply(ctx, c)
+	_, _, err := s.apply(ctx, c)
 	return err
 }
 
@@ -473,7 +490,7 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 
 // Clear deletes every policy key (tests).
 func (s *Store) Clear(ctx context.Context) error {
-	_, err := s.apply(ctx, change{replace: true})
+	_, _, err := s.apply(ctx, change{replace: true})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,26 @@
 package projectionsync
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/byollm/relay-go/internal/projection"
+	"github.com/byollm/relay-go/internal/protocol"
 )
+
+// UniqueKeys refuses (an *InvalidError) a document that names a key twice
+// in one object, for what operators write: the admin listener's PUT and
+// merge, and RELAY_PROJECTION_FILE. projection.Parse itself keeps
+// JSON.parse's last-wins rule, verdict for verdict with the reference's
+// schema; a document written by a person or tool should mean one thing.
+// Invalid JSON is left to the document's own parser.
+func UniqueKeys(raw []byte) error {
+	var dup *protocol.DuplicateKeyError
+	if _, err := protocol.ParseJSONUnique(protocol.RequestText(raw)); errors.As(err, &dup) {
+		return &InvalidError{Err: fmt.Errorf("projection: %w", dup)}
+	}
+	return nil
+}
 
 // decoded is a validated document: its canonical bytes (what Valkey
 // stores, so equal fixtures compare equal whatever their spelling) and the

@@ -52,7 +52,11 @@ func (f *FileSource) Push(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("projection file: %w", err)
 	}
 	sum := sha256.Sum256(b)
-	res, err := f.sync.Replace(ctx, b)
+	err = UniqueKeys(b)
+	var res Result
+	if err == nil {
+		res, err = f.sync.Replace(ctx, b)
+	}
 	var invalid *InvalidError
 	if err == nil || errors.As(err, &invalid) {
 		// Either way this content has been dealt with; only a store error

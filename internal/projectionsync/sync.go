@@ -118,13 +118,14 @@ type installed struct {
 // Sync follows the projection document. Its methods are safe for
 // concurrent use.
 type Sync struct {
-	client  valkey.Client
-	key     string
-	channel string
-	poll    time.Duration
-	log     *slog.Logger
-	put     *valkey.Lua
-	get     *valkey.Lua
+	client    valkey.Client
+	namespace string
+	key       string
+	channel   string
+	poll      time.Duration
+	log       *slog.Logger
+	put       *valkey.Lua
+	get       *valkey.Lua
 	// approvedKey holds the devices approved through the admin API
 	// (approved.go); the projection in force is the document plus them.
 	approvedKey string
@@ -136,6 +137,11 @@ type Sync struct {
 	kick    chan struct{}
 	running bool
 }
+
+// SitesKey is the hash of each site's generation: the projection version
+// at which it (last) entered the projection (lua/projection/projection_put.lua).
+// The operations view binds its site tokens to it (store.PutViewToken).
+func SitesKey(namespace string) string { return namespace + ":{" + namespace + "}:projection:sites" }
 
 // Keys returns the document key and the change channel for a namespace.
 func Keys(namespace string) (key, channel string) {
@@ -152,16 +158,19 @@ func New(client valkey.Client, opts Options) *Sync {
 		opts.Logger = slog.Default()
 	}
 	key, channel := Keys(opts.Namespace)
+	// Bounds the calls of a context from WithStoreTimeout (timeout.go).
+	client = timedClient{Client: client}
 	return &Sync{
-		client:  client,
-		key:     key,
-		channel: channel,
-		poll:    opts.PollInterval,
-		log:     opts.Logger.With(slog.String("component", "projection")),
-		put:     valkey.NewLuaScript(putSource),
-		get:     valkey.NewLuaScriptReadOnly(getSource),
-		loaded:  make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		namespace: opts.Namespace,
+		client:    client,
+		key:       key,
+		channel:   channel,
+		poll:      opts.PollInterval,
+		log:       opts.Logger.With(slog.String("component", "projection")),
+		put:       valkey.NewLuaScript(putSource),
+		get:       valkey.NewLuaScriptReadOnly(getSource),
+		loaded:    make(chan struct{}),
+		kick:      make(chan struct{}, 1),
 
 		approvedKey: ApprovedKey(opts.Namespace),
 	}
@@ -477,7 +486,11 @@ var errConflict = errors.New("projection: version conflict")
 // write runs lua/projection/projection_put.lua with the expected version ("" = any).
 func (s *Sync) write(ctx context.Context, d decoded, expected string) (Result, error) {
 	sum := shaHex(d.canon)
-	reply, err := s.put.Exec(ctx, s.client, []string{s.key}, []string{expected, string(d.canon), sum, s.channel}).ToArray()
+	args := []string{expected, string(d.canon), sum, s.channel}
+	for _, site := range d.proj.Fixture().Sites {
+		args = append(args, site.SiteID)
+	}
+	reply, err := s.put.Exec(ctx, s.client, []string{s.key, SitesKey(s.namespace)}, args).ToArray()
 	if err != nil {
 		return Result{}, fmt.Errorf("projection: write: %w", err)
 	}

@@ -382,6 +382,15 @@ func TestFileSource(t *testing.T) {
 	if _, err := NewFileSource(writer, path, relaytest.Logger(t)).Push(ctx); err == nil || !strings.Contains(err.Error(), "siteId") {
 		t.Fatalf("push of a bad file: %v", err)
 	}
+	// So is a file naming a key twice (issue 27: read last-wins before, so
+	// the first "consents" vanished without a word).
+	write(`{"consents":[{"owner":"dave","siteId":"s"}],"consents":[]}`)
+	if _, err := NewFileSource(writer, path, relaytest.Logger(t)).Push(ctx); err == nil || !strings.Contains(err.Error(), `names the key "consents" twice`) {
+		t.Fatalf("push of a file naming a key twice: %v", err)
+	}
+	if doc, _ := writer.Get(ctx); doc.Version != v {
+		t.Fatalf("a file naming a key twice changed the projection (stored version %d, was %d)", doc.Version, v)
+	}
 
 	// Fixing the file is picked up.
 	write(fixture(consent("carol", false)))

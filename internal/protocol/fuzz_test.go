@@ -201,6 +201,19 @@ func FuzzParseJSON(f *testing.F) {
 		// projection.Parse), so that is what is fuzzed.
 		text := RequestText(raw)
 		v, err := ParseJSON(text)
+		// ParseJSONUnique (the admin documents' parser) is ParseJSON that
+		// refuses a key named twice: the same value when it accepts, and a
+		// *DuplicateKeyError as its only refusal of valid JSON.
+		uv, uerr := ParseJSONUnique(text)
+		var dup *DuplicateKeyError
+		switch {
+		case uerr == nil && (err != nil || !reflect.DeepEqual(uv, v)):
+			t.Fatalf("ParseJSONUnique accepted %q as %#v; ParseJSON: %#v, %v", text, uv, v, err)
+		case uerr != nil && err == nil && !errors.As(uerr, &dup):
+			t.Fatalf("ParseJSONUnique refused valid JSON %q with %v", text, uerr)
+		case dup != nil && !bytes.Contains(text, []byte(`"`)):
+			t.Fatalf("duplicate key %q in a text without strings", dup.Key)
+		}
 		if !utf8.Valid(text) {
 			t.Fatalf("RequestText(%q) = %q is not UTF-8", raw, text)
 		}

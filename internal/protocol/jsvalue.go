@@ -12,6 +12,7 @@ package protocol
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -81,7 +82,28 @@ var errInvalidJSON = errors.New("invalid JSON")
 // ParseJSON parses text with JSON.parse semantics. Values are nil (null),
 // bool, Number, string (WTF-8), []any and *Object.
 func ParseJSON(text []byte) (any, error) {
-	p := parser{s: text}
+	return parseJSON(text, false)
+}
+
+// DuplicateKeyError is ParseJSONUnique's refusal of an object that names a
+// key twice.
+type DuplicateKeyError struct{ Key string }
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("an object names the key %q twice", e.Key)
+}
+
+// ParseJSONUnique is ParseJSON that refuses an object naming a key twice
+// (a *DuplicateKeyError) instead of keeping the last value. The wire keeps
+// JSON.parse's rule, as the reference does; the documents people and tools
+// write for the admin listener (projection, policy, approvals) use this, so
+// {"owner":"alice","owner":"mallory"} is refused, not read as mallory.
+func ParseJSONUnique(text []byte) (any, error) {
+	return parseJSON(text, true)
+}
+
+func parseJSON(text []byte, unique bool) (any, error) {
+	p := parser{s: text, unique: unique}
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -95,8 +117,9 @@ func ParseJSON(text []byte) (any, error) {
 }
 
 type parser struct {
-	s []byte
-	i int
+	s      []byte
+	i      int
+	unique bool // refuse a key an object names twice
 }
 
 func (p *parser) ws() {
@@ -165,6 +188,8 @@ func (p *parser) object(depth int) (any, error) {
 		}
 		if _, seen := o.Vals[k]; !seen {
 			o.addKey(k)
+		} else if p.unique {
+			return nil, &DuplicateKeyError{Key: k}
 		}
 		o.Vals[k] = v
 		p.ws()

@@ -237,8 +237,11 @@
 //	projection, projection:approved    internal/projectionsync's document and
 //	                             the devices approved by code; pairing_approve
 //	                             writes the second and bumps the first's version
+//	projection:sites       HASH  site id -> generation (the version it entered
+//	                             the projection at), kept by projection_put;
+//	                             view tokens are bound to it
 //	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opsview.go)
-//	ops:tk, ops:ti         HASH  scoped view tokens by digest, digest by id
+//	ops:tk, ops:ti, ops:tg HASH  scoped view tokens by digest, digest by id, site generation by digest
 //
 // # What ends each key
 //

@@ -256,7 +256,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	_, _ = h.s.PutReplicaRecord(ctx, "rep1", []byte(`{"id":"rep1"}`), 60_000)
 	_, _ = h.s.ReplicaRecords(ctx, 10)
-	_ = h.s.PutViewToken(ctx, "d1", "t1", []byte(`{"id":"t1"}`))
+	_ = h.s.PutViewToken(ctx, "d1", "t1", []byte(`{"id":"t1","site":"site-a"}`), "site-a", "0")
 	_, _ = h.s.ViewToken(ctx, "d1")
 	_, _ = h.s.ViewTokens(ctx)
 	_, _ = h.s.DropViewToken(ctx, "t1")

@@ -17,6 +17,7 @@ package store
 //	ops:r:⟨id⟩             STR   the replica's heartbeat record (JSON), PX TTL
 //	ops:tk                 HASH  SHA-256 of a scoped view token -> record JSON
 //	ops:ti                 HASH  token id -> SHA-256
+//	ops:tg                 HASH  SHA-256 -> "<site generation>|<id>|<site>" (projection:sites, kept by projectionsync)
 
 import (
 	"context"
@@ -329,24 +330,49 @@ const MaxViewTokens = 1000
 // id or digest exists already.
 var ErrTokenRefused = errors.New("view token refused: too many tokens, or the id exists")
 
-func (s *Store) tokenKeys() []string { return []string{s.k.p + "ops:tk", s.k.p + "ops:ti"} }
+// ErrTokenSiteGone is PutViewToken's answer when the stored projection has
+// no such site, and ErrTokenProjectionMoved when the projection changed
+// since the caller saw the site in it (read it again and retry).
+var (
+	ErrTokenSiteGone        = errors.New("view token refused: the stored projection has no such site")
+	ErrTokenProjectionMoved = errors.New("view token refused: the projection changed since it was read; try again")
+)
+
+// tokenKeys: the records, ids and generations of view tokens, and the
+// projection's per-site generations and document (projectionsync.SitesKey
+// and Keys: the same "<ns>:{<ns>}:" prefix, so one slot).
+func (s *Store) tokenKeys() []string {
+	return []string{s.k.p + "ops:tk", s.k.p + "ops:ti", s.k.p + "ops:tg", s.k.p + "projection:sites", s.k.p + "projection"}
+}
 
 // PutViewToken stores a view token's record under the token's digest (the
-// caller hashes; the token itself is never stored).
-func (s *Store) PutViewToken(ctx context.Context, digest, id string, record []byte) error {
-	n, err := s.runInt(ctx, scOpsTokenPut, s.tokenKeys(), digest, id, string(record), strconv.Itoa(MaxViewTokens))
+// caller hashes; the token itself is never stored), bound to the current
+// generation of its site: the token reads nothing once the site leaves the
+// projection, even if a site of that id comes back. version is the
+// projection version in which the caller saw the site ("" skips the check,
+// which only matters before the projection records site generations).
+func (s *Store) PutViewToken(ctx context.Context, digest, id string, record []byte, site, version string) error {
+	k := s.tokenKeys()
+	n, err := s.runInt(ctx, scOpsTokenPut, k, digest, id, string(record), strconv.Itoa(MaxViewTokens), site, version)
 	if err != nil {
 		return fmt.Errorf("put view token: %w", err)
 	}
-	if n != 1 {
-		return ErrTokenRefused
+	switch n {
+	case 1:
+		return nil
+	case -1:
+		return ErrTokenProjectionMoved
+	case -2:
+		return ErrTokenSiteGone
 	}
-	return nil
+	return ErrTokenRefused
 }
 
-// ViewToken reads a token's record by digest; nil, nil when there is none.
+// ViewToken reads a token's record by digest; nil, nil when there is none,
+// or its site's generation has passed.
 func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, error) {
-	msg, err := s.run(ctx, scOpsTokenGet, s.tokenKeys()[:1], digest)
+	k := s.tokenKeys()
+	msg, err := s.run(ctx, scOpsTokenGet, []string{k[0], k[2], k[3]}, digest)
 	if err != nil {
 		return nil, fmt.Errorf("view token: %w", err)
 	}
@@ -362,7 +388,7 @@ func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, 
 
 // DropViewToken revokes a token by id; false when there was none.
 func (s *Store) DropViewToken(ctx context.Context, id string) (bool, error) {
-	n, err := s.runInt(ctx, scOpsTokenDrop, s.tokenKeys(), id)
+	n, err := s.runInt(ctx, scOpsTokenDrop, s.tokenKeys()[:3], id)
 	if err != nil {
 		return false, fmt.Errorf("drop view token: %w", err)
 	}

@@ -9,12 +9,16 @@ one atomic step, whether the write goes ahead, and announces it.
 -- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
 -- ==== KEYS ====
 -- KEYS[1] -> <ns>:{<ns>}:projection   HASH version, json, sha, updatedAt
+-- KEYS[2] -> <ns>:{<ns>}:projection:sites  HASH site id -> generation: the
+--            version at which the site (last) entered the projection; the
+--            operations view binds its site tokens to it (ops_token_put.lua)
 -- ==== ARGV ====
 -- ARGV[1] -> expected version (decimal); "" = write whatever is stored,
 --            "0" = only if no document exists yet
 -- ARGV[2] -> the document (canonical JSON, stored raw)
 -- ARGV[3] -> hex SHA-256 of ARGV[2]
 -- ARGV[4] -> PUB/SUB channel told the new version
+-- ARGV[5..] -> the document's site ids
 -- ==== Returns ====
 -- {status, version, updatedAt}
 --   "ok"       written; version is the new version, updatedAt Valkey TIME ms
@@ -22,7 +26,7 @@ one atomic step, whether the write goes ahead, and announces it.
 --              published (so replicas all pushing one file bump nothing)
 --   "conflict" the stored version is not ARGV[1]; nothing written; version
 --              is the one found
-local key = KEYS[1]
+local key, sites = KEYS[1], KEYS[2]
 local expected = ARGV[1]
 local doc = ARGV[2]
 local sha = ARGV[3]
@@ -43,5 +47,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 version = version + 1
 redis.call('HSET', key, 'version', version, 'json', doc, 'sha', sha, 'updatedAt', now)
+-- Sites new to the projection start a generation; sites gone lose theirs,
+-- so coming back later starts a new one.
+local present = {}
+for i = 5, #ARGV do
+  present[ARGV[i]] = true
+  redis.call('HSETNX', sites, ARGV[i], version)
+end
+for _, id in ipairs(redis.call('HKEYS', sites)) do
+  if not present[id] then
+    redis.call('HDEL', sites, id)
+  end
+end
 redis.call('PUBLISH', channel, version)
 return {'ok', version, now}
