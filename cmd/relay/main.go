@@ -101,6 +101,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	build := buildinfo.Get()
 	log.Info("relay starting", append([]any{slog.String("version", build.Version), slog.String("revision", build.Revision),
 		slog.String("goVersion", build.GoVersion)}, cfg.LogAttrs()...)...)
+	// A misspelt variable would otherwise be ignored without a word (a
+	// RELAY_VALKEY_URI leaves the relay on its embedded store).
+	for _, w := range config.UnknownVars(os.Environ()) {
+		log.Warn(w)
+	}
 	if cfg.AdminListen != "" && cfg.AdminToken == "" {
 		log.Warn("RELAY_ADMIN_TOKEN is not set: the admin listener refuses every request, so the projection can only come from RELAY_PROJECTION_FILE or another replica")
 	}
@@ -153,7 +158,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	defer closeStore()
 	// valkeyconn has said loudly that an embedded store is not durable; the
-	// ready line repeats embedded=true.
+	// ready line repeats embedded=true. A server's durability is what it
+	// says it does, asked of every primary (the ready line's durable and
+	// appendfsync).
+	durable, fsync := false, "-"
+	if !embedded {
+		pctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		p, err := valkeyconn.ReadPersistence(pctx, client)
+		cancel()
+		switch {
+		case err != nil:
+			fsync = "unknown"
+			log.Warn("valkey: could not read its persistence settings; durable is reported false", slog.Any("err", err))
+		case !p.AOF:
+			fsync = p.Fsync
+			log.Warn("valkey: the append-only file is off, so a Valkey restart loses every job, lease and pairing it holds; "+
+				"set appendonly yes (appendfsync everysec, or always to lose nothing acknowledged)", slog.Any("primaries", p.Off))
+		default:
+			durable, fsync = true, p.Fsync
+		}
+	}
 
 	st, err := store.New(bg, client, store.Options{
 		Namespace:          cfg.Namespace,
@@ -435,7 +459,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	planesAddr := planesSrv.Addr().String()
 	log.Info("relay ready", slog.String("listen", planesAddr), slog.String("admin", orOff(adminAddr)),
-		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", !embedded),
+		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", durable), slog.String("appendfsync", fsync),
 		slog.String("operations", st.ScriptCommand()))
 	// One machine-readable line on stdout, the same shape as the reference
 	// host's (test/reference/server.mjs), for harnesses that bind port 0.
