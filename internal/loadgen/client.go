@@ -33,6 +33,9 @@ type client struct {
 	// unreached counts requests given up without any HTTP answer: they
 	// never reached a relay (or its answer never came back).
 	unreached atomic.Int64
+	// failedOver counts requests sent to another replica after one gave no
+	// answer.
+	failedOver atomic.Int64
 }
 
 func newClient(c Config, stats *requestStats) *client {
@@ -172,6 +175,7 @@ func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoin
 		}
 		if base == "" {
 			if err != nil {
+				c.failedOver.Add(1)
 				target = c.other(target) + path // that replica did not answer
 			} else {
 				target = c.base() + path // another replica may answer

@@ -96,7 +96,11 @@ type JobCounts struct {
 	// its answer never came back (a replica down, a network fault). A job
 	// such a request carried can be counted lost by the load generator's
 	// own transport, which is not a loss by the relay.
-	Unreached     int64 `json:"unreached"`
+	Unreached int64 `json:"unreached"`
+	// FailedOver counts requests sent again to another replica after one
+	// gave no answer. A claim or result whose answer was lost with its
+	// replica holds its job until the lease ends.
+	FailedOver    int64 `json:"failedOver"`
 	Released      int64 `json:"released"`      // leases handed back at shutdown or refused
 	Abandoned     int64 `json:"abandoned"`     // grants dropped without a word (AbandonEvery)
 	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
@@ -167,6 +171,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 	jc.LeasesLost = r.leasesLost.Load()
 	jc.Heartbeats = r.heartbeats.Load()
 	jc.Unreached = r.cl.unreached.Load()
+	jc.FailedOver = r.cl.failedOver.Load()
 	jc.Released = r.released.Load()
 	jc.Abandoned = r.abandoned.Load()
 
@@ -297,7 +302,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
 	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  abandoned %d  errors %d\n",
 		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, j.Abandoned, rep.Errors)
-	fmt.Fprintf(w, "transport   unreached %d (requests given up without any answer from a relay%s)\n", j.Unreached, retryNote(rep.Settings))
+	fmt.Fprintf(w, "transport   unreached %d  failed-over %d (unreached: given up without any answer from a relay; failed-over: sent again to another replica after none%s)\n", j.Unreached, j.FailedOver, retryNote(rep.Settings))
 	if rep.Settings.Grants {
 		fmt.Fprintf(w, "grants      every job a teammate's; %d grants verified against the pinned key\n", j.GrantsVerified)
 	} else if rep.Settings.Team {
@@ -343,6 +348,10 @@ func (rep *Report) WriteText(w io.Writer) {
 	case !rep.OK() && j.Unreached > 0:
 		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line); %d requests never reached a relay, so jobs they carried "+
 			"may be lost by the load generator's own transport rather than by the relay: check every replica is up, or rerun with -retry-for 10s", j.Unreached)
+	case !rep.OK() && j.FailedOver > 0 && j.StillInFlight > 0 && j.Lost == j.StillInFlight && j.RunTwice == 0:
+		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line): %d jobs still in flight when the drain ended, after %d requests "+
+			"failed over from a replica that stopped answering; a claim whose answer was lost with its replica holds its job until the lease ends, "+
+			"so a -drain longer than the relay's lease tells whether they finish", j.StillInFlight, j.FailedOver)
 	case !rep.OK():
 		verdict = "FAILED: the run did not balance (see must-be-0 line): jobs the relay accepted were lost or run twice"
 	case j.Unreached > 0:
