@@ -721,12 +721,12 @@ const (
 	minStoreTimeout = 10 * time.Millisecond
 	// DefaultDaemonHeartbeatBatch: a daemon heartbeats every ~10 s and
 	// waits seconds for the answer, so a tenth of a second is invisible to
-	// it; see README "Idle devices" for what it saves.
+	// it; see test/bench/results/2026-12-01-idle-devices-batched.md for what it saves.
 	DefaultDaemonHeartbeatBatch = 100 * time.Millisecond
 	maxDaemonHeartbeatBatch     = time.Second
 	// DefaultDaemonIdleHeartbeatBatch: an idle daemon's next tick is
 	// about 10 s away, and its answer says only that nothing changed; a
-	// second fills a replica's per-shard calls (README "Idle ticks on a
+	// second fills a replica's per-shard calls (test/bench/results/2026-12-03-idle-ticks-cluster-window.md, "Idle ticks on a
 	// cluster: a longer window for idle heartbeats").
 	DefaultDaemonIdleHeartbeatBatch = time.Second
 	maxDaemonIdleHeartbeatBatch     = 2 * time.Second
