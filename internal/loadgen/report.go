@@ -348,10 +348,10 @@ func (rep *Report) WriteText(w io.Writer) {
 	case !rep.OK() && j.Unreached > 0:
 		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line); %d requests never reached a relay, so jobs they carried "+
 			"may be lost by the load generator's own transport rather than by the relay: check every replica is up, or rerun with -retry-for 10s", j.Unreached)
-	case !rep.OK() && j.FailedOver > 0 && j.StillInFlight > 0 && j.Lost == j.StillInFlight && j.RunTwice == 0:
-		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line): %d jobs still in flight when the drain ended, after %d requests "+
-			"failed over from a replica that stopped answering; a claim whose answer was lost with its replica holds its job until the lease ends, "+
-			"so a -drain longer than the relay's lease tells whether they finish", j.StillInFlight, j.FailedOver)
+	case !rep.OK() && j.FailedOver > 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0:
+		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line): %d jobs not collected (expired %d, in flight %d) after %d requests "+
+			"failed over from a replica that stopped answering; a claim whose answer was lost with its replica holds its job for a whole lease "+
+			"(RELAY_LEASE_MS), so give jobs a -ttl and a -drain longer than the lease to tell such jobs from lost ones", j.Lost, j.LostExpired, j.StillInFlight, j.FailedOver)
 	case !rep.OK():
 		verdict = "FAILED: the run did not balance (see must-be-0 line): jobs the relay accepted were lost or run twice"
 	case j.Unreached > 0:
