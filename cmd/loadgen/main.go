@@ -30,14 +30,16 @@ func main() {
 
 func run() int {
 	var (
-		c        loadgen.Config
-		replicas = flag.String("replicas", "http://127.0.0.1:8080", "comma-separated relay base URLs; requests rotate over them")
-		admin    = flag.String("admin", "http://127.0.0.1:8081", "comma-separated projection admin base URLs; the projection is sent to each")
-		jsonOut  = flag.String("json", "", "also write the report as JSON to this file")
-		quiet    = flag.Bool("quiet", false, "no live progress line")
-		ramp     = flag.String("ramp", "", "comma-separated ascending rates (jobs/s): one open-loop run of -duration (or -jobs) per rate, stopping after the first the relay does not sustain; the report is the ramp's")
-		maxP99   = flag.Duration("max-p99", time.Second, "ramp: a step whose end-to-end p99 is over this is not sustained")
-		cpuProf  = flag.String("cpuprofile", "", "write this process's CPU profile (pprof) to this file")
+		c         loadgen.Config
+		replicas  = flag.String("replicas", "http://127.0.0.1:8080", "comma-separated relay base URLs; requests rotate over them")
+		admin     = flag.String("admin", "http://127.0.0.1:8081", "comma-separated projection admin base URLs; the projection is sent to each")
+		jsonOut   = flag.String("json", "", "also write the report as JSON to this file")
+		quiet     = flag.Bool("quiet", false, "no progress line")
+		progEvery = flag.Duration("progress-every", 10*time.Second, "when stderr is not a terminal (a log), write a progress line this often")
+		failover  = flag.Duration("failover-for", loadgen.DefaultFailoverFor, "with several -replicas: send a request that got no answer at all (connection refused or reset, a timeout) to the other replicas for up to this long; 0 turns it off")
+		ramp      = flag.String("ramp", "", "comma-separated ascending rates (jobs/s): one open-loop run of -duration (or -jobs) per rate, stopping after the first the relay does not sustain; the report is the ramp's")
+		maxP99    = flag.Duration("max-p99", time.Second, "ramp: a step whose end-to-end p99 is over this is not sustained")
+		cpuProf   = flag.String("cpuprofile", "", "write this process's CPU profile (pprof) to this file")
 	)
 	flag.StringVar(&c.AdminToken, "admin-token", os.Getenv("RELAY_ADMIN_TOKEN"), "admin bearer token (default $RELAY_ADMIN_TOKEN)")
 	flag.StringVar(&c.BasePath, "base-path", "/byollm", "daemon plane mount path")
@@ -79,6 +81,10 @@ func run() int {
 	}
 	c.Replicas = splitList(*replicas)
 	c.AdminURLs = splitList(*admin)
+	c.FailoverFor = *failover
+	if *failover <= 0 {
+		c.FailoverFor = -1 // off; 0 in Config means the default
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -96,9 +102,14 @@ func run() int {
 	if *ramp != "" {
 		return runRamp(ctx, c, *ramp, *maxP99, *jsonOut)
 	}
+	// A live line on a terminal; a line every -progress-every in a log
+	// (CI), so a long run shows it is alive.
 	var progress *os.File
-	if !*quiet && loadgen.IsTerminal(os.Stderr) {
+	if !*quiet {
 		progress = os.Stderr
+		if !loadgen.IsTerminal(os.Stderr) {
+			c.ProgressEvery = max(*progEvery, time.Second)
+		}
 	}
 	var rep *loadgen.Report
 	var err error

@@ -3,9 +3,11 @@
 // projection follower and the background sweeper, all sharing one Valkey.
 //
 //	relay [flags]                     serve (see relay -h for every option)
+//	relay version                     the version, VCS revision and Go version (also --version)
 //	relay projection push|get|status  talk to a running relay's admin listener
 //	relay pairing show|approve|deny|unpair  approve a device by its user code, ditto
 //	relay policy push|get|status      the same for the grant policy
+//	relay migrate                     move a namespace to this version's key layout
 //	relay healthcheck                 probe this relay's admin /healthz (exit 0 when up)
 //
 // With no RELAY_VALKEY_URL it runs on an embedded in-process store: fine for
@@ -24,7 +26,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/byollm/relay-go/internal/admin"
+	"github.com/byollm/relay-go/internal/buildinfo"
 	"github.com/byollm/relay-go/internal/config"
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/httpserve"
@@ -65,22 +67,29 @@ func main() {
 	// After the first signal, restore the default action so a second
 	// Ctrl-C ends a shutdown that is taking too long.
 	go func() { <-ctx.Done(); stop() }()
-	if len(os.Args) > 1 && os.Args[1] == "projection" {
-		os.Exit(admin.RunCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(dispatch(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// dispatch runs the subcommand args names, or the server.
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version", "-version", "--version":
+			fmt.Fprintln(stdout, buildinfo.Get().String())
+			return exitOK
+		case "projection":
+			return admin.RunCLI(ctx, args[1:], getenv, stdout, stderr)
+		case "pairing":
+			return admin.RunPairingCLI(ctx, args[1:], getenv, stdout, stderr)
+		case "policy":
+			return admin.RunPolicyCLI(ctx, args[1:], getenv, stdout, stderr)
+		case "migrate":
+			return migrate(ctx, args[1:], getenv, stdout, stderr)
+		case "healthcheck":
+			return healthcheck(ctx, args[1:], getenv, stdout, stderr)
+		}
 	}
-	if len(os.Args) > 1 && os.Args[1] == "pairing" {
-		os.Exit(admin.RunPairingCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "policy" {
-		os.Exit(admin.RunPolicyCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "migrate" {
-		os.Exit(migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
-		os.Exit(healthcheck(ctx, os.Args[2:], os.Getenv, os.Stderr))
-	}
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	return run(ctx, args, getenv, stdout, stderr)
 }
 
 // run serves until ctx ends (SIGINT/SIGTERM), then shuts down gracefully.
@@ -95,7 +104,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)
-	log.Info("relay starting", cfg.LogAttrs()...)
+	build := buildinfo.Get()
+	log.Info("relay starting", append([]any{slog.String("version", build.Version), slog.String("revision", build.Revision),
+		slog.String("goVersion", build.GoVersion)}, cfg.LogAttrs()...)...)
+	// A misspelt variable would otherwise be ignored without a word (a
+	// RELAY_VALKEY_URI leaves the relay on its embedded store).
+	for _, w := range config.UnknownVars(os.Environ()) {
+		log.Warn(w)
+	}
 	if cfg.AdminListen != "" && cfg.AdminToken == "" {
 		log.Warn("RELAY_ADMIN_TOKEN is not set: the admin listener refuses every request, so the projection can only come from RELAY_PROJECTION_FILE or another replica")
 	}
@@ -131,6 +147,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}()
 	metrics := tel.Metrics()
+	build := buildinfo.Get()
+	metrics.SetBuildInfo(build.Version, build.Revision, build.GoVersion)
 	// Per-site activity for the operations view, counted in memory and
 	// published in this replica's heartbeat record (internal/opsview).
 	// Only the projection's sites are counted; proj is set just below.
@@ -146,7 +164,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	defer closeStore()
 	// valkeyconn has said loudly that an embedded store is not durable; the
-	// ready line repeats embedded=true.
+	// ready line repeats embedded=true. A server's durability is what it
+	// says it does, asked of every primary (the ready line's durable and
+	// appendfsync).
+	durable, fsync := false, "-"
+	if !embedded {
+		pctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		p, err := valkeyconn.ReadPersistence(pctx, client)
+		cancel()
+		switch {
+		case err != nil:
+			fsync = "unknown"
+			log.Warn("valkey: could not read its persistence settings; durable is reported false", slog.Any("err", err))
+		case !p.AOF:
+			fsync = p.Fsync
+			log.Warn("valkey: the append-only file is off, so a Valkey restart loses every job, lease and pairing it holds; "+
+				"set appendonly yes (appendfsync everysec, or always to lose nothing acknowledged)", slog.Any("primaries", p.Off))
+		default:
+			durable, fsync = true, p.Fsync
+		}
+	}
 
 	st, err := store.New(bg, client, store.Options{
 		Namespace:          cfg.Namespace,
@@ -408,7 +445,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			Interval: cfg.HeartbeatInterval,
 			Fill: func(ctx context.Context, r *opsview.Replica) {
 				ps := proj.State()
-				r.ID, r.Version, r.StartedAt, r.Layout = replicaID, buildVersion(), startedAt, store.LayoutVersion
+				r.ID, r.Version, r.StartedAt, r.Layout = replicaID, build.Short(), startedAt, store.LayoutVersion
 				r.Draining = checker.Draining()
 				r.Ready = ps.Loaded && !r.Draining
 				if !ps.Loaded {
@@ -434,7 +471,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	planesAddr := planesSrv.Addr().String()
 	log.Info("relay ready", slog.String("listen", planesAddr), slog.String("admin", orOff(adminAddr)),
-		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", !embedded),
+		slog.Bool("tls", certs != nil), slog.Bool("embedded", embedded), slog.Bool("durable", durable), slog.String("appendfsync", fsync),
 		slog.String("operations", st.ScriptCommand()))
 	// One machine-readable line on stdout, the same shape as the reference
 	// host's (test/reference/server.mjs), for harnesses that bind port 0.
@@ -497,14 +534,27 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// healthcheckUsage is relay healthcheck -h.
+const healthcheckUsage = `Usage: relay healthcheck [-admin-listen ADDR]
+
+Probes GET /healthz on this relay's admin listener (RELAY_ADMIN_LISTEN, or
+-admin-listen; a wildcard address is probed on loopback) and exits 0 when it
+answers 200 within 3 s, 1 otherwise: a container HEALTHCHECK for an image
+that has no shell or curl. It reads the relay's own RELAY_* variables and
+flags, so the probe finds the listener the server opened.
+`
+
 // healthcheck probes the admin listener's /healthz of the relay configured
 // by the same flags and variables, for container HEALTHCHECKs in an image
 // that has no shell or curl. Exit 0 when it answers 200, 1 otherwise.
-func healthcheck(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	cfg, err := config.Load(args, getenv, stderr)
-	if errors.Is(err, config.ErrHelp) {
-		return exitOK
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprint(stdout, healthcheckUsage)
+			return exitOK
+		}
 	}
+	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
 		return exitConfig
@@ -538,20 +588,4 @@ func replicaName() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
-}
-
-// buildVersion is the module version the binary was built as ("devel" for
-// a source build) and its VCS revision when known.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,19 @@ import (
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
+
+// migrateUsage heads relay migrate -h.
+const migrateUsage = `Usage: relay migrate [-valkey-url URL] [-namespace NS] [-drop-jobs]
+
+Moves a namespace to this relay's key layout (v4). From v3: writes v4 into the
+layout record once no live replica reads v3 only; no data moves. From v2: pins
+the sites with stored jobs to their shard, then v3 and v4 (stop the v2 relays
+first). From v1: refuses while v1 jobs remain (exit 1), then deletes the v1
+routing keys. Pairing codes, the projection, approvals and the policy carry
+over. Exit 0: the namespace is in this layout; 1: not yet (or an error); 2: bad
+flags.
+
+`
 
 // migrate moves a namespace to this relay's layout (store.Migrate). From
 // layout v3 it moves no data: it writes v4 into the layout record, once no
@@ -33,7 +47,18 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	url := fs.String("valkey-url", getenv("RELAY_VALKEY_URL"), "Valkey to migrate (RELAY_VALKEY_URL)")
 	ns := fs.String("namespace", firstNonEmpty(getenv("RELAY_NAMESPACE"), store.DefaultNamespace), "namespace to migrate (RELAY_NAMESPACE)")
 	drop := fs.Bool("drop-jobs", false, "delete v1 jobs still stored instead of waiting for them to drain")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), migrateUsage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitConfig
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "relay migrate: unexpected argument %q; see relay migrate -h\n", fs.Arg(0))
 		return exitConfig
 	}
 	if *url == "" {

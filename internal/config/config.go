@@ -355,7 +355,7 @@ var options = []option{
 		c.Listen = v
 		return nil
 	}},
-	{env: "RELAY_ADMIN_LISTEN", flag: "admin-listen", def: "127.0.0.1:8081", usage: `address of the admin listener (projection, later metrics/health); "off" disables it`, apply: func(c *Config, v string) error {
+	{env: "RELAY_ADMIN_LISTEN", flag: "admin-listen", def: "127.0.0.1:8081", usage: `address of the admin listener (projection, policy and pairing APIs, /healthz, /readyz, /metrics, the operations view at /ui/); "off" disables it`, apply: func(c *Config, v string) error {
 		if strings.EqualFold(v, "off") {
 			c.AdminListen = ""
 			return nil
@@ -380,10 +380,10 @@ var options = []option{
 		c.AdminToken = v
 		return nil
 	}},
-	{env: "RELAY_LEASE_MS", flag: "lease-ms", def: strconv.Itoa(relay.DefaultLeaseMs), usage: "lease granted to a device at claim and renewal, in milliseconds", apply: func(c *Config, v string) error {
+	{env: "RELAY_LEASE_MS", flag: "lease-ms", def: strconv.Itoa(relay.DefaultLeaseMs), usage: "lease granted to a device at claim and renewal, in milliseconds (1000 to 3600000; a daemon renews its leases with every heartbeat, about every 10 s)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || n > maxSafeInteger {
-			return fmt.Errorf("%q is not a positive whole number of milliseconds; use e.g. 60000 (one minute)", v)
+		if err != nil || n < minLeaseMs || n > maxLeaseMs {
+			return fmt.Errorf("%q is not a usable lease; use a positive whole number of milliseconds from %d (1 s) to %d (1 h), e.g. 60000 (one minute): a job held by a daemon that died waits this long before it is offered again", v, minLeaseMs, maxLeaseMs)
 		}
 		c.LeaseMs = n
 		return nil
@@ -423,12 +423,8 @@ var options = []option{
 			c.ProjectionFile = ""
 			return nil
 		}
-		fi, err := os.Stat(v)
-		if err != nil {
-			return fmt.Errorf("cannot read %q (%v); point it at an existing JSON file or unset it", v, unwrapPathError(err))
-		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
+		if err := checkReadable(v, "JSON"); err != nil {
+			return err
 		}
 		c.ProjectionFile = v
 		return nil
@@ -451,12 +447,8 @@ var options = []option{
 			c.PolicyFile = ""
 			return nil
 		}
-		fi, err := os.Stat(v)
-		if err != nil {
-			return fmt.Errorf("cannot read %q (%v); point it at an existing JSON file or unset it", v, unwrapPathError(err))
-		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%q is not a regular file; point it at a JSON file", v)
+		if err := checkReadable(v, "JSON"); err != nil {
+			return err
 		}
 		c.PolicyFile = v
 		return nil
@@ -481,8 +473,8 @@ var options = []option{
 			return nil
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d < minSweepInterval {
-			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval)
+		if err != nil || d < minSweepInterval || d > maxSweepInterval {
+			return fmt.Errorf(`%q is not a usable interval; write a Go duration of at least %v and at most %v, e.g. 1s or 500ms, or "off"`, v, minSweepInterval, maxSweepInterval)
 		}
 		c.SweepInterval = d
 		return nil
@@ -561,8 +553,8 @@ var options = []option{
 	}},
 	{env: "RELAY_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "15s", usage: "how long SIGINT/SIGTERM waits for in-flight requests before closing them", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("%q is not a positive duration; write e.g. 15s", v)
+		if err != nil || d <= 0 || d > 10*time.Minute {
+			return fmt.Errorf("%q is not a usable shutdown timeout; write a positive Go duration of at most 10m, e.g. 15s", v)
 		}
 		c.ShutdownTimeout = d
 		return nil
@@ -589,8 +581,8 @@ var options = []option{
 	}},
 	{env: "RELAY_ADMIN_MAX_BODY", flag: "admin-max-body", def: strconv.Itoa(admin.DefaultMaxBody), usage: "largest admin request body accepted, in bytes (projection documents)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1024 {
-			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024, e.g. 16777216 (16 MiB)", v)
+		if err != nil || n < 1024 || n > maxAdminBody {
+			return fmt.Errorf("%q is not a byte count; use a whole number of at least 1024 and at most %d (1 GiB), e.g. 16777216 (16 MiB)", v, maxAdminBody)
 		}
 		c.AdminMaxBody = n
 		return nil
@@ -613,8 +605,8 @@ var options = []option{
 	}},
 	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: strconv.Itoa(httpserve.DefaultBodyBytesInFlight), usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			return fmt.Errorf("%q is not a byte count; use a whole number, e.g. 134217728 (128 MiB)", v)
+		if err != nil || n < 1 || n > maxBodyBytesInFlight {
+			return fmt.Errorf("%q is not a byte count; use a whole number of at most %d (64 GiB), e.g. 134217728 (128 MiB)", v, maxBodyBytesInFlight)
 		}
 		c.BodyBytesInFlight = n
 		return nil
@@ -628,14 +620,14 @@ var options = []option{
 		return nil
 	}},
 	{env: "RELAY_TLS_CERT_FILE", flag: "tls-cert-file", usage: "PEM certificate (chain) for the public listener; with RELAY_TLS_KEY_FILE it serves only TLS 1.2+, reloading both files when they change. Unset: plaintext (behind a balancer that terminates TLS)", apply: func(c *Config, v string) error {
-		if err := checkReadable(v); err != nil {
+		if err := checkReadable(v, "PEM"); err != nil {
 			return err
 		}
 		c.TLSCertFile = v
 		return nil
 	}},
 	{env: "RELAY_TLS_KEY_FILE", flag: "tls-key-file", usage: "PEM private key matching RELAY_TLS_CERT_FILE", apply: func(c *Config, v string) error {
-		if err := checkReadable(v); err != nil {
+		if err := checkReadable(v, "PEM"); err != nil {
 			return err
 		}
 		c.TLSKeyFile = v
@@ -769,21 +761,30 @@ const (
 	// so the worst case is about 83 MB.
 	DefaultPairingsMax = 1000
 
-	minTokenLen      = 16
-	maxSafeInteger   = 1<<53 - 1
-	minSweepInterval = 50 * time.Millisecond
+	maxSafeInteger = 1<<53 - 1
+	minTokenLen    = 16
+	// A lease is renewed by each heartbeat (about every 10 s); under a
+	// second a busy daemon loses its jobs, and past an hour a crashed one
+	// holds them that long.
+	minLeaseMs, maxLeaseMs = 1000, 3_600_000
+	minSweepInterval       = 50 * time.Millisecond
+	// The planes settle what they touch, so the sweeper is a backstop; a
+	// minute is the longest a lapsed lease waits for it.
+	maxSweepInterval     = time.Minute
+	maxAdminBody         = 1 << 30
+	maxBodyBytesInFlight = 64 << 30
 	// A store call takes about a millisecond; below 10 ms a busy but
 	// healthy Valkey would be refused. Above a minute a frozen one holds
 	// requests longer than any client waits.
 	minStoreTimeout = 10 * time.Millisecond
 	// DefaultDaemonHeartbeatBatch: a daemon heartbeats every ~10 s and
 	// waits seconds for the answer, so a tenth of a second is invisible to
-	// it; see README "Idle devices" for what it saves.
+	// it; see test/bench/results/2026-12-01-idle-devices-batched.md for what it saves.
 	DefaultDaemonHeartbeatBatch = 100 * time.Millisecond
 	maxDaemonHeartbeatBatch     = time.Second
 	// DefaultDaemonIdleHeartbeatBatch: an idle daemon's next tick is
 	// about 10 s away, and its answer says only that nothing changed; a
-	// second fills a replica's per-shard calls (README "Idle ticks on a
+	// second fills a replica's per-shard calls (test/bench/results/2026-12-03-idle-ticks-cluster-window.md, "Idle ticks on a
 	// cluster: a longer window for idle heartbeats").
 	DefaultDaemonIdleHeartbeatBatch = time.Second
 	maxDaemonIdleHeartbeatBatch     = 2 * time.Second
@@ -893,17 +894,30 @@ func (c Config) crossChecks() Problems {
 	return problems
 }
 
-// checkReadable accepts "" (unset) or a regular file that exists.
-func checkReadable(v string) error {
+// checkReadable accepts "" (unset) or a regular file this process can
+// read: it opens the file and reads a byte, so a file the relay's user may
+// not read is refused now, with the fix, rather than when it is first used.
+func checkReadable(v, kind string) error {
 	if v == "" {
 		return nil
 	}
 	fi, err := os.Stat(v)
 	if err != nil {
-		return fmt.Errorf("cannot read %q (%v); point it at an existing PEM file or unset it", v, unwrapPathError(err))
+		return fmt.Errorf("cannot read %q (%v); point it at an existing %s file or unset it", v, unwrapPathError(err), kind)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%q is not a regular file; point it at a PEM file", v)
+		return fmt.Errorf("%q is not a regular file; point it at a %s file", v, kind)
+	}
+	f, err := os.Open(v)
+	if err == nil {
+		_, err = f.Read(make([]byte, 1))
+		f.Close()
+		if errors.Is(err, io.EOF) {
+			err = nil // empty: its parser says what is wrong with it
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cannot read %q (%v); make it readable by the relay's user (uid %d), e.g. chmod a+r, or unset it", v, unwrapPathError(err), os.Getuid())
 	}
 	return nil
 }
@@ -921,9 +935,22 @@ func EnvVars() []string {
 	return out
 }
 
+// subcommandUsage heads relay -h: every subcommand, each with its own -h.
+const subcommandUsage = `Usage:
+  relay [flags]                                    serve (the flags and variables below)
+  relay version                                    the version, VCS revision and Go version (also --version)
+  relay projection push [--merge] FILE|get|status  a running relay's projection, over its admin listener
+  relay policy push [--merge] FILE|get|status      the same for the grant policy
+  relay pairing show|approve|deny|unpair ...       approve a device by the code it shows
+  relay migrate [-drop-jobs]                       move a namespace to this version's key layout
+  relay healthcheck                                probe this relay's admin /healthz (exit 0 when up)
+Each subcommand takes -h for its own options.
+
+`
+
 // Usage writes the option list: flag, variable, default and meaning.
 func Usage(out io.Writer) {
-	fmt.Fprintf(out, "Usage: relay [flags]\n       relay projection push|get|status [flags] [FILE]   (see relay projection -h)\n       relay policy push|get|status [flags] [FILE]       (see relay policy -h)\n\n")
+	fmt.Fprint(out, subcommandUsage)
 	fmt.Fprintf(out, "Every flag has a RELAY_* variable; a flag wins over its variable, and an empty variable counts as unset.\n\n")
 	for _, o := range options {
 		def := o.def

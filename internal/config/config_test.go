@@ -210,11 +210,27 @@ func TestValues(t *testing.T) {
 	}
 }
 
+// unreadableFile is a regular file this process cannot read: mode 000 for a
+// user, and for root (who reads any mode) /proc/self/mem, a regular file
+// whose first byte is unmapped, so reading it fails.
+func unreadableFile(t *testing.T) string {
+	t.Helper()
+	if os.Getuid() == 0 {
+		return "/proc/self/mem"
+	}
+	f := filepath.Join(t.TempDir(), "unreadable.json")
+	if err := os.WriteFile(f, []byte(`{"consents":[]}`), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestProblems pins the messages: each names the option as the operator set
 // it and says what to write instead.
 func TestProblems(t *testing.T) {
 	certFile, keyFile := writeCert(t)
 	otherCert, _ := writeCert(t)
+	unreadable := unreadableFile(t)
 	tests := []struct {
 		name string
 		args []string
@@ -247,7 +263,7 @@ func TestProblems(t *testing.T) {
 		{"retention too long", nil, map[string]string{"RELAY_DEVICE_RETENTION": "4000d"},
 			[]string{`RELAY_DEVICE_RETENTION: "4000d" is not a usable device retention`}},
 		{"lease not a number", nil, map[string]string{"RELAY_LEASE_MS": "1m"},
-			[]string{`RELAY_LEASE_MS: "1m" is not a positive whole number of milliseconds`, "e.g. 60000"}},
+			[]string{`RELAY_LEASE_MS: "1m" is not a usable lease; use a positive whole number of milliseconds`, "e.g. 60000"}},
 		{"heartbeat batch negative", nil, map[string]string{"RELAY_DAEMON_HEARTBEAT_BATCH": "-1ms"},
 			[]string{`RELAY_DAEMON_HEARTBEAT_BATCH: "-1ms" is not a usable batch window`, `"off"`}},
 		{"heartbeat batch past 1s", nil, map[string]string{"RELAY_DAEMON_HEARTBEAT_BATCH": "2s", "RELAY_STORE_TIMEOUT": "10s"},
@@ -273,6 +289,15 @@ func TestProblems(t *testing.T) {
 		{"store timeout not a duration", nil, map[string]string{"RELAY_STORE_TIMEOUT": "500"},
 			[]string{`RELAY_STORE_TIMEOUT: "500" is not a usable store timeout`}},
 		{"lease zero", nil, map[string]string{"RELAY_LEASE_MS": "0"}, []string{"RELAY_LEASE_MS", "positive"}},
+		{"lease of 31 years", nil, map[string]string{"RELAY_LEASE_MS": "999999999999"}, []string{`RELAY_LEASE_MS: "999999999999" is not a usable lease`, "from 1000 (1 s) to 3600000 (1 h)"}},
+		{"lease under a second", nil, map[string]string{"RELAY_LEASE_MS": "999"}, []string{"RELAY_LEASE_MS", "from 1000"}},
+		{"sweep interval too long", nil, map[string]string{"RELAY_SWEEP_INTERVAL": "2m"}, []string{"RELAY_SWEEP_INTERVAL", "at most 1m0s"}},
+		{"shutdown timeout too long", nil, map[string]string{"RELAY_SHUTDOWN_TIMEOUT": "2h"}, []string{"RELAY_SHUTDOWN_TIMEOUT", "at most 10m"}},
+		{"admin max body too large", nil, map[string]string{"RELAY_ADMIN_MAX_BODY": "1099511627776"}, []string{"RELAY_ADMIN_MAX_BODY", "at most 1073741824"}},
+		{"body bytes too large", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "9223372036854775807"}, []string{"RELAY_BODY_BYTES_IN_FLIGHT", "at most"}},
+		{"projection file unreadable", nil, map[string]string{"RELAY_PROJECTION_FILE": unreadable}, []string{"RELAY_PROJECTION_FILE: cannot read", "readable by the relay's user"}},
+		{"policy file unreadable", nil, map[string]string{"RELAY_POLICY_FILE": unreadable}, []string{"RELAY_POLICY_FILE: cannot read", "readable by the relay's user"}},
+		{"TLS cert unreadable", nil, map[string]string{"RELAY_TLS_CERT_FILE": unreadable, "RELAY_TLS_KEY_FILE": keyFile}, []string{"RELAY_TLS_CERT_FILE: cannot read", "readable by the relay's user"}},
 		{"lease beyond safe integer", nil, map[string]string{"RELAY_LEASE_MS": "9007199254740992"}, []string{"RELAY_LEASE_MS"}},
 		{"lease via flag names the flag", []string{"-lease-ms", "-5"}, nil, []string{`-lease-ms: "-5"`}},
 		{"base path relative", nil, map[string]string{"RELAY_BASE_PATH": "byollm"}, []string{`RELAY_BASE_PATH: "byollm" must start with '/'`}},

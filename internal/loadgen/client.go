@@ -27,6 +27,15 @@ type client struct {
 	next     atomic.Uint64
 	stats    *requestStats
 	retryFor time.Duration // how long do keeps retrying what a restart or an outage refuses
+	// failoverFor is how long do sends a request that got no answer to the
+	// other replicas (Config.FailoverFor, after defaults).
+	failoverFor time.Duration
+	// unreached counts requests given up without any HTTP answer: they
+	// never reached a relay (or its answer never came back).
+	unreached atomic.Int64
+	// failedOver counts requests sent to another replica after one gave no
+	// answer.
+	failedOver atomic.Int64
 }
 
 func newClient(c Config, stats *requestStats) *client {
@@ -42,16 +51,29 @@ func newClient(c Config, stats *requestStats) *client {
 		trim[i] = strings.TrimRight(r, "/")
 	}
 	return &client{
-		http:     &http.Client{Transport: tr, Timeout: c.Timeout},
-		replicas: trim,
-		basePath: c.BasePath,
-		stats:    stats,
-		retryFor: c.RetryFor,
+		http:        &http.Client{Transport: tr, Timeout: c.Timeout},
+		replicas:    trim,
+		basePath:    c.BasePath,
+		stats:       stats,
+		retryFor:    c.RetryFor,
+		failoverFor: c.FailoverFor,
 	}
 }
 
 func (c *client) base() string {
 	return c.replicas[c.next.Add(1)%uint64(len(c.replicas))]
+}
+
+// other is a replica other than the one target was sent to (the next in
+// order), so a retry after a transport failure never lands on the replica
+// that just failed.
+func (c *client) other(target string) string {
+	for i, r := range c.replicas {
+		if strings.HasPrefix(target, r) {
+			return c.replicas[(i+1)%len(c.replicas)]
+		}
+	}
+	return c.base()
 }
 
 // signer is who signs a request: a daemon (x-byollm-runner) or a site
@@ -128,8 +150,19 @@ func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoin
 	first := time.Now()
 	for attempt := 0; ; attempt++ {
 		res, err := c.once(ctx, name, method, target, signedEndpoint, body, s)
+		// A request with no answer is sent to another replica for
+		// failoverFor (only when the rotation chooses: base ""); any
+		// retryable refusal for retryFor.
+		budget := c.retryFor
+		if err != nil && base == "" {
+			budget = max(budget, c.failoverFor)
+		}
 		retryable := err != nil || res.status == http.StatusBadGateway || res.status == http.StatusServiceUnavailable || res.status == http.StatusGatewayTimeout
-		if !retryable || ctx.Err() != nil || time.Since(first) >= c.retryFor {
+		if !retryable || ctx.Err() != nil || time.Since(first) >= budget {
+			if err != nil && ctx.Err() == nil {
+				c.unreached.Add(1)
+				err = &unreachedError{err: err}
+			}
 			return res, err
 		}
 		pause := min(50*time.Millisecond<<min(attempt, 4), 500*time.Millisecond)
@@ -141,10 +174,22 @@ func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoin
 			return res, err
 		}
 		if base == "" {
-			target = c.base() + path // another replica may answer
+			if err != nil {
+				c.failedOver.Add(1)
+				target = c.other(target) + path // that replica did not answer
+			} else {
+				target = c.base() + path // another replica may answer
+			}
 		}
 	}
 }
+
+// unreachedError is a request given up without an HTTP answer: it never
+// reached a relay, or the relay's answer never came back.
+type unreachedError struct{ err error }
+
+func (e *unreachedError) Error() string { return e.err.Error() + " (no answer from the relay)" }
+func (e *unreachedError) Unwrap() error { return e.err }
 
 func (c *client) once(ctx context.Context, name, method, target, signedEndpoint string, body []byte, s *signer) (response, error) {
 	var rd io.Reader

@@ -114,6 +114,16 @@ type Config struct {
 	// or 504 is sent again (to the next replica); 0 never retries, so every
 	// such refusal is a problem of the run.
 	RetryFor time.Duration
+	// FailoverFor is how long a request that got no HTTP answer at all
+	// (connection refused or reset, a timeout: a replica down) is sent
+	// again to the other replicas; it applies only with several Replicas,
+	// where a refusing replica is a gap in the test rig, not a relay that
+	// lost work. 0 means DefaultFailoverFor; negative turns it off.
+	FailoverFor time.Duration
+	// ProgressEvery, when set, writes a progress line every ProgressEvery
+	// to Run's progress writer (for a log); 0 redraws one live line on a
+	// terminal instead.
+	ProgressEvery time.Duration
 	// CancelEvery makes the site cancel every n-th job it enqueues, right
 	// after the enqueue; 0 cancels none.
 	CancelEvery int
@@ -139,6 +149,11 @@ type Config struct {
 	// verifies against it (anything else is an integrity failure).
 	Grants bool
 }
+
+// DefaultFailoverFor is how long a request with no answer is retried on the
+// other replicas when there are several: long enough for a replica's
+// restart, short against a job's deadline.
+const DefaultFailoverFor = 10 * time.Second
 
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
@@ -197,6 +212,12 @@ func (c Config) WithDefaults() Config {
 		c.Projection = ProjectionMerge
 	}
 	defD(&c.Timeout, 30*time.Second)
+	switch {
+	case c.FailoverFor < 0 || len(c.Replicas) < 2:
+		c.FailoverFor = 0
+	case c.FailoverFor == 0:
+		c.FailoverFor = DefaultFailoverFor
+	}
 	if c.Grants {
 		c.Team = true
 	}

@@ -68,6 +68,8 @@ type Settings struct {
 	Arrivals     string   `json:"arrivals"`
 	Team         bool     `json:"team"`
 	Grants       bool     `json:"grants"`
+	RetryFor     string   `json:"retryFor"`    // retryable refusals retried this long
+	FailoverFor  string   `json:"failoverFor"` // no answer retried on the other replicas this long
 }
 
 // JobCounts is the accounting every run must balance. Lost and RunTwice
@@ -76,19 +78,29 @@ type JobCounts struct {
 	Attempted     int64 `json:"attempted"`
 	Enqueued      int64 `json:"enqueued"`
 	EnqueueFailed int64 `json:"enqueueFailed"`
-	Collected     int64 `json:"collected"`     // result opened and checked by the site
-	Cancelled     int64 `json:"cancelled"`     // cancelled by the site (CancelEvery) and never collected
-	Lost          int64 `json:"lost"`          // enqueued, never collected, no integrity failure
-	LostExpired   int64 `json:"lostExpired"`   // of Lost: stub deadline passed before the end (relay dropped it by TTL)
-	RunTwice      int64 `json:"runTwice"`      // more than one result accepted for one job
-	Integrity     int64 `json:"integrity"`     // a payload or result failed to open or check
-	Foreign       int64 `json:"foreign"`       // work for jobs this run never enqueued
-	Reclaimed     int64 `json:"reclaimed"`     // claimed under more than one lease (allowed after a requeue)
-	DupResults    int64 `json:"dupResults"`    // result posts answered duplicate:true
-	LateSeals     int64 `json:"lateSeals"`     // payload posts answered 409
-	Aborted       int64 `json:"aborted"`       // daemon gave a job up (grant lost)
-	LeasesLost    int64 `json:"leasesLost"`    // heartbeat said lost or cancel for a lease in hand
-	Heartbeats    int64 `json:"heartbeats"`    // heartbeats answered 200
+	Collected     int64 `json:"collected"`   // result opened and checked by the site
+	Cancelled     int64 `json:"cancelled"`   // cancelled by the site (CancelEvery) and never collected
+	Lost          int64 `json:"lost"`        // enqueued, never collected, no integrity failure
+	LostExpired   int64 `json:"lostExpired"` // of Lost: stub deadline passed before the end (relay dropped it by TTL)
+	RunTwice      int64 `json:"runTwice"`    // more than one result accepted for one job
+	Integrity     int64 `json:"integrity"`   // a payload or result failed to open or check
+	Foreign       int64 `json:"foreign"`     // work for jobs this run never enqueued
+	Reclaimed     int64 `json:"reclaimed"`   // claimed under more than one lease (allowed after a requeue)
+	DupResults    int64 `json:"dupResults"`  // result posts answered duplicate:true
+	LateSeals     int64 `json:"lateSeals"`   // payload posts answered 409
+	Aborted       int64 `json:"aborted"`     // daemon gave a job up (grant lost)
+	LeasesLost    int64 `json:"leasesLost"`  // heartbeat said lost or cancel for a lease in hand
+	Heartbeats    int64 `json:"heartbeats"`  // heartbeats answered 200
+	// Unreached counts requests (not jobs) given up with no HTTP answer
+	// after every retry the run allowed: they never reached a relay, or
+	// its answer never came back (a replica down, a network fault). A job
+	// such a request carried can be counted lost by the load generator's
+	// own transport, which is not a loss by the relay.
+	Unreached int64 `json:"unreached"`
+	// FailedOver counts requests sent again to another replica after one
+	// gave no answer. A claim or result whose answer was lost with its
+	// replica holds its job until the lease ends.
+	FailedOver    int64 `json:"failedOver"`
 	Released      int64 `json:"released"`      // leases handed back at shutdown or refused
 	Abandoned     int64 `json:"abandoned"`     // grants dropped without a word (AbandonEvery)
 	StillInFlight int64 `json:"stillInFlight"` // of Lost: deadline not yet passed when the drain ended
@@ -158,6 +170,8 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 	jc.Aborted = r.aborted.Load()
 	jc.LeasesLost = r.leasesLost.Load()
 	jc.Heartbeats = r.heartbeats.Load()
+	jc.Unreached = r.cl.unreached.Load()
+	jc.FailedOver = r.cl.failedOver.Load()
 	jc.Released = r.released.Load()
 	jc.Abandoned = r.abandoned.Load()
 
@@ -170,6 +184,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 			PayloadChars: r.cfg.PayloadChars, TTL: r.cfg.TTL.String(), LeaseMs: r.cfg.LeaseMs, Heartbeat: r.cfg.Heartbeat.String(),
 			DaemonSlots: r.cfg.DaemonSlots, Pair: r.cfg.Pair, Team: r.cfg.Team, Grants: r.cfg.Grants,
 			Profile: r.cfg.Profile, Arrivals: r.cfg.Arrivals, IdleStart: r.cfg.IdleStart,
+			RetryFor: r.cfg.RetryFor.String(), FailoverFor: r.cfg.FailoverFor.String(),
 		},
 		EnqueueSeconds: round3(enqueueEnded.Sub(started).Seconds()),
 		Jobs:           jc,
@@ -287,6 +302,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "must be 0   lost %d (expired %d, in flight %d)  run-twice %d  integrity %d  foreign %d\n", j.Lost, j.LostExpired, j.StillInFlight, j.RunTwice, j.Integrity, j.Foreign)
 	fmt.Fprintf(w, "other       reclaimed %d  dup-results %d  late-seals %d  aborted %d  leases-lost %d  heartbeats %d  released %d  abandoned %d  errors %d\n",
 		j.Reclaimed, j.DupResults, j.LateSeals, j.Aborted, j.LeasesLost, j.Heartbeats, j.Released, j.Abandoned, rep.Errors)
+	fmt.Fprintf(w, "transport   unreached %d  failed-over %d (unreached: given up without any answer from a relay; failed-over: sent again to another replica after none%s)\n", j.Unreached, j.FailedOver, retryNote(rep.Settings))
 	if rep.Settings.Grants {
 		fmt.Fprintf(w, "grants      every job a teammate's; %d grants verified against the pinned key\n", j.GrantsVerified)
 	} else if rep.Settings.Team {
@@ -328,8 +344,18 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 	}
 	verdict := "OK: nothing lost, nothing run twice"
-	if !rep.OK() {
-		verdict = "FAILED: the run did not balance (see must-be-0 line)"
+	switch {
+	case !rep.OK() && j.Unreached > 0:
+		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line); %d requests never reached a relay, so jobs they carried "+
+			"may be lost by the load generator's own transport rather than by the relay: check every replica is up, or rerun with -retry-for 10s", j.Unreached)
+	case !rep.OK() && j.FailedOver > 0 && j.RunTwice == 0 && j.Integrity == 0 && j.Foreign == 0:
+		verdict = fmt.Sprintf("FAILED: the run did not balance (see must-be-0 line): %d jobs not collected (expired %d, in flight %d) after %d requests "+
+			"failed over from a replica that stopped answering; a claim whose answer was lost with its replica holds its job for a whole lease "+
+			"(RELAY_LEASE_MS), so give jobs a -ttl and a -drain longer than the lease to tell such jobs from lost ones", j.Lost, j.LostExpired, j.StillInFlight, j.FailedOver)
+	case !rep.OK():
+		verdict = "FAILED: the run did not balance (see must-be-0 line): jobs the relay accepted were lost or run twice"
+	case j.Unreached > 0:
+		verdict += fmt.Sprintf(" (%d requests never reached a relay and were given up)", j.Unreached)
 	}
 	fmt.Fprintf(w, "\n%s\n", verdict)
 }
@@ -340,10 +366,50 @@ func IsTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// startProgress prints a status line every half second until stopped.
+// retryNote says what the run retried before giving a request up.
+func retryNote(s Settings) string {
+	var parts []string
+	if s.FailoverFor != "" && s.FailoverFor != "0s" {
+		parts = append(parts, fmt.Sprintf("no answer retried on the other replicas for %s", s.FailoverFor))
+	}
+	if s.RetryFor != "" && s.RetryFor != "0s" {
+		parts = append(parts, fmt.Sprintf("transport errors, 502, 503 and 504 retried for %s", s.RetryFor))
+	}
+	if len(parts) == 0 {
+		return "; nothing retried"
+	}
+	return "; " + strings.Join(parts, ", ")
+}
+
+// startProgress prints a status line until stopped: redrawn every half
+// second on a terminal, or a new line every cfg.ProgressEvery for a log.
 func (r *runner) startProgress(w io.Writer, started time.Time) func() {
 	if w == nil {
 		return func() {}
+	}
+	if every := r.cfg.ProgressEvery; every > 0 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(every)
+			defer t.Stop()
+			var lastN int64
+			last := started
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-t.C:
+					n := r.collected.Load()
+					rate := float64(n-lastN) / now.Sub(last).Seconds()
+					lastN, last = n, now
+					fmt.Fprintf(w, "progress %6.1fs  enqueued %d  done %d  %.0f jobs/s  in flight %d  errors %d  unreached %d\n",
+						now.Sub(started).Seconds(), r.enqueued.Load(), n, rate, r.enqueued.Load()-n, r.unexpected.Load(), r.cl.unreached.Load())
+				}
+			}
+		}()
+		return func() { close(stop); <-done }
 	}
 	var stopped atomic.Bool
 	done := make(chan struct{})

@@ -545,7 +545,7 @@ func (r *runner) enqueuedState(state string) bool {
 	if state == "queued" {
 		return true
 	}
-	if r.cfg.RetryFor == 0 {
+	if r.cfg.RetryFor == 0 && r.cfg.FailoverFor == 0 {
 		return false
 	}
 	switch state {

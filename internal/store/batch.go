@@ -274,7 +274,7 @@ func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, le
 // group: presence_beat reads and writes only the keys it is given, never a
 // key built from a shard's prefix, so nothing in it depends on the shard,
 // and where a replica's window holds a few heartbeats per shard this is
-// one call instead of up to one per shard (README "Idle ticks on one
+// one call instead of up to one per shard (test/bench/results/2026-12-02-idle-ticks-one-server.md, "Idle ticks on one
 // server"). A cluster keeps one call per shard, as every script.
 func groupByShard(calls []*batchedCall, oneNode bool) [][]*batchedCall {
 	type openGroup struct{ i, bytes int }

@@ -408,7 +408,7 @@
 // the presence record its grants would be checked against (nothing is
 // granted; a lost record is rebuilt by the next heartbeat); a claim that
 // reads queue heads reads the record in the same pipelined batch
-// (RequirePresence) (README, "Idle devices").
+// (RequirePresence) (test/bench/results/2026-12-01-idle-devices-batched.md).
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //

@@ -44,7 +44,7 @@ func (h *TraceHandler) WithGroup(name string) slog.Handler {
 // NewLogger builds the relay's logger: JSON (production) or text lines on w
 // at level, with trace ids.
 func NewLogger(w io.Writer, jsonFormat bool, level slog.Leveler) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	var h slog.Handler
 	if jsonFormat {
 		h = slog.NewJSONHandler(w, opts)
@@ -52,4 +52,13 @@ func NewLogger(w io.Writer, jsonFormat bool, level slog.Leveler) *slog.Logger {
 		h = slog.NewTextHandler(w, opts)
 	}
 	return slog.New(NewTraceHandler(h))
+}
+
+// durationText writes a duration as Go writes it ("500ms"), where the JSON
+// handler would write nanoseconds (500000000) that nobody reads at a glance.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

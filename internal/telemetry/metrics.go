@@ -61,6 +61,7 @@ type Metrics struct {
 	siteRefusals      metric.Int64Counter
 	ready             metric.Int64ObservableGauge
 	oldestQueued      metric.Float64ObservableGauge
+	buildInfo         metric.Int64ObservableGauge
 
 	mu           sync.Mutex
 	siteUseFn    func(context.Context) (map[string]SiteUse, error)
@@ -68,6 +69,8 @@ type Metrics struct {
 	leasesFn     func(context.Context) (int64, error)
 	projectionFn func() ProjectionState
 	readyFn      func(context.Context) bool
+	// build labels relay_build_info; nil until SetBuildInfo.
+	build []attribute.KeyValue
 	// queuedSince is, per projection site, when its oldest queued job was
 	// enqueued (zero: none queued), as last read by the background refresh;
 	// the age itself is taken at scrape time so it keeps growing between
@@ -162,12 +165,15 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.oldestQueued, e = meter.Float64ObservableGauge("relay.site.oldest_queued", metric.WithUnit("s"),
 		metric.WithDescription("Age of each projection site's oldest queued job (0 when none is queued), from a background read every RELAY_QUEUE_AGE_INTERVAL."))
 	wrap("relay.site.oldest_queued", e)
+	m.buildInfo, e = meter.Int64ObservableGauge("relay.build_info",
+		metric.WithDescription("1, labelled with the running build's version, VCS revision and Go version (so a roll shows which replicas run what)."))
+	wrap("relay.build_info", e)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := meter.RegisterCallback(m.observe,
 		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded,
-		m.siteJobs, m.siteBytes, m.ready, m.oldestQueued); err != nil {
+		m.siteJobs, m.siteBytes, m.ready, m.oldestQueued, m.buildInfo); err != nil {
 		return nil, fmt.Errorf("telemetry gauge callback: %w", err)
 	}
 	return m, nil
@@ -199,6 +205,13 @@ type SiteUse struct{ LiveJobs, StoredBytes int64 }
 func (m *Metrics) ObserveSiteUse(fn func(context.Context) (map[string]SiteUse, error)) {
 	m.mu.Lock()
 	m.siteUseFn = fn
+	m.mu.Unlock()
+}
+
+// SetBuildInfo labels relay_build_info with the running build.
+func (m *Metrics) SetBuildInfo(version, revision, goVersion string) {
+	m.mu.Lock()
+	m.build = []attribute.KeyValue{attribute.String("version", version), attribute.String("revision", revision), attribute.String("goversion", goVersion)}
 	m.mu.Unlock()
 }
 
@@ -239,8 +252,12 @@ func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	jobsFn, leasesFn, projectionFn, now := m.jobsFn, m.leasesFn, m.projectionFn, m.now
-	siteUseFn, readyFn, queuedSince := m.siteUseFn, m.readyFn, m.queuedSince
+	siteUseFn, readyFn, queuedSince, build := m.siteUseFn, m.readyFn, m.queuedSince, m.build
 	m.mu.Unlock()
+
+	if build != nil {
+		o.ObserveInt64(m.buildInfo, 1, metric.WithAttributes(build...))
+	}
 
 	if readyFn != nil {
 		// The checks carry their own timeout (health.DefaultTimeout).

@@ -636,3 +636,19 @@ func TestEndpointFromEnv(t *testing.T) {
 }
 
 var _ sdktrace.SpanExporter = (*tracetest.InMemoryExporter)(nil)
+
+// TestJSONLogDurations: durations in JSON logs read as Go durations, in
+// groups too, and other values are left alone.
+func TestJSONLogDurations(t *testing.T) {
+	var buf bytes.Buffer
+	log := telemetry.NewLogger(&buf, true, slog.LevelInfo)
+	log.Info("x", slog.Duration("storeTimeout", 500*time.Millisecond), slog.Group("g", slog.Duration("d", 90*time.Second)), slog.Int("n", 3))
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := got["g"].(map[string]any)
+	if got["storeTimeout"] != "500ms" || g["d"] != "1m30s" || got["n"] != float64(3) {
+		t.Fatalf("got %s", buf.String())
+	}
+}

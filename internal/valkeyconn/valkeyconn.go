@@ -6,8 +6,11 @@ package valkeyconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -196,4 +199,63 @@ func isReplica(ctx context.Context, n valkey.Client) bool {
 	}
 	r, _ := role[0].ToString()
 	return r == "slave"
+}
+
+// Persistence is what the server does with a write it has acknowledged,
+// read from the server itself (on a cluster, from every primary).
+type Persistence struct {
+	// AOF is true when the append-only file is on at every primary.
+	AOF bool
+	// Fsync is the primaries' appendfsync ("always", "everysec", "no"),
+	// several values joined when they differ, "unknown" when CONFIG GET
+	// is refused (a managed server may rename or forbid it).
+	Fsync string
+	// Off names the primaries with the append-only file off.
+	Off []string
+}
+
+// ReadPersistence asks each primary for aof_enabled (INFO persistence,
+// which every server answers) and appendfsync (CONFIG GET).
+func ReadPersistence(ctx context.Context, c valkey.Client) (Persistence, error) {
+	nodes := map[string]valkey.Client{"": c}
+	if IsCluster(c) {
+		nodes = c.Nodes()
+	}
+	out := Persistence{AOF: true}
+	fsyncs := map[string]bool{}
+	primaries := 0
+	for addr, n := range nodes {
+		if addr != "" && isReplica(ctx, n) {
+			continue
+		}
+		primaries++
+		info, err := n.Do(ctx, n.B().Info().Section("persistence").Build()).ToString()
+		if err != nil {
+			return Persistence{}, fmt.Errorf("INFO persistence on %q: %w", addr, err)
+		}
+		if !strings.Contains(info, "aof_enabled:1") {
+			out.AOF = false
+			name := addr
+			if name == "" {
+				name = "the server"
+			}
+			out.Off = append(out.Off, name)
+		}
+		fsync := "unknown"
+		if kv, err := n.Do(ctx, n.B().ConfigGet().Parameter("appendfsync").Build()).AsStrMap(); err == nil && kv["appendfsync"] != "" {
+			fsync = kv["appendfsync"]
+		}
+		fsyncs[fsync] = true
+	}
+	if primaries == 0 {
+		return Persistence{}, errors.New("no primary answered")
+	}
+	var list []string
+	for f := range fsyncs {
+		list = append(list, f)
+	}
+	slices.Sort(list)
+	slices.Sort(out.Off)
+	out.Fsync = strings.Join(list, ",")
+	return out, nil
 }

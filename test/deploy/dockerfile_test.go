@@ -168,9 +168,22 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("go build runs without %s: %v", want, d.env)
 		}
 	}
-	for _, want := range []string{"-trimpath", "-ldflags=-s -w", "./cmd/relay"} {
+	for _, want := range []string{"-trimpath", "./cmd/relay"} {
 		if !slices.Contains(d.buildArgs, want) {
 			t.Errorf("go build args %q lack %q", d.buildArgs, want)
+		}
+	}
+	// Stripped, and stamped with the version and commit (.git is not in
+	// the build context, so they come in as build arguments).
+	ldflags := ""
+	for _, a := range d.buildArgs {
+		if v, ok := strings.CutPrefix(a, "-ldflags="); ok {
+			ldflags = v
+		}
+	}
+	for _, want := range []string{"-s -w", "-X github.com/byollm/relay-go/internal/buildinfo.version=${VERSION}", "-X github.com/byollm/relay-go/internal/buildinfo.revision=${REVISION}"} {
+		if !strings.Contains(ldflags, want) {
+			t.Errorf("go build -ldflags %q lacks %q", ldflags, want)
 		}
 	}
 	if d.copied == "" || len(d.entry) != 1 || d.entry[0] != d.copied {
@@ -219,6 +232,9 @@ func TestDockerfile(t *testing.T) {
 
 func TestMain(m *testing.M) { relaytest.Main(m) }
 
+// The version and revision relayBinary stamps, as docker build --build-arg would.
+const imageVersion, imageRevision = "v0.0.0-image-test", "0123456789abcdef0123456789abcdef01234567"
+
 // relayBinary builds the relay once with the Dockerfile's own go build
 // command (its environment and arguments, only the -o path changed): the
 // binary the image would contain.
@@ -228,6 +244,10 @@ func relayBinary(t *testing.T) string {
 	args := slices.Clone(d.buildArgs)
 	if i := slices.Index(args, "-o"); i >= 0 {
 		args = slices.Delete(args, i, i+2)
+	}
+	// The build arguments docker would substitute.
+	for i, a := range args {
+		args[i] = strings.NewReplacer("${VERSION}", imageVersion, "${REVISION}", imageRevision).Replace(a)
 	}
 	return relaytest.Build(t, "relay-image", d.env, args...)
 }
@@ -251,6 +271,11 @@ func TestStaticBinary(t *testing.T) {
 	}
 	if f.Section(".symtab") != nil {
 		t.Error("binary keeps its symbol table; -ldflags=-s was not applied")
+	}
+
+	// It says which build it is.
+	if b, err := exec.Command(out, "version").Output(); err != nil || !strings.Contains(string(b), imageVersion) || !strings.Contains(string(b), imageRevision) {
+		t.Errorf("relay version = %q (%v), want the stamped %s and %s", b, err, imageVersion, imageRevision)
 	}
 
 	// It runs with nothing but itself: -h answers and exits 0.
