@@ -761,7 +761,7 @@ const (
 	// so the worst case is about 83 MB.
 	DefaultPairingsMax = 1000
 
-	minTokenLen    = 16
+	minTokenLen = 16
 	// A lease is renewed by each heartbeat (about every 10 s); under a
 	// second a busy daemon loses its jobs, and past an hour a crashed one
 	// holds them that long.
