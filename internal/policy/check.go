@@ -14,7 +14,7 @@ const MaxDrift = 50
 // Check compares the policy with the projection and lists where they
 // disagree, at most MaxDrift lines (the count says how many in all).
 //
-// The rule (docs/grants.md, "One source of truth"): the projection's consents and rosters are the
+// The rule (deploy/docs/grants.md, "One source of truth"): the projection's consents and rosters are the
 // routing filter, the policy is the authority, and both must say the same
 // thing about who consented and who is on whose team. A consent the
 // projection routes but the policy lacks means jobs are offered and then

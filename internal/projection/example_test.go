@@ -10,7 +10,7 @@ import (
 )
 
 // TestDeployExampleProjection loads deploy/projection.example.json, the
-// example docs/projection.md explains, with the relay's own parser: one site,
+// example deploy/docs/projection.md explains, with the relay's own parser: one site,
 // one consent, one device, each key set signed by its own identity, and the
 // consent routing that device to that site.
 func TestDeployExampleProjection(t *testing.T) {

@@ -61,7 +61,7 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	}
 	if f[0] == "v1" {
 		return fmt.Errorf("%w: namespace %q was written by an older relay, and this relay (layout v%d, sharded by site) "+
-			"cannot read it. Move it with `relay migrate` (see docs/operating.md, \"Moving to the sharded layout\"): stop the "+
+			"cannot read it. Move it with `relay migrate` (see deploy/docs/operating.md, \"Moving to the sharded layout\"): stop the "+
 			"sites' traffic, let the old relays drain it, then run `relay migrate`, which checks nothing is left and "+
 			"writes the new layout record; or start this relay on a new RELAY_NAMESPACE", ErrLegacyLayout, s.opts.Namespace, LayoutVersion)
 	}
