@@ -113,9 +113,10 @@ func New(ln net.Listener, opts Options) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
 	}
-	if opts.MaxConnsPerAddress <= 0 || opts.MaxConnsPerAddress > opts.MaxConns {
+	if opts.MaxConnsPerAddress <= 0 {
 		opts.MaxConnsPerAddress = max(opts.MaxConns/DefaultConnsPerAddressDivisor, 1)
 	}
+	opts.MaxConnsPerAddress = min(opts.MaxConnsPerAddress, opts.MaxConns)
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
