@@ -273,7 +273,7 @@ func TestSlowBodies(t *testing.T) {
 	}
 }
 
-// A body arriving steadily faster than MinBodyRate may take longer than
+// A body arriving steadily faster than MinBodyChunk per BodyTimeout may take longer than
 // BodyTimeout in all.
 func TestSteadyBodyOutlastsTimeout(t *testing.T) {
 	budget := NewBudget(4 << 20)
