@@ -295,3 +295,21 @@ func TestUnreadAnswerCut(t *testing.T) {
 		t.Fatalf("a steady reader got %d of %d bytes", got, small)
 	}
 }
+
+// From 75% of the cap, connections idle for busyIdleTimeout are closed
+// instead of after IdleTimeout (two minutes).
+func TestIdleClosedSoonerNearCap(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, addr := serve(t, Options{MaxConns: 4, MaxConnsPerAddress: 4, Handler: ok})
+	for range 3 {
+		c := dialFrom(t, "127.0.0.7", addr)
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, _ := readAnswer(t, bufio.NewReader(c)); resp.StatusCode != 200 {
+			t.Fatalf("keep-alive request: %d", resp.StatusCode)
+		}
+	}
+	relaytest.WaitFor(t, 30*time.Second, "idle connections closed near the cap", func() bool {
+		return s.Stats().ClosedIdle == 3 && s.OpenConns() == 0
+	})
+}
