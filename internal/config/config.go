@@ -590,10 +590,10 @@ var options = []option{
 		c.MaxConns = n
 		return nil
 	}},
-	{env: "RELAY_MAX_CONNS_PER_ADDRESS", flag: "max-conns-per-address", def: "0", usage: "open connections one address (IPv4, or IPv6 /64) may hold on each listener; one more is answered 503 (retryable). A trusted proxy (RELAY_TRUSTED_PROXIES) is not counted. 0: an eighth of RELAY_MAX_CONNS (256 of 2048)", apply: func(c *Config, v string) error {
+	{env: "RELAY_MAX_CONNS_PER_ADDRESS", flag: "max-conns-per-address", def: "0", usage: "open connections one address (IPv4, or IPv6 /64) may hold on each listener; one more is answered 503 (retryable). A trusted proxy (RELAY_TRUSTED_PROXIES) is not counted. 0: a quarter of RELAY_MAX_CONNS (512 of 2048)", apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 1_000_000 {
-			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to RELAY_MAX_CONNS, e.g. 256, or 0 for an eighth of RELAY_MAX_CONNS", v)
+			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to RELAY_MAX_CONNS, e.g. 512, or 0 for a quarter of RELAY_MAX_CONNS", v)
 		}
 		c.MaxConnsPerAddress = n
 		return nil
@@ -868,7 +868,7 @@ func (c Config) crossChecks() Problems {
 		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_IN_FLIGHT is %d, smaller than one largest request body (%d bytes: the planes' 13 MiB or RELAY_ADMIN_MAX_BODY, whichever is larger); raise it to at least that, e.g. 134217728 (128 MiB)", c.BodyBytesInFlight, need))
 	}
 	if c.MaxConnsPerAddress > c.MaxConns {
-		problems = append(problems, fmt.Sprintf("RELAY_MAX_CONNS_PER_ADDRESS (%d) is more than RELAY_MAX_CONNS (%d); lower it, or 0 for an eighth of RELAY_MAX_CONNS", c.MaxConnsPerAddress, c.MaxConns))
+		problems = append(problems, fmt.Sprintf("RELAY_MAX_CONNS_PER_ADDRESS (%d) is more than RELAY_MAX_CONNS (%d); lower it, or 0 for a quarter of RELAY_MAX_CONNS", c.MaxConnsPerAddress, c.MaxConns))
 	}
 	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesPerClient != 0 && (c.BodyBytesPerClient < need || c.BodyBytesPerClient > c.BodyBytesInFlight) {
 		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_PER_CLIENT is %d; it must hold one largest request body (%d bytes) and be at most RELAY_BODY_BYTES_IN_FLIGHT (%d); set it in that range, or 0 for a quarter of the budget", c.BodyBytesPerClient, need, c.BodyBytesInFlight))

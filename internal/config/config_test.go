@@ -302,7 +302,7 @@ func TestProblems(t *testing.T) {
 		{"max conns words", []string{"-max-conns", "lots"}, nil, []string{"-max-conns", "1 to 1000000"}},
 		{"connections per address over the cap", nil, map[string]string{"RELAY_MAX_CONNS": "100", "RELAY_MAX_CONNS_PER_ADDRESS": "200"},
 			[]string{"RELAY_MAX_CONNS_PER_ADDRESS (200) is more than RELAY_MAX_CONNS (100)"}},
-		{"connections per address negative", nil, map[string]string{"RELAY_MAX_CONNS_PER_ADDRESS": "-1"}, []string{"RELAY_MAX_CONNS_PER_ADDRESS", "0 for an eighth"}},
+		{"connections per address negative", nil, map[string]string{"RELAY_MAX_CONNS_PER_ADDRESS": "-1"}, []string{"RELAY_MAX_CONNS_PER_ADDRESS", "0 for a quarter"}},
 		{"body share below one body", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "1048576"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 1048576", "at most RELAY_BODY_BYTES_IN_FLIGHT"}},
 		{"body share over the budget", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "268435456"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 268435456"}},
 		{"write timeout too short", nil, map[string]string{"RELAY_WRITE_TIMEOUT": "10ms"}, []string{"RELAY_WRITE_TIMEOUT", "1s to 10m"}},

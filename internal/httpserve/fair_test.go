@@ -297,7 +297,8 @@ func TestUnreadAnswerCut(t *testing.T) {
 }
 
 // From 75% of the cap, connections idle for busyIdleTimeout are closed
-// instead of after IdleTimeout (two minutes).
+// instead of after IdleTimeout (two minutes), until the listener is under
+// the mark again.
 func TestIdleClosedSoonerNearCap(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	s, addr := serve(t, Options{MaxConns: 4, MaxConnsPerAddress: 4, Handler: ok})
@@ -309,7 +310,9 @@ func TestIdleClosedSoonerNearCap(t *testing.T) {
 			t.Fatalf("keep-alive request: %d", resp.StatusCode)
 		}
 	}
+	// Closed until the listener is under the mark again (the rest keep
+	// their IdleTimeout).
 	relaytest.WaitFor(t, 30*time.Second, "idle connections closed near the cap", func() bool {
-		return s.Stats().ClosedIdle == 3 && s.OpenConns() == 0
+		return s.Stats().ClosedIdle >= 1 && s.OpenConns() < 3
 	})
 }

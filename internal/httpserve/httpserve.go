@@ -58,9 +58,10 @@ const (
 	// MinWriteChunk is the piece of an answer that must leave within
 	// WriteTimeout.
 	MinWriteChunk = 64 << 10
-	// DefaultConnsPerAddressDivisor: by default one address may hold an
-	// eighth of MaxConns (256 of 2048).
-	DefaultConnsPerAddressDivisor = 8
+	// DefaultConnsPerAddressDivisor: by default one address may hold a
+	// quarter of MaxConns (512 of 2048): room for a NAT or a load generator
+	// of a few hundred clients, while three quarters stay for everyone else.
+	DefaultConnsPerAddressDivisor = 4
 	// IdleTimeout closes keep-alive connections nobody uses; they count
 	// against MaxConns.
 	IdleTimeout = 2 * time.Minute
