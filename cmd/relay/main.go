@@ -304,6 +304,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// One body budget for both listeners: the bytes of request bodies held
 	// at once, whatever any number of clients send.
 	bodies := httpserve.NewBudget(cfg.BodyBytesInFlight)
+	bodies.SetClientShare(cfg.ClientBodyShare())
 	grants, controlPlanePublic, err := grantAuthority(startCtx, cfg, pol, st, log)
 	if err != nil {
 		return err
@@ -350,12 +351,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}
 	planesSrv, err := httpserve.Listen(cfg.Listen, httpserve.Options{
-		Name:        "planes",
-		Handler:     checker.CloseWhileDraining(activity.Refusals(planes.Handler())),
-		MaxConns:    cfg.MaxConns,
-		BodyTimeout: cfg.BodyTimeout,
-		TLS:         certs,
-		Logger:      log,
+		Name:               "planes",
+		Handler:            checker.CloseWhileDraining(activity.Refusals(planes.Handler())),
+		MaxConns:           cfg.MaxConns,
+		BodyTimeout:        cfg.BodyTimeout,
+		MaxConnsPerAddress: cfg.MaxConnsPerAddress,
+		TrustedProxies:     cfg.TrustedProxies,
+		WriteTimeout:       cfg.WriteTimeout,
+		TLS:                certs,
+		Logger:             log,
 	})
 	if err != nil {
 		return fmt.Errorf("RELAY_LISTEN: %w", err)
@@ -381,11 +385,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			adm.HandleOpen(method, "/ui/*", ui)
 		}
 		adminSrv, err := httpserve.Listen(cfg.AdminListen, httpserve.Options{
-			Name:        "admin",
-			Handler:     checker.CloseWhileDraining(adm),
-			MaxConns:    cfg.MaxConns,
-			BodyTimeout: cfg.BodyTimeout,
-			Logger:      log,
+			Name:               "admin",
+			Handler:            checker.CloseWhileDraining(adm),
+			MaxConns:           cfg.MaxConns,
+			BodyTimeout:        cfg.BodyTimeout,
+			MaxConnsPerAddress: cfg.MaxConnsPerAddress,
+			TrustedProxies:     cfg.TrustedProxies,
+			WriteTimeout:       cfg.WriteTimeout,
+			Logger:             log,
 		})
 		if err != nil {
 			planesSrv.HTTP.Close()
@@ -394,6 +401,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		adminAddr = adminSrv.Addr().String()
 		servers = append(servers, &namedServer{name: "admin", srv: adminSrv})
 	}
+	// relay_connections_*: how near each listener is to its cap (a replica
+	// saturated by connections), and what was refused or closed early.
+	// Readiness is left alone: a load balancer taking a replica out because
+	// one client filled it would hand that client the next replica.
+	metrics.ObserveConnections(func() []telemetry.ConnUse {
+		out := make([]telemetry.ConnUse, 0, len(servers))
+		for _, s := range servers {
+			st := s.srv.Stats()
+			out = append(out, telemetry.ConnUse{Listener: s.name, Open: int64(st.Open), Max: int64(st.Max), MaxPerAddress: int64(st.MaxPerAddress),
+				RefusedFull: st.RefusedFull, RefusedAddress: st.RefusedAddress, ClosedIdle: st.ClosedIdle})
+		}
+		return out
+	})
 
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -313,8 +313,9 @@ func (s *Server) bodyLimit(limit int64, overLimit refusal) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			raw, release, err := s.bodies.ReadAll(r.Body, r.ContentLength, limit)
-			defer release()
+			body, err := s.bodies.ReadRequest(r, limit)
+			defer body.Release()
+			raw := body.Data
 			switch {
 			case errors.Is(err, httpserve.ErrTooLarge):
 				return writeJSON(c, overLimit.status, overLimit.body)

@@ -405,9 +405,20 @@ func TestDefaultAdminURL(t *testing.T) {
 // it is spent, a write is refused (retryable) and nothing is applied.
 func TestBodyBudgetSpent(t *testing.T) {
 	t.Parallel()
-	bodies := httpserve.NewBudget(2048)
+	bodies := httpserve.NewBudget(16 << 10)
+	bodies.SetClientShare(16 << 10)
 	srv, sync := setup(t, Options{Token: token, Bodies: bodies})
-	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 4096))
+	// A body larger than the whole budget could never be read: too large,
+	// not the retryable 503 a client would repeat forever.
+	if a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 20<<10)); a.status != 413 || !strings.Contains(a.body, `"error":"too-large"`) {
+		t.Fatalf("a body over the whole budget: %d %s", a.status, a.body)
+	}
+	held, err := bodies.Reserve(12 << 10) // other requests hold most of it
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := call(t, srv, "PUT", "/projection", "Bearer "+token, doc("alice")+strings.Repeat(" ", 6<<10))
+	held()
 	if a.status != 503 || !strings.Contains(a.body, `"error":"unavailable"`) || !strings.Contains(a.body, "RELAY_BODY_BYTES_IN_FLIGHT") {
 		t.Fatalf("over the budget: %d %s", a.status, a.body)
 	}

@@ -125,12 +125,21 @@ type Config struct {
 	UISiteRate float64
 	// MaxConns caps open connections on each listener.
 	MaxConns int
+	// MaxConnsPerAddress caps what one address (IPv4, or IPv6 /64; not a
+	// trusted proxy) holds of MaxConns on each listener.
+	MaxConnsPerAddress int
 	// BodyBytesInFlight caps the request-body bytes held in memory at once,
 	// across every connection of both listeners.
 	BodyBytesInFlight int64
-	// BodyTimeout is the longest pause in a request body, and how long one
-	// may take beyond one second per 64 KiB received.
+	// BodyBytesPerClient caps what one client (address, or behind trusted
+	// proxies its X-Forwarded-For address) holds of BodyBytesInFlight.
+	BodyBytesPerClient int64
+	// BodyTimeout is how long each 64 KiB of a request body may take to
+	// arrive.
 	BodyTimeout time.Duration
+	// WriteTimeout is how long a client may take to read each 64 KiB of an
+	// answer.
+	WriteTimeout time.Duration
 	// TLSCertFile and TLSKeyFile, both set or both empty, make the public
 	// listener serve only TLS with that certificate (reloaded on change).
 	TLSCertFile, TLSKeyFile string
@@ -272,8 +281,11 @@ func (c Config) LogAttrs() []any {
 		slog.Int("workViewQueues", c.WorkViewQueues),
 		slog.String("otlpEndpoint", orDash(redactURL(c.OTLPEndpoint))),
 		slog.Int("maxConns", c.MaxConns),
+		slog.Int("maxConnsPerAddress", c.MaxConnsPerAddress),
 		slog.Int64("bodyBytesInFlight", c.BodyBytesInFlight),
+		slog.Int64("bodyBytesPerClient", c.BodyBytesPerClient),
 		slog.Duration("bodyTimeout", c.BodyTimeout),
+		slog.Duration("writeTimeout", c.WriteTimeout),
 		slog.String("tlsCertFile", orDash(c.TLSCertFile)),
 		slog.Int("pairingsPerAddress", c.PairingsPerAddress),
 		slog.Int("pairingsPerNetwork", c.PairingsPerNetwork),
@@ -603,6 +615,14 @@ var options = []option{
 		c.MaxConns = n
 		return nil
 	}},
+	{env: "RELAY_MAX_CONNS_PER_ADDRESS", flag: "max-conns-per-address", def: "0", usage: "open connections one address (IPv4, or IPv6 /64) may hold on each listener; one more is answered 503 (retryable). A trusted proxy (RELAY_TRUSTED_PROXIES) is not counted. 0: a quarter of RELAY_MAX_CONNS (512 of 2048)", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return fmt.Errorf("%q is not a connection count; use a whole number from 1 to RELAY_MAX_CONNS, e.g. 512, or 0 for a quarter of RELAY_MAX_CONNS", v)
+		}
+		c.MaxConnsPerAddress = n
+		return nil
+	}},
 	{env: "RELAY_BODY_BYTES_IN_FLIGHT", flag: "body-bytes-in-flight", def: strconv.Itoa(httpserve.DefaultBodyBytesInFlight), usage: "request-body bytes held in memory at once across all connections of both listeners; a request past it is answered 503 (retryable)", apply: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 || n > maxBodyBytesInFlight {
@@ -611,7 +631,23 @@ var options = []option{
 		c.BodyBytesInFlight = n
 		return nil
 	}},
-	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: httpserve.DefaultBodyTimeout.String(), usage: "longest pause in a request body, and how long one may take beyond one second per 64 KiB received (a stalled or trickling body is cut off with 400)", apply: func(c *Config, v string) error {
+	{env: "RELAY_BODY_BYTES_PER_CLIENT", flag: "body-bytes-per-client", def: "0", usage: "request-body bytes one client (address, or behind RELAY_TRUSTED_PROXIES its X-Forwarded-For address) may hold of RELAY_BODY_BYTES_IN_FLIGHT; past it its requests are answered 503 (retryable), and a body that alone could never fit 400 (too large). 0: a quarter of the budget, at least one largest body", apply: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a byte count; use a whole number, e.g. 33554432 (32 MiB), or 0 for a quarter of RELAY_BODY_BYTES_IN_FLIGHT", v)
+		}
+		c.BodyBytesPerClient = n
+		return nil
+	}},
+	{env: "RELAY_WRITE_TIMEOUT", flag: "write-timeout", def: httpserve.DefaultWriteTimeout.String(), usage: "how long a client may take to read each 64 KiB of an answer (6.4 KiB/s at the default); a client that stops reading is cut off and the answer released", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 10*time.Minute {
+			return fmt.Errorf("%q is not a write timeout; write a Go duration from 1s to 10m, e.g. 10s", v)
+		}
+		c.WriteTimeout = d
+		return nil
+	}},
+	{env: "RELAY_BODY_TIMEOUT", flag: "body-timeout", def: httpserve.DefaultBodyTimeout.String(), usage: "how long each 64 KiB of a request body (or all of a smaller one) may take to arrive: 6.4 KiB/s at the default; a stalled or trickling body is cut off with 400", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second || d > 10*time.Minute {
 			return fmt.Errorf("%q is not a body timeout; write a Go duration from 1s to 10m, e.g. 10s", v)
@@ -869,6 +905,16 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	return c, nil
 }
 
+// ClientBodyShare is the body bytes one client may hold: BodyBytesPerClient,
+// or by default a quarter of the budget but at least one largest body.
+func (c Config) ClientBodyShare() int64 {
+	if c.BodyBytesPerClient > 0 {
+		return c.BodyBytesPerClient
+	}
+	need := max(PlanesMaxBody, c.AdminMaxBody) + 1
+	return min(c.BodyBytesInFlight, max(c.BodyBytesInFlight/httpserve.DefaultClientShareDivisor, need))
+}
+
 // PlanesMaxBody is the planes' largest body (relay.MaxBodyBytes; a test
 // checks they agree), which the body budget must be able to hold.
 const PlanesMaxBody = 13 << 20
@@ -878,6 +924,12 @@ func (c Config) crossChecks() Problems {
 	var problems Problems
 	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesInFlight < need {
 		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_IN_FLIGHT is %d, smaller than one largest request body (%d bytes: the planes' 13 MiB or RELAY_ADMIN_MAX_BODY, whichever is larger); raise it to at least that, e.g. 134217728 (128 MiB)", c.BodyBytesInFlight, need))
+	}
+	if c.MaxConnsPerAddress > c.MaxConns {
+		problems = append(problems, fmt.Sprintf("RELAY_MAX_CONNS_PER_ADDRESS (%d) is more than RELAY_MAX_CONNS (%d); lower it, or 0 for a quarter of RELAY_MAX_CONNS", c.MaxConnsPerAddress, c.MaxConns))
+	}
+	if need := max(PlanesMaxBody, c.AdminMaxBody) + 1; c.BodyBytesPerClient != 0 && (c.BodyBytesPerClient < need || c.BodyBytesPerClient > c.BodyBytesInFlight) {
+		problems = append(problems, fmt.Sprintf("RELAY_BODY_BYTES_PER_CLIENT is %d; it must hold one largest request body (%d bytes) and be at most RELAY_BODY_BYTES_IN_FLIGHT (%d); set it in that range, or 0 for a quarter of the budget", c.BodyBytesPerClient, need, c.BodyBytesInFlight))
 	}
 	if c.DaemonHeartbeatBatch > 0 && 2*c.DaemonHeartbeatBatch > c.StoreTimeout {
 		problems = append(problems, fmt.Sprintf("RELAY_DAEMON_HEARTBEAT_BATCH (%v) is more than half of RELAY_STORE_TIMEOUT (%v): a batched heartbeat would spend its timeout waiting; lower the batch window or raise the store timeout", c.DaemonHeartbeatBatch, c.StoreTimeout))

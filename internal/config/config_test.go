@@ -97,6 +97,7 @@ func TestDefaults(t *testing.T) {
 		MaxConns:          2048,
 		BodyBytesInFlight: 128 << 20,
 		BodyTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
 		GrantTimeout:      2 * time.Second,
 		GrantBudget:       5 * time.Second,
 	}
@@ -183,6 +184,12 @@ func TestValues(t *testing.T) {
 			func(c Config) bool {
 				return c.MaxConns == 10 && c.BodyBytesInFlight == 32<<20 && c.BodyTimeout == 3*time.Second
 			}},
+		{"per-client bounds", []string{"-max-conns-per-address", "64"}, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "20971520", "RELAY_WRITE_TIMEOUT": "30s"},
+			func(c Config) bool {
+				return c.MaxConnsPerAddress == 64 && c.BodyBytesPerClient == 20<<20 && c.ClientBodyShare() == 20<<20 && c.WriteTimeout == 30*time.Second
+			}},
+		{"per-client body share by default: a quarter, at least one largest body", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "33554432"},
+			func(c Config) bool { return c.ClientBodyShare() == 16<<20+1 }},
 		{"TLS pair", nil, map[string]string{"RELAY_TLS_CERT_FILE": certFile, "RELAY_TLS_KEY_FILE": keyFile},
 			func(c Config) bool { return c.TLSCertFile == certFile && c.TLSKeyFile == keyFile }},
 		{"grants off by default", nil, nil, func(c Config) bool {
@@ -332,6 +339,12 @@ func TestProblems(t *testing.T) {
 		{"log format", nil, map[string]string{"RELAY_LOG_FORMAT": "xml"}, []string{"RELAY_LOG_FORMAT", `"json"`}},
 		{"max conns zero", nil, map[string]string{"RELAY_MAX_CONNS": "0"}, []string{`RELAY_MAX_CONNS: "0" is not a connection count`, "e.g. 2048"}},
 		{"max conns words", []string{"-max-conns", "lots"}, nil, []string{"-max-conns", "1 to 1000000"}},
+		{"connections per address over the cap", nil, map[string]string{"RELAY_MAX_CONNS": "100", "RELAY_MAX_CONNS_PER_ADDRESS": "200"},
+			[]string{"RELAY_MAX_CONNS_PER_ADDRESS (200) is more than RELAY_MAX_CONNS (100)"}},
+		{"connections per address negative", nil, map[string]string{"RELAY_MAX_CONNS_PER_ADDRESS": "-1"}, []string{"RELAY_MAX_CONNS_PER_ADDRESS", "0 for a quarter"}},
+		{"body share below one body", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "1048576"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 1048576", "at most RELAY_BODY_BYTES_IN_FLIGHT"}},
+		{"body share over the budget", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "268435456"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 268435456"}},
+		{"write timeout too short", nil, map[string]string{"RELAY_WRITE_TIMEOUT": "10ms"}, []string{"RELAY_WRITE_TIMEOUT", "1s to 10m"}},
 		{"body bytes not a number", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "128MiB"}, []string{"RELAY_BODY_BYTES_IN_FLIGHT", "134217728"}},
 		{"body bytes below one planes body", nil, map[string]string{"RELAY_BODY_BYTES_IN_FLIGHT": "1048576", "RELAY_ADMIN_MAX_BODY": "1024"},
 			[]string{"RELAY_BODY_BYTES_IN_FLIGHT is 1048576", "13631489", "raise it"}},
@@ -464,6 +477,7 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 		{"RELAY_MAX_CONNS", cfg.MaxConns, httpserve.DefaultMaxConns},
 		{"RELAY_BODY_BYTES_IN_FLIGHT", cfg.BodyBytesInFlight, int64(httpserve.DefaultBodyBytesInFlight)},
 		{"RELAY_BODY_TIMEOUT", cfg.BodyTimeout, httpserve.DefaultBodyTimeout},
+		{"RELAY_WRITE_TIMEOUT", cfg.WriteTimeout, httpserve.DefaultWriteTimeout},
 		{"RELAY_PAIRINGS_PER_ADDRESS", cfg.PairingsPerAddress, store.DefaultPairingsPerSource},
 		{"RELAY_PAIRINGS_PER_NETWORK", cfg.PairingsPerNetwork, store.DefaultPairingsPerNetwork},
 		{"RELAY_SITE_LIMITS", cfg.SiteLimits.Default, store.DefaultSiteLimit},

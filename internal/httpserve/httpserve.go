@@ -2,18 +2,27 @@
 // planes and the admin listener are both made here, so both get the same
 // bounds whatever clients send.
 //
-//   - At most MaxConns connections per listener. One more is answered at once
-//     with a retryable 503 in the protocol's JSON shape and closed (on a TLS
-//     listener it is closed without an answer: there is no session to answer
-//     in).
+//   - At most MaxConns connections per listener, of which one address (an
+//     IPv4 address or an IPv6 /64; a trusted proxy is not counted) may hold
+//     MaxConnsPerAddress. One more is answered at once with a retryable 503
+//     in the protocol's JSON shape and closed (on a TLS listener it is
+//     closed without an answer: there is no session to answer in). At the
+//     cap the connection idle longest is closed to make room first, and
+//     from 75% of the cap idle connections are closed after 5 s instead of
+//     IdleTimeout; Stats counts all of it.
 //   - Headers must arrive within HeaderTimeout and fit in MaxHeaderBytes.
-//   - A body must keep arriving: no pause longer than BodyTimeout, and no
-//     longer in all than BodyTimeout plus one second per MinBodyRate bytes
-//     received, so a slow link sending a large envelope gets the time it
-//     needs while a stalled or trickling one is cut off within seconds.
+//   - A body must keep arriving: every MinBodyChunk bytes within BodyTimeout
+//     of the previous ones, so a slow link sending a large envelope gets the
+//     time it needs while a stalled or trickling one is cut off within
+//     BodyTimeout.
+//   - An answer must keep leaving: every MinWriteChunk bytes must be taken
+//     by the client within WriteTimeout, so an answer nobody reads is
+//     released.
 //   - Bodies are read through a Budget shared by every connection of both
 //     listeners, which grows buffers as bytes arrive (never to a declared
-//     Content-Length up front) and caps the bytes held across all of them.
+//     Content-Length up front) and caps the bytes held across all of them
+//     and by any one client. A request that stops reading its body (refused
+//     as too large, busy or slow) closes its connection after the answer.
 //   - net/http's own answers to malformed requests (400, 431, 501, 505), which
 //     it writes as plain text before any handler runs, are rewritten into the
 //     protocol's {"error":"bad-request","message":...} body.
@@ -29,6 +38,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 )
 
@@ -42,12 +52,16 @@ const (
 	// MaxHeaderBytes matches Node's default (16 KiB), what the reference
 	// relay accepts; net/http adds 4 KiB of slack on top.
 	MaxHeaderBytes = 16 << 10
-	// MinBodyRate is the slowest a body may arrive on average once
-	// BodyTimeout is spent: each MinBodyRate bytes received buys one more
-	// second. 64 KiB/s (about 0.5 Mbit/s) lets a 13 MiB envelope take three
-	// and a half minutes while a trickle of a few bytes a second ends at
-	// BodyTimeout.
-	MinBodyRate = 64 << 10
+	// DefaultWriteTimeout is how long a client may take to read each
+	// MinWriteChunk of an answer: 6.4 KiB/s in every window.
+	DefaultWriteTimeout = 10 * time.Second
+	// MinWriteChunk is the piece of an answer that must leave within
+	// WriteTimeout.
+	MinWriteChunk = 64 << 10
+	// DefaultConnsPerAddressDivisor: by default one address may hold a
+	// quarter of MaxConns (512 of 2048): room for a NAT or a load generator
+	// of a few hundred clients, while three quarters stay for everyone else.
+	DefaultConnsPerAddressDivisor = 4
 	// IdleTimeout closes keep-alive connections nobody uses; they count
 	// against MaxConns.
 	IdleTimeout = 2 * time.Minute
@@ -61,9 +75,19 @@ type Options struct {
 	// MaxConns caps open connections on this listener; default
 	// DefaultMaxConns.
 	MaxConns int
-	// BodyTimeout is the longest pause in a request body, and how long it
-	// may take beyond the MinBodyRate allowance; default DefaultBodyTimeout.
+	// MaxConnsPerAddress caps what one address holds of MaxConns; default
+	// MaxConns/DefaultConnsPerAddressDivisor (at least 1).
+	MaxConnsPerAddress int
+	// TrustedProxies are peers not counted per address (a load balancer
+	// carries many clients), and whose X-Forwarded-For names the client of
+	// a request for the body budget's per-client share.
+	TrustedProxies []netip.Prefix
+	// BodyTimeout is how long each MinBodyChunk of a request body may take
+	// to arrive; default DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// WriteTimeout is how long the client may take to read each
+	// MinWriteChunk of an answer; default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// TLS, when set, makes the listener serve only TLS with its certificate.
 	TLS    *CertReloader
 	Logger *slog.Logger
@@ -90,8 +114,15 @@ func New(ln net.Listener, opts Options) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
 	}
+	if opts.MaxConnsPerAddress <= 0 {
+		opts.MaxConnsPerAddress = max(opts.MaxConns/DefaultConnsPerAddressDivisor, 1)
+	}
+	opts.MaxConnsPerAddress = min(opts.MaxConnsPerAddress, opts.MaxConns)
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -100,13 +131,17 @@ func New(ln net.Listener, opts Options) *Server {
 	if opts.TLS != nil {
 		tlsConfig = opts.TLS.Config()
 	}
-	bl := newListener(ln, opts.MaxConns, tlsConfig, opts.Logger.With(slog.String("listener", opts.Name)))
+	bl := newListener(ln, opts, tlsConfig, opts.Logger.With(slog.String("listener", opts.Name)))
 	srv := &http.Server{
-		Handler:           bodyDeadlines(opts.Handler, opts.BodyTimeout),
+		Handler:           bound(opts.Handler, opts.BodyTimeout, opts.TrustedProxies),
 		ReadHeaderTimeout: HeaderTimeout,
-		// No ReadTimeout: bodyDeadlines sets a per-request deadline that
-		// grows with the bytes received, and clears it once the body is
-		// read so a slow handler is never cut off by it.
+		// No ReadTimeout: bound sets a per-request deadline that moves
+		// as the body arrives, and clears it once the body is read so a
+		// slow handler is never cut off by it. No WriteTimeout either:
+		// each connection's writes carry their own deadline (conn.write),
+		// so a long poll is not cut and a large answer read steadily is
+		// not either.
+		ConnState:      bl.connState,
 		IdleTimeout:    IdleTimeout,
 		MaxHeaderBytes: MaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
@@ -132,3 +167,19 @@ func (s *Server) Serve() error {
 
 // OpenConns is the number of connections currently counted against MaxConns.
 func (s *Server) OpenConns() int { return s.ln.open() }
+
+// Stats is a listener's connection use, for metrics.
+type Stats struct {
+	Open, Max, MaxPerAddress int
+	// RefusedFull and RefusedAddress count connections refused at the
+	// cap and at an address's share; ClosedIdle the idle connections
+	// closed early to make room (at or near the cap).
+	RefusedFull, RefusedAddress, ClosedIdle int64
+}
+
+// Stats reads the listener's counters.
+func (s *Server) Stats() Stats {
+	l := s.ln
+	return Stats{Open: l.open(), Max: l.maxConns, MaxPerAddress: l.perAddr,
+		RefusedFull: l.refusedFull.Load(), RefusedAddress: l.refusedAddr.Load(), ClosedIdle: l.closedIdle.Load()}
+}

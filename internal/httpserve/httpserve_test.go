@@ -186,7 +186,7 @@ func TestCannedErrorRecogniser(t *testing.T) {
 }
 
 func TestConnectionCap(t *testing.T) {
-	s, addr := serve(t, Options{MaxConns: 3, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s, addr := serve(t, Options{MaxConns: 3, MaxConnsPerAddress: 3, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})})
 	var held []net.Conn
@@ -200,8 +200,12 @@ func TestConnectionCap(t *testing.T) {
 	}
 	relaytest.WaitFor(t, 20*time.Second, "three connections accepted", func() bool { return s.OpenConns() == 3 })
 
-	// The fourth is answered at once, retryably, in the protocol's shape.
-	resp, body := rawExchange(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	// The fourth (from another address: the first holds its share) is
+	// answered at once, retryably, in the protocol's shape.
+	fourth := dialFrom(t, "127.0.0.2", addr)
+	fourth.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(fourth, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body := readAnswer(t, bufio.NewReader(fourth))
 	if resp.StatusCode != 503 || body != `{"error":"server-error","message":"the relay is serving as many connections as it allows — try again shortly"}` {
 		t.Fatalf("over the cap: %d %s", resp.StatusCode, body)
 	}
@@ -269,7 +273,7 @@ func TestSlowBodies(t *testing.T) {
 	}
 }
 
-// A body arriving steadily faster than MinBodyRate may take longer than
+// A body arriving steadily faster than MinBodyChunk per BodyTimeout may take longer than
 // BodyTimeout in all.
 func TestSteadyBodyOutlastsTimeout(t *testing.T) {
 	budget := NewBudget(4 << 20)

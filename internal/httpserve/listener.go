@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,45 +28,120 @@ const maxRejecting = 64
 // reset the connection before the answer is read).
 const rejectLinger = time.Second
 
-// listener counts connections against a cap and wraps each accepted one.
+// listener counts connections against a cap and a per-address share of it,
+// and wraps each accepted one. It also knows which connections are idle
+// between requests (net/http's ConnState), so that near the cap idle ones
+// are closed sooner, and at the cap the longest idle one makes room for a
+// new client instead of the newcomer being refused.
 type listener struct {
 	net.Listener
-	slots     chan struct{}
-	rejecting chan struct{}
-	tls       *tls.Config
-	log       *slog.Logger
-	busy      []byte
+	slots    chan struct{}
+	maxConns int
+	perAddr  int
+	trusted  []netip.Prefix
+	// writeTimeout: how long a client may take to read one MinWriteChunk.
+	writeTimeout time.Duration
+	rejecting    chan struct{}
+	tls          *tls.Config
+	log          *slog.Logger
+	busy         []byte
+	busyAddr     []byte
+
+	mu    sync.Mutex
+	addrs map[string]int      // open connections per address (untrusted peers)
+	idle  map[*conn]time.Time // idle since
+	full  bool                // over the high-water mark at the last check
+
+	refusedFull, refusedAddr, closedIdle atomic.Int64
+
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
-func newListener(ln net.Listener, maxConns int, tlsConfig *tls.Config, log *slog.Logger) *listener {
-	return &listener{
-		Listener:  ln,
-		slots:     make(chan struct{}, maxConns),
-		rejecting: make(chan struct{}, maxRejecting),
-		tls:       tlsConfig,
-		log:       log,
+// Near the cap (highWaterPercent of MaxConns open), connections idle for
+// busyIdleTimeout are closed instead of after IdleTimeout; reapEvery is how
+// often that is checked.
+const (
+	highWaterPercent = 75
+	busyIdleTimeout  = 5 * time.Second
+	reapEvery        = time.Second
+)
+
+func newListener(ln net.Listener, opts Options, tlsConfig *tls.Config, log *slog.Logger) *listener {
+	l := &listener{
+		Listener:     ln,
+		slots:        make(chan struct{}, opts.MaxConns),
+		maxConns:     opts.MaxConns,
+		perAddr:      opts.MaxConnsPerAddress,
+		trusted:      opts.TrustedProxies,
+		writeTimeout: opts.WriteTimeout,
+		rejecting:    make(chan struct{}, maxRejecting),
+		tls:          tlsConfig,
+		log:          log,
 		busy: jsonAnswer(http.StatusServiceUnavailable, "server-error",
 			"the relay is serving as many connections as it allows — try again shortly"),
+		busyAddr: jsonAnswer(http.StatusServiceUnavailable, "server-error",
+			"this address holds as many connections as the relay allows one address — close idle ones or try again shortly"),
+		addrs: map[string]int{},
+		idle:  map[*conn]time.Time{},
+		stop:  make(chan struct{}),
 	}
+	go l.reap()
+	return l
 }
 
 func (l *listener) open() int { return len(l.slots) }
 
-// Accept returns the next connection within the cap; connections over it are
-// refused here and never reach the server.
+// Close stops the idle reaper and closes the listener.
+func (l *listener) Close() error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	return l.Listener.Close()
+}
+
+// peerKey is the address a connection counts against, or "" for a trusted
+// proxy (its connections carry many clients; their bodies are still shared
+// per client by X-Forwarded-For).
+func (l *listener) peerKey(c net.Conn) string {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return ""
+	}
+	if isTrusted(ap.Addr().Unmap(), l.trusted) {
+		return ""
+	}
+	return addressKey(ap.Addr())
+}
+
+// Accept returns the next connection within the cap and its address's
+// share; connections over either are refused here and never reach the
+// server.
 func (l *listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-		default:
-			l.reject(c)
+		key := l.peerKey(c)
+		if key != "" {
+			l.mu.Lock()
+			over := l.addrs[key] >= l.perAddr
+			if !over {
+				l.addrs[key]++
+			}
+			l.mu.Unlock()
+			if over {
+				l.refusedAddr.Add(1)
+				l.reject(c, l.busyAddr)
+				continue
+			}
+		}
+		if !l.takeSlot() {
+			l.forget(key)
+			l.refusedFull.Add(1)
+			l.reject(c, l.busy)
 			continue
 		}
-		bc := &conn{raw: c, inner: c, l: l}
+		bc := &conn{raw: c, inner: c, l: l, key: key}
 		if l.tls != nil {
 			// Read through a small buffer so the first byte can be
 			// looked at before the TLS layer consumes anything.
@@ -76,10 +153,113 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
+// takeSlot takes a connection slot; at the cap it closes the connection
+// idle longest to make room (a keep-alive connection nobody uses should not
+// keep a new client out).
+func (l *listener) takeSlot() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	var oldest *conn
+	var since time.Time
+	l.mu.Lock()
+	for c, at := range l.idle {
+		if oldest == nil || at.Before(since) {
+			oldest, since = c, at
+		}
+	}
+	if oldest != nil {
+		delete(l.idle, oldest)
+	}
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	l.closedIdle.Add(1)
+	oldest.Close() // frees its slot now
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *listener) forget(key string) {
+	if key == "" {
+		return
+	}
+	l.mu.Lock()
+	if l.addrs[key] <= 1 {
+		delete(l.addrs, key)
+	} else {
+		l.addrs[key]--
+	}
+	l.mu.Unlock()
+}
+
+// connState follows net/http's view of each connection (Server.ConnState).
+func (l *listener) connState(nc net.Conn, st http.ConnState) {
+	c, ok := nc.(*conn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st == http.StateIdle && !c.done.Load() {
+		l.idle[c] = time.Now()
+	} else {
+		delete(l.idle, c)
+	}
+}
+
+// reap closes connections idle for busyIdleTimeout while the listener is
+// near its cap, and logs when it becomes and stops being saturated.
+func (l *listener) reap() {
+	t := time.NewTicker(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		open := l.open()
+		near := open*100 >= l.maxConns*highWaterPercent
+		var victims []*conn
+		l.mu.Lock()
+		was := l.full
+		l.full = near
+		if near {
+			cutoff := time.Now().Add(-busyIdleTimeout)
+			for c, at := range l.idle {
+				if at.Before(cutoff) {
+					victims = append(victims, c)
+					delete(l.idle, c)
+				}
+			}
+		}
+		l.mu.Unlock()
+		for _, c := range victims {
+			l.closedIdle.Add(1)
+			c.Close()
+		}
+		switch {
+		case near && !was:
+			l.log.Warn("httpserve: listener near its connection cap; closing idle connections after "+busyIdleTimeout.String(),
+				"open", open, "maxConns", l.maxConns, "closedIdle", len(victims))
+		case !near && was:
+			l.log.Info("httpserve: listener back under its connection high-water mark", "open", open, "maxConns", l.maxConns)
+		}
+	}
+}
+
 // reject answers a connection over the cap with a retryable 503 (both real
 // clients retry 503 server-error) and closes it. A TLS client could not read
 // a plaintext answer, so it is just closed.
-func (l *listener) reject(c net.Conn) {
+func (l *listener) reject(c net.Conn, answer []byte) {
 	if l.tls != nil {
 		c.Close()
 		return
@@ -92,7 +272,7 @@ func (l *listener) reject(c net.Conn) {
 	}
 	go func() {
 		defer func() { <-l.rejecting }()
-		answerAndClose(c, l.busy)
+		answerAndClose(c, answer)
 	}()
 }
 
@@ -123,7 +303,10 @@ type conn struct {
 	sniff   *bufio.Reader // TLS only: what the TLS layer reads from
 	sniffed bool
 	l       *listener
+	key     string // the address it counts against ("" for a trusted proxy)
 	done    atomic.Bool
+	// writeBy is the write deadline in force (see Write).
+	writeBy time.Time
 }
 
 // errPlaintext ends a plaintext request on the TLS port after its answer. It
@@ -164,16 +347,47 @@ func (s *sniffedConn) Read(b []byte) (int, error) { return s.r.Read(b) }
 
 func (c *conn) Write(b []byte) (int, error) {
 	if status, text, ok := cannedError(b); ok {
-		if _, err := c.inner.Write(jsonAnswer(status, "bad-request", cannedMessage(status, text))); err != nil {
+		if _, err := c.write(jsonAnswer(status, "bad-request", cannedMessage(status, text))); err != nil {
 			return 0, err
 		}
 		return len(b), nil
 	}
-	return c.inner.Write(b)
+	return c.write(b)
 }
+
+// write writes b in pieces of at most MinWriteChunk, each of which the
+// client must take within the write timeout: a client that stops reading
+// is cut on that schedule, and the answer it was sent is released, while
+// one reading at the floor rate or faster is never cut, however large the
+// answer.
+func (c *conn) write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		piece := b[:min(len(b), MinWriteChunk)]
+		if by := time.Now().Add(c.l.writeTimeout); by.Sub(c.writeBy) >= deadlineStep {
+			c.writeBy = by
+			c.inner.SetWriteDeadline(by) //nolint:errcheck // a closed conn fails the write below
+		}
+		n, err := c.inner.Write(piece)
+		written += n
+		if err != nil {
+			return written, err
+		}
+		b = b[n:]
+	}
+	return written, nil
+}
+
+// deadlineStep is the least a write deadline moves, so an answer written in
+// small pieces does not reset the connection's timer on every write.
+const deadlineStep = 100 * time.Millisecond
 
 func (c *conn) Close() error {
 	if c.done.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+		c.l.forget(c.key)
 		<-c.l.slots
 	}
 	return c.inner.Close()
@@ -189,11 +403,14 @@ func (c *conn) CloseWrite() error {
 	return nil
 }
 
-func (c *conn) LocalAddr() net.Addr                { return c.raw.LocalAddr() }
-func (c *conn) RemoteAddr() net.Addr               { return c.raw.RemoteAddr() }
-func (c *conn) SetDeadline(t time.Time) error      { return c.inner.SetDeadline(t) }
-func (c *conn) SetReadDeadline(t time.Time) error  { return c.inner.SetReadDeadline(t) }
-func (c *conn) SetWriteDeadline(t time.Time) error { return c.inner.SetWriteDeadline(t) }
+func (c *conn) LocalAddr() net.Addr               { return c.raw.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr              { return c.raw.RemoteAddr() }
+func (c *conn) SetDeadline(t time.Time) error     { return c.inner.SetDeadline(t) }
+func (c *conn) SetReadDeadline(t time.Time) error { return c.inner.SetReadDeadline(t) }
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writeBy = time.Time{} // the next write sets its own again
+	return c.inner.SetWriteDeadline(t)
+}
 
 // goErrorHeaders is what net/http's conn.serve writes after the status line
 // of every answer it makes without a handler (server.go, "errorHeaders").

@@ -201,14 +201,16 @@ func (r *Relay) dispatch(hr *http.Request, path, route string) (reply, error) {
 		if route == r.basePath+"/pair" {
 			limit = MaxPairBodyBytes
 		}
-		raw, release, err := r.bodies.ReadAll(hr.Body, hr.ContentLength, limit)
-		defer release()
+		// Charged to this client's share of the budget (httpserve.ClientOf),
+		// so one address cannot hold every body.
+		body, err := r.bodies.ReadRequest(hr, limit)
+		defer body.Release()
+		raw := body.Data
 		if err == nil && len(raw) > 0 {
 			// Parsing may take many times the body's size; charge that
-			// too before parsing.
-			var releaseParse func()
-			releaseParse, err = r.bodies.Reserve(protocol.BodyCost(raw))
-			defer releaseParse()
+			// too before parsing. A body whose cost could never fit is
+			// too large (ErrTooLarge), not busy: retrying cannot help.
+			err = body.Reserve(protocol.BodyCost(raw))
 		}
 		switch {
 		case errors.Is(err, httpserve.ErrTooLarge):

@@ -60,7 +60,7 @@ func TestHeadersOnlyBodiesHoldNoMemory(t *testing.T) {
 	)
 	bodies := httpserve.NewBudget(0)
 	e := newEnv(t, func(c *Config) { c.Bodies = bodies })
-	s := boundedPlanes(t, e, httpserve.Options{MaxConns: 1000, BodyTimeout: 10 * time.Second})
+	s := boundedPlanes(t, e, httpserve.Options{MaxConns: 1000, MaxConnsPerAddress: 1000, BodyTimeout: 10 * time.Second})
 	addr := s.Addr().String()
 	// Each also sends nearly as much header as the listener accepts
 	// (16 KiB), which it holds while waiting for the body.
@@ -144,8 +144,9 @@ func TestPartialBodiesBoundedByBudget(t *testing.T) {
 		bound = 2*budget + 16<<20
 	)
 	bodies := httpserve.NewBudget(budget)
+	bodies.SetClientShare(budget) // every connection is one address here; this is about the whole budget
 	e := newEnv(t, func(c *Config) { c.Bodies = bodies })
-	s := boundedPlanes(t, e, httpserve.Options{MaxConns: 1000, BodyTimeout: 3 * time.Second})
+	s := boundedPlanes(t, e, httpserve.Options{MaxConns: 1000, MaxConnsPerAddress: 1000, BodyTimeout: 3 * time.Second})
 	addr := s.Addr().String()
 	headers := fmt.Sprintf("POST /byollm/claim HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", MaxBodyBytes)
 	chunk := []byte(`{"x":"` + strings.Repeat("a", sent-8) + `",`)

@@ -17,10 +17,13 @@
 //     on the unauthenticated pair route): 400
 //     {"error":"bad-request","message":"this request is too large for the relay to read"}.
 //     They are read as they arrive and charged to a byte budget shared by
-//     every connection (internal/httpserve), together with an estimate of
-//     what parsing them costs (protocol.BodyCost); a body the budget cannot
+//     every connection (internal/httpserve), of which one client holds at
+//     most its share, together with an estimate of what parsing them costs
+//     (protocol.BodyCost); a body the budget or the client's share cannot
 //     hold now is a retryable 503 server-error, one it could never hold the
 //     same 400 as an oversized body, one that stops arriving a 400.
+//   - A results answer carries at most MaxResultsAnswerBytes; the rest come
+//     in later reads (capResults).
 //   - A client address (Config.TrustedProxies decides whether
 //     X-Forwarded-For is believed) holds a bounded number of live pairing
 //     codes; past it a start answers 429 rate-limited, like the reference's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -170,7 +171,8 @@ func (r *Relay) pending(req *request) (reply, error) {
 }
 
 // results is wire.md §9.5: every done job with a result, never removed on
-// delivery, no sweep. Envelopes and devices are copied as stored.
+// delivery, no sweep. Envelopes and devices are copied as stored. One
+// answer carries at most MaxResultsAnswerBytes (see capResults).
 func (r *Relay) results(req *request) (reply, error) {
 	siteID, refusal, ok := r.siteQueryAuthed(req)
 	if !ok {
@@ -180,10 +182,7 @@ func (r *Relay) results(req *request) (reply, error) {
 	if err != nil {
 		return reply{}, fmt.Errorf("results: %w", err)
 	}
-	size := 16
-	for _, j := range jobs {
-		size += 128 + len(j.JobID) + len(j.Result) + len(j.Disposition) + len(j.RunnerID) + len(j.LeaseID) + len(j.Device) + len(j.RunnerOwner)
-	}
+	jobs, size := capResults(jobs, MaxResultsAnswerBytes)
 	b := make([]byte, 0, size)
 	b = append(b, `{"jobs":[`...)
 	for i, j := range jobs {
@@ -232,4 +231,54 @@ func appendDevice(b []byte, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("stored device: %w", err)
 	}
 	return append(b, protocol.MustMarshal(d)...), nil
+}
+
+// MaxResultsAnswerBytes bounds one results answer. Results stay until their
+// deadline and are re-sent on every read (wire.md §9.5), so without a bound
+// one answer grows with completion rate × deadline, and each unread copy is
+// held while it is written. 4 MiB holds hundreds of ordinary results; a
+// single result larger than that (an envelope may be 6 MB) still goes out
+// alone.
+const MaxResultsAnswerBytes = 4 << 20
+
+// resultSize is about what one job adds to a results answer.
+func resultSize(j *store.ResultJob) int {
+	return 128 + len(j.JobID) + len(j.Result) + len(j.Disposition) + len(j.RunnerID) + len(j.LeaseID) + len(j.Device) + len(j.RunnerOwner)
+}
+
+// capResults keeps what fits in limit bytes of answer and returns it with
+// the answer's estimated size. When everything fits the answer is every
+// result, as the wire says. When not, the answer is the results that fit
+// from a random starting point in store order (wrapping round; at least
+// one), kept in store order: the published site (@byollm/server) reads
+// results on every pump and skips those it has completed, so the rest
+// reach it over the next reads without anything on the wire changing —
+// each result is in a given answer with a chance of about limit/total, and
+// none is starved by those ahead of it in store order.
+func capResults(jobs []*store.ResultJob, limit int) ([]*store.ResultJob, int) {
+	total := 16
+	for _, j := range jobs {
+		total += resultSize(j)
+	}
+	if total <= limit || len(jobs) <= 1 {
+		return jobs, total
+	}
+	keep := make([]bool, len(jobs))
+	size, start := 16, rand.IntN(len(jobs))
+	for k := range jobs {
+		i := (start + k) % len(jobs)
+		n := resultSize(jobs[i])
+		if k > 0 && size+n > limit {
+			continue // a smaller one further on may still fit
+		}
+		keep[i] = true
+		size += n
+	}
+	out := make([]*store.ResultJob, 0, len(jobs))
+	for i, j := range jobs {
+		if keep[i] {
+			out = append(out, j)
+		}
+	}
+	return out, size
 }

@@ -62,6 +62,9 @@ type Metrics struct {
 	ready             metric.Int64ObservableGauge
 	oldestQueued      metric.Float64ObservableGauge
 	buildInfo         metric.Int64ObservableGauge
+	connsOpen         metric.Int64ObservableGauge
+	connsLimit        metric.Int64ObservableGauge
+	connsRefused      metric.Int64ObservableCounter
 
 	mu           sync.Mutex
 	siteUseFn    func(context.Context) (map[string]SiteUse, error)
@@ -70,7 +73,8 @@ type Metrics struct {
 	projectionFn func() ProjectionState
 	readyFn      func(context.Context) bool
 	// build labels relay_build_info; nil until SetBuildInfo.
-	build []attribute.KeyValue
+	build   []attribute.KeyValue
+	connsFn func() []ConnUse
 	// queuedSince is, per projection site, when its oldest queued job was
 	// enqueued (zero: none queued), as last read by the background refresh;
 	// the age itself is taken at scrape time so it keeps growing between
@@ -168,12 +172,21 @@ func NewMetrics(meter metric.Meter) (*Metrics, error) {
 	m.buildInfo, e = meter.Int64ObservableGauge("relay.build_info",
 		metric.WithDescription("1, labelled with the running build's version, VCS revision and Go version (so a roll shows which replicas run what)."))
 	wrap("relay.build_info", e)
+	m.connsOpen, e = meter.Int64ObservableGauge("relay.connections.open",
+		metric.WithDescription("Open connections on each listener; at relay_connections_limit{kind=\"max\"} new ones are refused (a replica saturated by connections)."))
+	wrap("relay.connections.open", e)
+	m.connsLimit, e = meter.Int64ObservableGauge("relay.connections.limit",
+		metric.WithDescription("Each listener's connection limits: kind=max (RELAY_MAX_CONNS) and kind=per_address (RELAY_MAX_CONNS_PER_ADDRESS)."))
+	wrap("relay.connections.limit", e)
+	m.connsRefused, e = meter.Int64ObservableCounter("relay.connections.refused",
+		metric.WithDescription("Connections refused or closed early on each listener, by reason: full (at RELAY_MAX_CONNS), address (one address at its share), idle_closed (an idle keep-alive closed early at or near the cap)."))
+	wrap("relay.connections.refused", e)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := meter.RegisterCallback(m.observe,
 		m.jobsByState, m.activeLeases, m.projectionVersion, m.projectionAge, m.projectionLoaded,
-		m.siteJobs, m.siteBytes, m.ready, m.oldestQueued, m.buildInfo); err != nil {
+		m.siteJobs, m.siteBytes, m.ready, m.oldestQueued, m.buildInfo, m.connsOpen, m.connsLimit, m.connsRefused); err != nil {
 		return nil, fmt.Errorf("telemetry gauge callback: %w", err)
 	}
 	return m, nil
@@ -249,14 +262,40 @@ func (m *Metrics) ObserveProjection(fn func() ProjectionState) {
 	m.mu.Unlock()
 }
 
+// ConnUse is one listener's connection use (httpserve.Stats).
+type ConnUse struct {
+	Listener                                string
+	Open, Max, MaxPerAddress                int64
+	RefusedFull, RefusedAddress, ClosedIdle int64
+}
+
+// ObserveConnections registers the reader behind the relay_connections_*
+// instruments; it runs on each scrape and must be cheap.
+func (m *Metrics) ObserveConnections(fn func() []ConnUse) {
+	m.mu.Lock()
+	m.connsFn = fn
+	m.mu.Unlock()
+}
+
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	jobsFn, leasesFn, projectionFn, now := m.jobsFn, m.leasesFn, m.projectionFn, m.now
-	siteUseFn, readyFn, queuedSince, build := m.siteUseFn, m.readyFn, m.queuedSince, m.build
+	siteUseFn, readyFn, queuedSince, build, connsFn := m.siteUseFn, m.readyFn, m.queuedSince, m.build, m.connsFn
 	m.mu.Unlock()
 
 	if build != nil {
 		o.ObserveInt64(m.buildInfo, 1, metric.WithAttributes(build...))
+	}
+	if connsFn != nil {
+		for _, u := range connsFn() {
+			ln := attribute.String("listener", u.Listener)
+			o.ObserveInt64(m.connsOpen, u.Open, metric.WithAttributes(ln))
+			o.ObserveInt64(m.connsLimit, u.Max, metric.WithAttributes(ln, attribute.String("kind", "max")))
+			o.ObserveInt64(m.connsLimit, u.MaxPerAddress, metric.WithAttributes(ln, attribute.String("kind", "per_address")))
+			o.ObserveInt64(m.connsRefused, u.RefusedFull, metric.WithAttributes(ln, attribute.String("reason", "full")))
+			o.ObserveInt64(m.connsRefused, u.RefusedAddress, metric.WithAttributes(ln, attribute.String("reason", "address")))
+			o.ObserveInt64(m.connsRefused, u.ClosedIdle, metric.WithAttributes(ln, attribute.String("reason", "idle_closed")))
+		}
 	}
 
 	if readyFn != nil {
