@@ -118,7 +118,9 @@ func (r *Relay) route(next echo.HandlerFunc) echo.HandlerFunc {
 // an unknown endpoint is. serve runs that dispatch on the route recorded
 // by route.
 func (r *Relay) serve(c echo.Context) error {
-	hr := c.Request()
+	ctx, written := withAfterWrite(c.Request().Context())
+	defer written()
+	hr := c.Request().WithContext(ctx)
 	rt, _ := telemetry.RouteOf(c)
 	path, _ := c.Get(pathKey).(string)
 	rep, err := r.dispatch(hr, path, rt.Name)

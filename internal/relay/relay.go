@@ -207,7 +207,8 @@ type Config struct {
 }
 
 // Relay is a configured pair of planes. It is safe for concurrent use and
-// keeps no state besides the clock offset.
+// keeps no state besides the clock offset, the grants it is giving back and
+// the results answers in flight.
 type Relay struct {
 	store       Store
 	projections ProjectionSource
@@ -237,6 +238,8 @@ type Relay struct {
 	// returns gives back the grants of claims answered 503 after their
 	// script may have run (giveback.go).
 	returns *leaseReturns
+	// answers counts each site's results answers in flight (answers.go).
+	answers siteAnswers
 }
 
 // ErrControlPlaneWithoutAuthor is the reference's construction error (wire.md

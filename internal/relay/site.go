@@ -172,11 +172,18 @@ func (r *Relay) pending(req *request) (reply, error) {
 
 // results is wire.md §9.5: every done job with a result, never removed on
 // delivery, no sweep. Envelopes and devices are copied as stored. One
-// answer carries at most MaxResultsAnswerBytes (see capResults).
+// answer carries at most MaxResultsAnswerBytes (see capResults), and one
+// site has at most MaxResultsInFlightPerSite of them in flight here.
 func (r *Relay) results(req *request) (reply, error) {
 	siteID, refusal, ok := r.siteQueryAuthed(req)
 	if !ok {
 		return refusal, nil
+	}
+	if !r.answers.take(siteID) {
+		return resultsBusy, nil
+	}
+	if !onWritten(req.ctx, func() { r.answers.give(siteID) }) {
+		defer r.answers.give(siteID)
 	}
 	jobs, err := r.store.ResultJobs(req.ctx, siteID)
 	if err != nil {
