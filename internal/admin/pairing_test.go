@@ -463,7 +463,7 @@ func TestApproveConflictsWithProjection(t *testing.T) {
 			before := cl.dump()
 			wantError(t, cl.admin(0, "POST", "/pairings/"+d.code+"/approve", tt.body), 409, "conflict", tt.msg)
 			if after := cl.dump(); !equalMaps(before, after) {
-				t.Fatal("a refused approval changed the store")
+				t.Fatalf("a refused approval changed the store: %v", changedKeys(before, after))
 			}
 		})
 	}
@@ -690,6 +690,22 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 var _ = slog.Default
+
+// changedKeys names the keys whose dumps differ between a and b.
+func changedKeys(a, b map[string]string) []string {
+	var out []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // TestNoOpMergeKeepsApprovals: a merge that changes nothing, sent to a
 // replica that has not yet followed an approval made elsewhere, must not
