@@ -219,3 +219,27 @@ func TestRelayMemoryBound(t *testing.T) {
 		t.Errorf("peak RSS %d MiB reached the container limit %d MiB: the kernel would have killed the pod", peak>>20, limit>>20)
 	}
 }
+
+// TestRelayWarnsSiteLimitOverMaxmemory: started on a Valkey whose
+// maxmemory (64 MiB) is below the default per-site byte limit (1 GiB), the
+// relay says so at start, with the fix; with a limit that fits it says
+// nothing.
+func TestRelayWarnsSiteLimitOverMaxmemory(t *testing.T) {
+	vk := relaytest.StartServer(t, "--maxmemory", "64mb")
+	const warning = "RELAY_SITE_LIMITS lets every site (*) store 1GiB, more than Valkey can hold (maxmemory 64MiB)"
+	r := startRelay(t, vk.URL(), "RELAY_LOG_LEVEL=warn")
+	relaytest.WaitFor(t, 10*time.Second, "the start-up warning about RELAY_SITE_LIMITS", func() bool { return strings.Contains(r.Log(), warning) })
+
+	fits := startRelay(t, vk.URL(), "RELAY_LOG_LEVEL=warn", "RELAY_SITE_LIMITS=*=bytes:16MiB")
+	ready := func() bool {
+		res, err := http.Get(fits.AdminURL() + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == http.StatusOK
+	}
+	relaytest.WaitFor(t, 10*time.Second, "the second relay serving", ready)
+	if strings.Contains(fits.Log(), "RELAY_SITE_LIMITS lets") {
+		t.Errorf("a limit that fits warned:\n%s", fits.Log())
+	}
+}
