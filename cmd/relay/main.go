@@ -207,6 +207,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return fmt.Errorf("store: %w", err)
 	}
 	tel.SetScriptCommand(st.ScriptCommand())
+	if !embedded {
+		// A per-site byte limit the server cannot hold is worth a word.
+		warnings, err := st.SiteLimitWarnings(bg)
+		if err != nil {
+			log.Warn("could not check RELAY_SITE_LIMITS against Valkey's maxmemory", slog.Any("err", err))
+		}
+		for _, w := range warnings {
+			log.Warn(w)
+		}
+	}
 	// The work view: idle claims and sweeps ask Valkey nothing while every
 	// shard's announcements reach this replica (store.RunWorkView).
 	go st.RunWorkView(bg)

@@ -42,6 +42,7 @@ type composeService struct {
 	Expose          []string            `json:"expose"`
 	Ports           []string            `json:"ports"`
 	StopGracePeriod string              `json:"stop_grace_period"`
+	MemLimit        string              `json:"mem_limit"`
 	DependsOn       any                 `json:"depends_on"`
 	Command         []string            `json:"command"`
 	Profiles        []string            `json:"profiles"`
@@ -153,8 +154,10 @@ func TestCompose(t *testing.T) {
 		if !s.ReadOnly || !slices.Equal(s.CapDrop, []string{"ALL"}) {
 			t.Errorf("%s must be read_only with cap_drop ALL", name)
 		}
-		if len(s.Ports) > 0 {
-			t.Errorf("%s publishes %v; only the load balancer is published", name, s.Ports)
+		// Only relay-1's admin port, on the host's loopback, for the load
+		// generator and `relay projection` run on the host.
+		if wantPorts := map[string][]string{"relay-1": {"127.0.0.1:8081:8081"}}[name]; !slices.Equal(s.Ports, wantPorts) {
+			t.Errorf("%s publishes %v, want %v (the planes go through the load balancer; the admin port on loopback only)", name, s.Ports, wantPorts)
 		}
 
 		// Every variable is one the relay reads, and the values pass the

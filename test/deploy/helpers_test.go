@@ -39,8 +39,9 @@ func readFile(t *testing.T, rel string) []byte {
 }
 
 // relayEnvNames returns every environment variable the relay reads: the
-// RELAY_* names of internal/config (a renamed variable fails these tests)
-// and the OpenTelemetry names the SDK reads when telemetry is set up.
+// RELAY_* names of internal/config (a renamed variable fails these tests),
+// the OpenTelemetry names the SDK reads when telemetry is set up, and
+// GOMEMLIMIT.
 func relayEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
@@ -53,6 +54,8 @@ func relayEnvNames(t *testing.T) map[string]bool {
 	for _, n := range []string{telemetry.EnvOTLPEndpoint, telemetry.EnvOTLPTracesEndpoint, telemetry.EnvSDKDisabled} {
 		names[n] = true
 	}
+	// The Go runtime's soft memory limit, set from the container's limit.
+	names["GOMEMLIMIT"] = true
 	return names
 }
 
