@@ -81,8 +81,11 @@ cleanup() {
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT # so a stopped run still stops its servers
 
-# start_server BINARY PORT: a private server without persistence; prints its URL.
+# start_server BINARY PORT: a private server without persistence; sets
+# server_url to its URL. (Not called in $(…): the pid it records must reach
+# cleanup.)
 start_server() {
   local bin=$1 port=$2 dir="$run_dir/$2"
   mkdir -p "$dir"
@@ -92,7 +95,7 @@ start_server() {
   local cli; cli="$(cli_for "$bin")"
   for _ in $(seq 1 100); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
   "$cli" -p "$port" ping >/dev/null || { say "$bin on port $port did not start (see $dir/server.log)"; exit 1; }
-  echo "redis://127.0.0.1:$port/0"
+  server_url="redis://127.0.0.1:$port/0"
 }
 
 # server_line URL: what the server at URL is, from its own INFO.
@@ -102,11 +105,11 @@ server_line() {
     awk -F: '/^(valkey_version|redis_version|redis_mode|server_name):/ {printf "%s=%s ", $1, $2}'
 }
 
-main_url="$(start_server "$main_server" "$(free_port 16390)")"
+start_server "$main_server" "$(free_port 16390)"; main_url=$server_url
 cluster_base="$(free_port 17101)"
 # The cluster takes six ports from its base and their bus ports (+10000).
 main_cluster_url="$(RELAY_TEST_REDIS_SERVER="$main_server" CLUSTER_BASE_PORT="$cluster_base" bash .ci/cluster start)"
-compat_url="$(start_server "$redis_server" "$(free_port 16490)")"
+start_server "$redis_server" "$(free_port 16490)"; compat_url=$server_url
 
 say "main suite: single node $main_url ($(server_line "$main_url")), cluster $main_cluster_url ($(server_line "$main_cluster_url"))"
 say "compatibility suites: $compat_url ($(server_line "$compat_url"))"
