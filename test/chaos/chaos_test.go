@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/byollm/relay-go/internal/loadgen"
-	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/test/chaos/history"
 
 	"github.com/byollm/relay-go/test/relaytest"
@@ -232,8 +231,8 @@ func faultLine(faults map[string]int) string {
 	return fmt.Sprintf("%s %d, %s %d, %s %d", faultKill, faults[faultKill], faultTerm, faults[faultTerm], faultStore, faults[faultStore])
 }
 
-// finalStates reads every enqueued job's state out of the store after the
-// run, as one final op each ("absent" when the store no longer has it).
+// finalStates is the store's final state of every job ops enqueued, as
+// ops (history.StoredFinalOps), read from the private server vk.
 func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []loadgen.Op) []loadgen.Op {
 	t.Helper()
 	c, err := vk.Client()
@@ -241,21 +240,11 @@ func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []load
 		t.Fatal(err)
 	}
 	defer c.Close()
-	st, err := store.New(context.Background(), c, store.Options{Namespace: ns})
+	out, err := history.StoredFinalOps(context.Background(), c, ns, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	jobs, err := st.Jobs(ctx)
-	if err != nil {
-		t.Fatalf("read the store after the run: %v", err)
-	}
-	state := map[string]string{}
-	for _, j := range jobs {
-		state[j.ID] = j.State
-	}
-	return loadgen.FinalOps(ops, state, time.Now())
+	return out
 }
 
 // jobOps renders one job's operations in time order, for a violation's

@@ -37,7 +37,6 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/loadgen"
-	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/test/chaos/history"
 
@@ -560,26 +559,16 @@ func storeErrors(t *testing.T, relays []*relaytest.Relay) map[string]int {
 // the run, as one final op each ("absent" when the store no longer has it).
 func finalStates(t *testing.T, url, ns string, ops []loadgen.Op) []loadgen.Op {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := context.Background()
 	c, closeFn, _, err := valkeyconn.Open(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	st, err := store.New(ctx, c, store.Options{Namespace: ns})
+	out, err := history.StoredFinalOps(ctx, c, ns, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := st.Jobs(ctx)
-	if err != nil {
-		t.Fatalf("read the store after the run: %v", err)
-	}
-	state := map[string]string{}
-	for _, j := range jobs {
-		state[j.ID] = j.State
-	}
-	out := loadgen.FinalOps(ops, state, time.Now())
 	sort.SliceStable(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
 	return out
 }
