@@ -70,6 +70,11 @@ func TestRelayMemoryBound(t *testing.T) {
 	const token = "memory-bound-token"
 	r := startRelay(t, relaytest.ValkeyURL(),
 		"RELAY_MAX_CONNS="+strconv.Itoa(cfg.MaxConns),
+		// The worst case is the whole cap and the whole body budget held,
+		// which takes many client addresses; the test has one, so it may
+		// hold them all.
+		"RELAY_MAX_CONNS_PER_ADDRESS="+strconv.Itoa(cfg.MaxConns),
+		"RELAY_BODY_BYTES_PER_CLIENT="+strconv.FormatInt(cfg.BodyBytesInFlight, 10),
 		"RELAY_BODY_BYTES_IN_FLIGHT="+strconv.FormatInt(cfg.BodyBytesInFlight, 10),
 		"GOMEMLIMIT="+plan.goMemLimit,
 		"RELAY_ADMIN_TOKEN="+token,
