@@ -13,8 +13,8 @@
 #     the whole suite runs on redis-server instead, and says so.
 #   * Redis (Debian's redis-server, 7.0 on bookworm), a compatibility target:
 #     the connection and store packages, the operations view (it reads the
-#     server's INFO), the published store contract and the peers suite run
-#     on it too.
+#     server's INFO), the published store contract and the peers suite
+#     (TestPeers) run on it too.
 #
 # Whoever already has servers running can skip all this and use plain
 # `go test ./...`: it reads RELAY_TEST_VALKEY_URL (default
@@ -129,8 +129,13 @@ RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$main_cluster_u
 say "main suite done at $((SECONDS - start))s"
 
 say "== compatibility: connection, store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
-env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" \
-  go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ./test/peers/ || failed+=("compatibility suites")
+compat() { env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" "$@"; }
+compat go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ||
+  failed+=("compatibility suites")
+# The peers' own suite (the real daemon and cloud lane through three
+# replicas); its grant variants exercise the relay, not the server, and run
+# in the main suite.
+compat go test -p 1 -count=1 -timeout "$timeout" -run '^TestPeers$' ./test/peers/ || failed+=("compatibility peers")
 say "compatibility suites done at $((SECONDS - start))s"
 
 if [ "${TEST_SKIP_FUZZ:-}" != 1 ]; then
