@@ -50,8 +50,9 @@ type composeService struct {
 }
 
 type composeBuild struct {
-	Context    string `json:"context"`
-	Dockerfile string `json:"dockerfile"`
+	Context    string            `json:"context"`
+	Dockerfile string            `json:"dockerfile"`
+	Args       map[string]string `json:"args"`
 }
 
 type composeHealthcheck struct {
@@ -147,6 +148,17 @@ func TestCompose(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(root(t), s.Build.Dockerfile)); err != nil {
 			t.Errorf("%s: dockerfile %s: %v", name, s.Build.Dockerfile, err)
+		}
+		// The image is stamped with the version and revision: the build
+		// passes both, and the Dockerfile declares each.
+		df := string(readFile(t, s.Build.Dockerfile))
+		for _, arg := range []string{"VERSION", "REVISION"} {
+			if _, ok := s.Build.Args[arg]; !ok {
+				t.Errorf("%s: the build does not pass %s (the image would not say which build it runs)", name, arg)
+			}
+			if !strings.Contains(df, "ARG "+arg) {
+				t.Errorf("%s: %s passes %s but %s declares no ARG %s", name, name, arg, s.Build.Dockerfile, arg)
+			}
 		}
 		if s.Hostname != name {
 			t.Errorf("%s hostname %q", name, s.Hostname)
