@@ -82,6 +82,11 @@ fi
 #   CAP_RAMP_ONLY=1 CAP_TARGETS="reference new-1" CAP_RATES=160,240,320,400 test/bench/capacity.sh
 if [ -n "${CAP_RATES:-}" ]; then RATES=$CAP_RATES; fi
 if [ -n "${CAP_TARGETS:-}" ]; then read -ra TARGETS <<<"$CAP_TARGETS"; fi
+# The cost rounds alone (no ramps, no memory), for the profiles asked:
+#   BENCH_QUICK=1 CAP_COST_ONLY=1 CAP_PROFILES=idle test/bench/capacity.sh   # the idle fleet against the floor
+RAMP_ONLY=${CAP_RAMP_ONLY:-0} COST_ONLY=${CAP_COST_ONLY:-0}
+read -ra PROFILES <<<"${CAP_PROFILES:-aggressive real idle}"
+if [ "$COST_ONLY" = 1 ]; then TARGETS=(); fi
 # The cost runs' rate: near what run.sh's closed loop carried, so the
 # aggressive profile's idle polling is spread over as many jobs as there.
 export COST_RATE=${COST_RATE:-100}
@@ -126,7 +131,7 @@ mkdir -p "$OUT/cap-valkey"
 VPID=$!; STARTED+=("$VPID")
 for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 VALKEY_URL=redis://127.0.0.1:$VPORT/0
-if printf '%s\n' "${TARGETS[@]}" | grep -q cluster; then
+if [ "${#TARGETS[@]}" -gt 0 ] && printf '%s\n' "${TARGETS[@]}" | grep -q cluster; then
   log "starting a 3-primary cluster on ports $CLUSTER_BASE_PORT-$((CLUSTER_BASE_PORT + 2))"
   CLUSTER_UP=1
   CLUSTER_URL=$(bash .ci/cluster start)
@@ -323,16 +328,17 @@ print(round(req / c["windowS"], 2) if c["windowS"] > 0 else 0)' "$OUT/cap-costs.
 
 LOAD_START=$(loadavg)
 verify_floor
-pin_on
-for round in $(seq 1 "$RAMPS"); do
-  for t in "${TARGETS[@]}"; do ramp "$t" "$round"; done
-done
-pin_off
-verify_floor
-RAMP_ONLY=${CAP_RAMP_ONLY:-0}
+if [ "$COST_ONLY" != 1 ]; then
+  pin_on
+  for round in $(seq 1 "$RAMPS"); do
+    for t in "${TARGETS[@]}"; do ramp "$t" "$round"; done
+  done
+  pin_off
+  verify_floor
+fi
 if [ "$RAMP_ONLY" != 1 ]; then
   for round in $(seq 1 "$COST_ROUNDS"); do
-    for profile in aggressive real idle; do
+    for profile in "${PROFILES[@]}"; do
       cost old-1 "$profile" "$round"
       cost new-1 "$profile" "$round"
       floor_run "$profile" "$round"
@@ -341,10 +347,12 @@ if [ "$RAMP_ONLY" != 1 ]; then
   done
 
   # ---- 4. memory ------------------------------------------------------------
-  for kind in old new; do
-    log "memory per job: storebench of $kind"
-    timeout 600 "$BIN/storebench-$kind" -valkey "$VALKEY_URL" "${MEM_ARGS[@]}" -json "$OUT/cap-store-$kind.json" >/dev/null
-  done
+  if [ "$COST_ONLY" != 1 ]; then
+    for kind in old new; do
+      log "memory per job: storebench of $kind"
+      timeout 600 "$BIN/storebench-$kind" -valkey "$VALKEY_URL" "${MEM_ARGS[@]}" -json "$OUT/cap-store-$kind.json" >/dev/null
+    done
+  fi
   verify_floor
 fi
 LOAD_END=$(loadavg)
@@ -381,14 +389,15 @@ order = ("reference", "old-1", "new-1", "old-3", "new-3", "old-cluster", "new-cl
 # its highest sustained rate and of its ratio to the reference's ramp of
 # the same round.
 ramps = {}
-for line in open(os.path.join(out, "cap-ramps.jsonl")):
+have = lambda name: os.path.exists(os.path.join(out, name))
+for line in (open(os.path.join(out, "cap-ramps.jsonl")) if have("cap-ramps.jsonl") else []):
     meta = json.loads(line)
     t, rnd = meta["target"], meta["round"]
     base = f"cap-ramp-{t}-r{rnd}"
     r = J(f"{base}.json")
     steps = list(r["steps"])
     highest, limit = r["highestSustained"], r["firstNotSustained"]
-    if os.path.exists(os.path.join(out, f"{base}-mid.json")):
+    if have(f"{base}-mid.json"):
         m = J(f"{base}-mid.json")
         steps += m["steps"]
         if m["highestSustained"] > 0:
@@ -437,7 +446,7 @@ if not ramp_only:
         }
     # The floor runs: the minimal service's CPU per request it answered in
     # its window, and its Valkey's.
-    for line in open(os.path.join(out, "cap-floor.jsonl")):
+    for line in (open(os.path.join(out, "cap-floor.jsonl")) if have("cap-floor.jsonl") else []):
         c = json.loads(line)
         d = J(f"cap-{c['name']}.json")
         req = c["statsAfter"]["requests"] - c["statsBefore"]["requests"]
@@ -471,7 +480,7 @@ if not ramp_only:
         fs, fv = fl.get("serverUsPerRequest"), fl.get("valkeyUsPerRequest")
         c["relayOverFloor"] = c["relayUsPerRequest"] / fs if c.get("relayUsPerRequest") is not None and fs else None
         c["valkeyOverFloor"] = c["valkeyUsPerRequest"] / fv if c.get("valkeyUsPerRequest") is not None and fv else None
-    store = {k: J(f"cap-store-{k}.json") for k in ("old", "new")}
+    store = {k: J(f"cap-store-{k}.json") for k in ("old", "new") if have(f"cap-store-{k}.json")}
     for k, s in store.items():
         s["beyondEnvelopes"] = s["memPerFinishedJobBytes"] - s["finishedJobEnvelopeBytes"]
 
@@ -496,7 +505,9 @@ L = [f"# Capacity and cost per unit: {old_rev} (old) and {new_rev} (new)\n",
      f"{cpus} CPUs; load average {load0} at the start, {load1} at the end{' (BENCH_QUICK=1)' if quick == '1' else ''}. "
      f"One Ed25519 verification (crypto/ed25519.Verify of a heartbeat signature, CPU time, median of {len(verify)} timings spread over the run): "
      f"**{v_us:.1f} µs** (protocol.VerifyRequest, the relay's whole check: {vr_us:.1f} µs).\n",
-     f"## Highest sustained rate (open loop, Poisson arrivals, aggressive profile; {nramps} ramp(s) in a row)\n",
+     ]
+if ramps:
+    L += [f"## Highest sustained rate (open loop, Poisson arrivals, aggressive profile; {nramps} ramp(s) in a row)\n",
      f"A step is sustained when every job is collected, nothing is lost, run twice or refused, end-to-end p99 ≤ {max_p99}, "
      "and the load generator kept its arrival schedule (p90 of how late a job went out ≤ 100 ms). "
      f"Pinning: {'**pinned**, ' if pin == '1' else ''}{pin_desc}"
@@ -504,28 +515,28 @@ L = [f"# Capacity and cost per unit: {old_rev} (old) and {new_rev} (new)\n",
      "The ratio to the reference is to its ramp of the same round.\n",
      "| ramp | target | highest sustained jobs/s | vs reference | e2e p50 / p99 ms there | loadgen CPU ms / job there | first not sustained | why | target on cpus | load avg |",
      "|---|---|---|---|---|---|---|---|---|---|"]
-for rnd in sorted({r["round"] for rt in ramps.values() for r in rt["rounds"]}):
+    for rnd in sorted({r["round"] for rt in ramps.values() for r in rt["rounds"]}):
+        for t in order:
+            for r in (r for r in ramps.get(t, {}).get("rounds", []) if r["round"] == rnd):
+                a = r["at"] or {}; x = r["failed"] or {}
+                vs = "1" if t == "reference" else ratio(r["vsReference"], 1)
+                L.append(f"| {rnd} | {labels[t]} | {f(r['highest'],0) if r['highest'] else 'none'} | {vs} | "
+                         f"{f(a.get('endToEndP50Ms'),0)} / {f(a.get('endToEndP99Ms'),0)} | {f(a.get('loadgenCpuMsPerJob'),3)} | "
+                         f"{f(r['limit'],0) if r['limit'] else '(none: every step held)'} | {(x.get('why') or '')[:160]} | "
+                         f"{r['targetCpus']}{' (Valkey ' + r['valkeyCpus'] + ')' if r['valkeyCpus'] else ''} | {r['load']} |")
+    L.append("")
+    L.append("Spread over the ramps (min / median / max, and max ÷ min):\n")
+    L.append("| target | highest sustained jobs/s, each ramp | min / median / max | max ÷ min | vs reference, each ramp | min / median / max | max ÷ min |")
+    L.append("|---|---|---|---|---|---|---|")
     for t in order:
-        for r in (r for r in ramps.get(t, {}).get("rounds", []) if r["round"] == rnd):
-            a = r["at"] or {}; x = r["failed"] or {}
-            vs = "1" if t == "reference" else ratio(r["vsReference"], 1)
-            L.append(f"| {rnd} | {labels[t]} | {f(r['highest'],0) if r['highest'] else 'none'} | {vs} | "
-                     f"{f(a.get('endToEndP50Ms'),0)} / {f(a.get('endToEndP99Ms'),0)} | {f(a.get('loadgenCpuMsPerJob'),3)} | "
-                     f"{f(r['limit'],0) if r['limit'] else '(none: every step held)'} | {(x.get('why') or '')[:160]} | "
-                     f"{r['targetCpus']}{' (Valkey ' + r['valkeyCpus'] + ')' if r['valkeyCpus'] else ''} | {r['load']} |")
-L.append("")
-L.append("Spread over the ramps (min / median / max, and max ÷ min):\n")
-L.append("| target | highest sustained jobs/s, each ramp | min / median / max | max ÷ min | vs reference, each ramp | min / median / max | max ÷ min |")
-L.append("|---|---|---|---|---|---|---|")
-for t in order:
-    if t not in ramps: continue
-    rt = ramps[t]
-    h, hq = sp(rt["highest"], 0)
-    v, vq = sp(rt["vsReference"], 2) if t != "reference" else ("1", "—")
-    each_h = ", ".join(f(r["highest"], 0) for r in rt["rounds"])
-    each_v = ", ".join("—" if r["vsReference"] is None else f"{r['vsReference']:.2f}" for r in rt["rounds"]) if t != "reference" else "1"
-    L.append(f"| {labels[t]} | {each_h} | {h} | {hq} | {each_v} | {v} | {vq} |")
-L.append("")
+        if t not in ramps: continue
+        rt = ramps[t]
+        h, hq = sp(rt["highest"], 0)
+        v, vq = sp(rt["vsReference"], 2) if t != "reference" else ("1", "—")
+        each_h = ", ".join(f(r["highest"], 0) for r in rt["rounds"])
+        each_v = ", ".join("—" if r["vsReference"] is None else f"{r['vsReference']:.2f}" for r in rt["rounds"]) if t != "reference" else "1"
+        L.append(f"| {labels[t]} | {each_h} | {h} | {hq} | {each_v} | {v} | {vq} |")
+    L.append("")
 
 if not ramp_only:
     L.append(f"## Cost per unit (old and new interleaved, {os.environ.get('COST_RATE')} jobs/s, {os.environ.get('COST_ROUNDS')} round(s); the median of the balanced rounds)\n")
@@ -536,9 +547,11 @@ if not ramp_only:
         fl = "" if floor is None or n is None else f"{n / floor:.2f} ×"
         ov = costs.get(f"new-1-{profile}", {}).get(over) if over else None
         L.append(f"| {label} | {profile} | {f(o, nd)} | {f(n, nd)} | {ratio(n, o)} | {fl} | {'' if ov is None else f'{ov:.2f} ×'} |")
-    row("relay CPU per signed request, µs (400 mostly idle daemons)", "relayUsPerRequest", "idle", 1, v_us, "relayOverFloor")
-    row("Valkey CPU per request, µs (400 mostly idle daemons)", "valkeyUsPerRequest", "idle", 1, v_us, "valkeyOverFloor")
-    for p in ("aggressive", "real"):
+    ran = lambda p: f"old-1-{p}" in costs or f"new-1-{p}" in costs  # CAP_PROFILES may leave some out
+    if ran("idle"):
+        row("relay CPU per signed request, µs (400 mostly idle daemons)", "relayUsPerRequest", "idle", 1, v_us, "relayOverFloor")
+        row("Valkey CPU per request, µs (400 mostly idle daemons)", "valkeyUsPerRequest", "idle", 1, v_us, "valkeyOverFloor")
+    for p in (p for p in ("aggressive", "real") if ran(p)):
         row("relay CPU per job, ms", "relayMsPerJob", p, 3, v_us / 1000)
         row("relay CPU per signed request, µs", "relayUsPerRequest", p, 1, v_us, "relayOverFloor")
         row("signed requests per job", "requestsPerJob", p, 1)
@@ -547,9 +560,10 @@ if not ramp_only:
         row("loadgen CPU per job, ms", "loadgenMsPerJob", p, 3)
         row("end-to-end p50, ms", "e2eP50Ms", p, 0)
         row("end-to-end p99, ms", "e2eP99Ms", p, 0)
-    so, sn = store["old"], store["new"]
-    L.append(f"| Valkey memory per queued job, B | storebench | {f(so['memPerQueuedJobBytes'],0)} | {f(sn['memPerQueuedJobBytes'],0)} | {ratio(sn['memPerQueuedJobBytes'], so['memPerQueuedJobBytes'])} | | |")
-    L.append(f"| Valkey memory per finished job beyond its envelopes ({sn['finishedJobEnvelopeBytes']} B), B | storebench | {f(so['beyondEnvelopes'],0)} | {f(sn['beyondEnvelopes'],0)} | {ratio(sn['beyondEnvelopes'], so['beyondEnvelopes'])} | | |")
+    if len(store) == 2:  # not under CAP_COST_ONLY
+        so, sn = store["old"], store["new"]
+        L.append(f"| Valkey memory per queued job, B | storebench | {f(so['memPerQueuedJobBytes'],0)} | {f(sn['memPerQueuedJobBytes'],0)} | {ratio(sn['memPerQueuedJobBytes'], so['memPerQueuedJobBytes'])} | | |")
+        L.append(f"| Valkey memory per finished job beyond its envelopes ({sn['finishedJobEnvelopeBytes']} B), B | storebench | {f(so['beyondEnvelopes'],0)} | {f(sn['beyondEnvelopes'],0)} | {ratio(sn['beyondEnvelopes'], so['beyondEnvelopes'])} | | |")
     L.append("")
     L.append("## The floor: a minimal Go service at the same rate, in the same run\n")
     L.append("`test/bench/floor`: net/http, a ~1.5 KB JSON body decoded, one Ed25519 verify over the body's canonical request, "
