@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capacity and cost per unit, before and after, in one run on this machine.
 #
-#   test/bench/capacity.sh                    # full run (about 40 minutes: three rounds of ramps)
+#   test/bench/capacity.sh                    # full run (about 35 minutes: three rounds of ramps)
 #   BENCH_QUICK=1 test/bench/capacity.sh      # short run (about 5 minutes, one round of ramps)
 #   OLD_REV=<rev> CLUSTER_BASE_PORT=7390 test/bench/capacity.sh
 #   BENCH_SMOKE=1 BENCH_OUT=/tmp/x test/bench/capacity.sh   # seconds-long runs that only prove the method works
