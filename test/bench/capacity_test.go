@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +19,15 @@ import (
 )
 
 // TestCapacitySmoke runs test/bench/capacity.sh with BENCH_SMOKE=1 (this
-// tree as both old and new, one replica, a two-step ramp, seconds-long cost
-// runs) and checks the report's shape and logic, not its speed: a ramp
-// whose highest sustained rate is one of its steps and below the first that
-// failed, costs for every profile with jobs and requests behind them,
-// new/old ratios that are the quotient of their columns, and figures
-// divided by a verification time that was measured.
+// tree as both old and new, one replica, one two-step ramp, seconds-long
+// cost runs, a floor run after each new one) and checks the report's shape
+// and logic, not its speed: a ramp whose highest sustained rate is one of
+// its steps and below the first that failed, pinned to its own core when
+// there are two, with a spread that is its rounds' min, median and max;
+// costs for every profile with jobs and requests behind them, new/old
+// ratios that are the quotient of their columns, figures divided by a
+// verification time that was measured, and per-request figures divided by
+// a floor that served requests of its own.
 func TestCapacitySmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it for about a minute")
@@ -37,14 +42,16 @@ func TestCapacitySmoke(t *testing.T) {
 	defer cancel()
 	out := t.TempDir()
 	cmd := exec.CommandContext(ctx, "bash", "capacity.sh")
-	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out, "BENCH_SERVER="+server)
+	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out, "BENCH_SERVER="+server,
+		"IDLE_DAEMONS="+strconv.Itoa(smokeIdleDaemons), "CAP_PIN=1", "CAP_RAMPS=", "CAP_RAMP_ONLY=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	md, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("capacity.sh: %v\n%s", err, stderr.String())
 	}
-	for _, want := range []string{"## Highest sustained rate", "## Cost per unit", "relay CPU per signed request", "Valkey memory per queued job", "new ×1"} {
+	for _, want := range []string{"## Highest sustained rate", "## Cost per unit", "relay CPU per signed request", "Valkey memory per queued job", "new ×1",
+		"Spread over the ramps", "## The floor", "new ÷ floor"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Fatalf("capacity.md lacks %q:\n%s", want, md)
 		}
@@ -53,16 +60,35 @@ func TestCapacitySmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type spread struct {
+		N          int      `json:"n"`
+		Min        float64  `json:"min"`
+		Median     float64  `json:"median"`
+		Max        float64  `json:"max"`
+		MaxOverMin *float64 `json:"maxOverMin"`
+	}
 	var rep struct {
 		VerifyUs float64 `json:"verifyUs"`
-		Ramps    map[string]struct {
-			Highest float64 `json:"highest"`
-			Limit   float64 `json:"limit"`
-			Steps   []struct {
-				Rate      float64 `json:"rate"`
-				Sustained bool    `json:"sustained"`
-				Why       string  `json:"why"`
-			} `json:"steps"`
+		Pinning  struct {
+			Pinned    bool   `json:"pinned"`
+			TargetCPU *int   `json:"targetCpu"`
+			Note      string `json:"note"`
+		} `json:"pinning"`
+		RampRounds int `json:"rampRounds"`
+		Ramps      map[string]struct {
+			Rounds []struct {
+				Round      int     `json:"round"`
+				Highest    float64 `json:"highest"`
+				Limit      float64 `json:"limit"`
+				TargetCpus string  `json:"targetCpus"`
+				ValkeyCpus string  `json:"valkeyCpus"`
+				Steps      []struct {
+					Rate      float64 `json:"rate"`
+					Sustained bool    `json:"sustained"`
+					Why       string  `json:"why"`
+				} `json:"steps"`
+			} `json:"rounds"`
+			Highest *spread `json:"highest"`
 		} `json:"ramps"`
 		Costs map[string]struct {
 			Jobs              float64  `json:"jobs"`
@@ -71,7 +97,15 @@ func TestCapacitySmoke(t *testing.T) {
 			RelayMsPerJob     *float64 `json:"relayMsPerJob"`
 			ValkeyMsPerJob    *float64 `json:"valkeyMsPerJob"`
 			ScriptsPerJob     *float64 `json:"scriptsPerJob"`
+			RelayOverFloor    *float64 `json:"relayOverFloor"`
 		} `json:"costs"`
+		Floor map[string]struct {
+			Requests           float64  `json:"requests"`
+			RateAsked          float64  `json:"rateAsked"`
+			Clients            float64  `json:"clients"`
+			ServerUsPerRequest *float64 `json:"serverUsPerRequest"`
+			ValkeyUsPerRequest *float64 `json:"valkeyUsPerRequest"`
+		} `json:"floor"`
 		Store map[string]struct {
 			Queued   float64 `json:"memPerQueuedJobBytes"`
 			Finished float64 `json:"memPerFinishedJobBytes"`
@@ -85,9 +119,13 @@ func TestCapacitySmoke(t *testing.T) {
 	if rep.VerifyUs <= 0 {
 		t.Fatalf("no verification time: %v", rep.VerifyUs)
 	}
-	r, ok := rep.Ramps["new-1"]
-	if !ok || len(r.Steps) == 0 {
-		t.Fatalf("no ramp for new-1: %s", raw)
+	rt, ok := rep.Ramps["new-1"]
+	if !ok || rep.RampRounds != 1 || len(rt.Rounds) != rep.RampRounds {
+		t.Fatalf("want one ramp round for new-1 (BENCH_SMOKE), got %d of %d: %s", len(rt.Rounds), rep.RampRounds, raw)
+	}
+	r := rt.Rounds[0]
+	if len(r.Steps) == 0 {
+		t.Fatalf("no ramp steps for new-1: %s", raw)
 	}
 	for i, st := range r.Steps {
 		if st.Sustained == (st.Why != "") {
@@ -99,6 +137,20 @@ func TestCapacitySmoke(t *testing.T) {
 	}
 	if r.Highest != 0 && (r.Limit != 0 && r.Highest >= r.Limit) {
 		t.Fatalf("highest sustained %g not below the first failure %g", r.Highest, r.Limit)
+	}
+	// One round: its spread is that round's rate, max ÷ min 1.
+	if h := rt.Highest; r.Highest > 0 && (h == nil || h.N != 1 || h.Min != r.Highest || h.Median != r.Highest || h.Max != r.Highest || h.MaxOverMin == nil || *h.MaxOverMin != 1) {
+		t.Fatalf("spread of one ramp at %g: %+v", r.Highest, h)
+	}
+	// Two cores and taskset: the relay and its Valkey ran on the target's
+	// core alone, as read back from /proc while the ramp ran.
+	if _, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
+		if !rep.Pinning.Pinned || rep.Pinning.TargetCPU == nil {
+			t.Fatalf("two cores and taskset, ramps not pinned: %+v", rep.Pinning)
+		}
+		if want := strconv.Itoa(*rep.Pinning.TargetCPU); r.TargetCpus != want || r.ValkeyCpus != want {
+			t.Fatalf("ramp not pinned to cpu %s: %+v, relay on %q, Valkey on %q", want, rep.Pinning, r.TargetCpus, r.ValkeyCpus)
+		}
 	}
 	for _, name := range []string{"old-1-aggressive", "new-1-aggressive", "old-1-real", "new-1-real", "old-1-idle", "new-1-idle"} {
 		c, ok := rep.Costs[name]
@@ -113,11 +165,49 @@ func TestCapacitySmoke(t *testing.T) {
 			t.Fatalf("cost run %s: per-request and per-job figures disagree (%v vs %v µs)", name, got, want)
 		}
 	}
+	// The floor served requests of its own at the rate of the run it copies,
+	// and the relay's per-request figure ÷ the floor's is what the report
+	// says it is.
+	for _, p := range []string{"idle", "aggressive", "real"} {
+		fl, ok := rep.Floor[p]
+		if !ok || fl.Requests <= 0 || fl.RateAsked <= 0 || fl.Clients <= 0 || fl.ServerUsPerRequest == nil || *fl.ServerUsPerRequest <= 0 || fl.ValkeyUsPerRequest == nil {
+			t.Fatalf("floor %s missing or empty: %+v", p, fl)
+		}
+		c := rep.Costs["new-1-"+p]
+		if c.RelayOverFloor == nil {
+			t.Fatalf("new-1-%s: no ratio to the floor", p)
+		}
+		if got, want := *c.RelayOverFloor, *c.RelayUsPerRequest / *fl.ServerUsPerRequest; got < want*0.999 || got > want*1.001 {
+			t.Fatalf("new-1-%s: relay ÷ floor %v, want %v", p, got, want)
+		}
+	}
+	if want := rep.Floor["idle"].Clients; want != float64(smokeIdleDaemons+1) {
+		t.Fatalf("idle floor with %v clients, want the fleet's %d daemons and its site", want, smokeIdleDaemons)
+	}
 	for _, k := range []string{"old", "new"} {
 		s := rep.Store[k]
 		if s.Queued <= 0 || s.Env <= 0 || s.Beyond != s.Finished-s.Env {
 			t.Fatalf("store %s: %+v", k, s)
 		}
+	}
+	// The markdown's "new ÷ floor" cell of the idle row is the JSON's ratio.
+	idleRow := false
+	for _, line := range strings.Split(string(md), "\n") {
+		if !strings.HasPrefix(line, "| relay CPU per signed request, µs (400 mostly idle daemons) | idle |") {
+			continue
+		}
+		idleRow = true
+		var q float64
+		cells := strings.Split(line, "|")
+		if _, err := fmtSscan(strings.TrimSuffix(strings.TrimSpace(cells[7]), "×"), &q); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if want := *rep.Costs["new-1-idle"].RelayOverFloor; q < want-0.0051 || q > want+0.0051 {
+			t.Fatalf("%q: new ÷ floor %v, JSON says %v", line, q, want)
+		}
+	}
+	if !idleRow {
+		t.Fatalf("no idle relay row:\n%s", md)
 	}
 	// The markdown's new/old column is the quotient of the two before it.
 	for _, line := range strings.Split(string(md), "\n") {
@@ -138,6 +228,9 @@ func TestCapacitySmoke(t *testing.T) {
 	}
 	t.Fatalf("no scripts-per-job row:\n%s", md)
 }
+
+// smokeIdleDaemons is BENCH_SMOKE's idle fleet (capacity.sh's IDLE_DAEMONS).
+const smokeIdleDaemons = 20
 
 func fmtSscan(s string, f *float64) (int, error) {
 	return fmt.Sscan(strings.ReplaceAll(strings.TrimSpace(s), ",", ""), f)

@@ -45,7 +45,7 @@ bench_init() {
   elif [ -x "$ROOT/../shared/valkey/valkey-server" ]; then SERVER=$(cd "$ROOT/../shared/valkey" && pwd)/valkey-server
   elif command -v valkey-server >/dev/null 2>&1; then SERVER=$(command -v valkey-server)
   else SERVER=$(command -v redis-server); fi
-  case "$(basename "$SERVER")" in valkey-*) CLI=$(dirname "$SERVER")/valkey-cli ;; *) CLI="$CLI" ;; esac
+  case "$(basename "$SERVER")" in valkey-*) CLI=$(dirname "$SERVER")/valkey-cli ;; *) CLI=${CLI:-$(dirname "$SERVER")/redis-cli} ;; esac
   [ -x "$CLI" ] || command -v "$CLI" >/dev/null 2>&1 || CLI=redis-cli
   export SERVER CLI
   export RELAY_TEST_REDIS_SERVER="${RELAY_TEST_REDIS_SERVER:-$SERVER}" # .ci/cluster's server
