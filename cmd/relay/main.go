@@ -188,6 +188,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	st, err := store.New(bg, client, store.Options{
 		Namespace:          cfg.Namespace,
 		ObserveScript:      tel.ScriptObserver(),
+		CallTimeout:        cfg.StoreTimeout,
 		Logger:             log,
 		PairingsPerSource:  cfg.PairingsPerAddress,
 		PairingsPerNetwork: cfg.PairingsPerNetwork,
@@ -224,12 +225,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// The built-in grant engine's policy, beside the projection. The admin
 	// listener writes it; the engine (grantAuthority) reads it, and what
 	// devices advertise from st's presence records.
-	pol, err := policy.NewStore(client, cfg.Namespace)
+	pol, err := policy.NewStoreOn(st.Runner(), cfg.Namespace)
 	if err != nil {
 		return fmt.Errorf("policy store: %w", err)
 	}
 
-	proj = projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
+	proj = projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log, Runner: st.Runner()})
 	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelStart()
 	if err := proj.Refresh(startCtx); err != nil {
@@ -337,7 +338,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Bodies:          bodies,
 		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
-		IdleBeatWait:    st.IdleBeatWait(),
 		Logger:          log,
 
 		Grants:             grants,
