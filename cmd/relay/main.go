@@ -321,7 +321,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	planes, err := relay.New(relay.Config{
-		Store: &metricsStore{Store: st, m: metrics, act: activity,
+		Store: st,
+		Work: &workMetrics{m: metrics, act: activity,
 			siteOfKey: func(keyID string) (string, bool) {
 				if p := proj.Current(); p != nil {
 					return p.SiteIDForKey(keyID)

@@ -188,6 +188,9 @@ type Config struct {
 	// DefaultGrantTimeout); GrantBudget bounds all calls of one claim
 	// together (default DefaultGrantBudget).
 	GrantTimeout, GrantBudget time.Duration
+	// Work, if set, is told what the planes' store calls meant (metrics,
+	// the operations view's activity).
+	Work WorkObserver
 	// GrantObserver, if set, counts authority calls by outcome.
 	GrantObserver GrantObserver
 	// LeaseObserver, if set, counts claims whose answer was lost and how
@@ -231,6 +234,7 @@ type Relay struct {
 	grantTimeout       time.Duration
 	grantBudget        time.Duration
 	grantObs           GrantObserver
+	work               WorkObserver
 
 	// returns gives back the grants of claims answered 503 after their
 	// script may have run (giveback.go).
@@ -297,6 +301,10 @@ func New(cfg Config) (*Relay, error) {
 		grantTimeout:       cfg.GrantTimeout,
 		grantBudget:        cfg.GrantBudget,
 		grantObs:           cfg.GrantObserver,
+		work:               cfg.Work,
+	}
+	if r.work == nil {
+		r.work = noWork{}
 	}
 	if r.bodies == nil {
 		r.bodies = httpserve.NewBudget(0)
