@@ -54,14 +54,20 @@ var replyClasses = map[string]replyClass{
 	"OOM":         {"full", true},
 }
 
-// ReplyPrefix is the first word of err's Valkey error reply ("NOSCRIPT",
-// "CROSSSLOT", "ERR"), or "" when err is not an error reply.
+// ReplyPrefix is the error code of err's Valkey error reply, its first
+// word ("NOSCRIPT", "CROSSSLOT"), or "" when err is not an error reply.
+// A reply without a code of its own is "ERR": valkey-go takes that code
+// off ("ERR Function not found" reads "Function not found"), and a
+// script's error_reply may carry none.
 func ReplyPrefix(err error) string {
 	var ve *valkey.ValkeyError
 	if !errors.As(err, &ve) || ve.IsNil() {
 		return ""
 	}
 	word, _, _ := strings.Cut(ve.Error(), " ")
+	if word == "" || strings.TrimLeft(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
+		return "ERR"
+	}
 	return word
 }
 
