@@ -105,7 +105,7 @@ func TestRunIsBounded(t *testing.T) {
 			_, err := r.Run(ctx, Must("echo", echoSrc), []string{"k"}, []string{"x"})
 			return err
 		},
-		"do":      func() error { return r.Do(ctx, "do", c.B().Get().Key("k").Build()).Error() },
+		"do": func() error { return r.Do(ctx, "do", c.B().Get().Key("k").Build()).Error() },
 		// A runner without a bound of its own, bounded by the context.
 		"context": func() error {
 			return NewRunner(c, Options{}).Do(WithTimeout(ctx, 100*time.Millisecond), "context", c.B().Get().Key("k").Build()).Error()
