@@ -312,6 +312,11 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 		if s.scripts[sc.Name], err = scriptrun.New(sc.Name, src); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
+		// The header's mode rules (FCALL_RO, EVALSHA_RO); the library's
+		// no-writes flag comes from Scripts and must say the same.
+		if s.scripts[sc.Name].ReadOnly() != sc.ReadOnly {
+			return nil, fmt.Errorf("store: lua/%s.lua: its header's mode disagrees with Scripts (scripts.go)", sc.Name)
+		}
 	}
 	if !opts.EvalScripts {
 		if err := s.loadFunctions(ctx); err != nil {
