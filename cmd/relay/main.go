@@ -188,6 +188,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	st, err := store.New(bg, client, store.Options{
 		Namespace:          cfg.Namespace,
 		ObserveScript:      tel.ScriptObserver(),
+		CallTimeout:        cfg.StoreTimeout,
 		Logger:             log,
 		PairingsPerSource:  cfg.PairingsPerAddress,
 		PairingsPerNetwork: cfg.PairingsPerNetwork,
@@ -224,12 +225,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// The built-in grant engine's policy, beside the projection. The admin
 	// listener writes it; the engine (grantAuthority) reads it, and what
 	// devices advertise from st's presence records.
-	pol, err := policy.NewStore(client, cfg.Namespace)
+	pol, err := policy.NewStoreOn(st.Runner(), cfg.Namespace)
 	if err != nil {
 		return fmt.Errorf("policy store: %w", err)
 	}
 
-	proj = projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log})
+	proj = projectionsync.New(client, projectionsync.Options{Namespace: cfg.Namespace, Logger: log, Runner: st.Runner()})
 	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelStart()
 	if err := proj.Refresh(startCtx); err != nil {
@@ -320,7 +321,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	planes, err := relay.New(relay.Config{
-		Store: &metricsStore{Store: st, m: metrics, act: activity,
+		Store: st,
+		Work: &workMetrics{m: metrics, act: activity,
 			siteOfKey: func(keyID string) (string, bool) {
 				if p := proj.Current(); p != nil {
 					return p.SiteIDForKey(keyID)
@@ -337,7 +339,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Bodies:          bodies,
 		TrustedProxies:  cfg.TrustedProxies,
 		StoreTimeout:    cfg.StoreTimeout,
-		IdleBeatWait:    st.IdleBeatWait(),
 		Logger:          log,
 
 		Grants:             grants,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/grantengine"
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/internal/store"
 )
 
@@ -23,46 +24,54 @@ import (
 // read is one script that also returns the store clock. Any number of
 // replicas share it; it keeps nothing in memory.
 type Store struct {
-	c     valkey.Client
+	r     *scriptrun.Runner
 	p     string
-	read  *valkey.Lua
-	dump  *valkey.Lua
-	write *valkey.Lua
+	read  *scriptrun.Script
+	dump  *scriptrun.Script
+	write *scriptrun.Script
 }
 
 // NewStore prepares the policy scripts for namespace ("" is the routing
-// store's default, "byollm").
+// store's default, "byollm"), run on c unobserved and unbounded (tests,
+// tools); the relay uses NewStoreOn with its runner.
 func NewStore(c valkey.Client, namespace string) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("policy store: nil valkey client")
 	}
+	return NewStoreOn(scriptrun.NewRunner(c, scriptrun.Options{}), namespace)
+}
+
+// NewStoreOn is NewStore whose calls r runs: observed, bounded and
+// classified as the routing store's.
+func NewStoreOn(r *scriptrun.Runner, namespace string) (*Store, error) {
 	if namespace == "" {
 		namespace = store.DefaultNamespace
 	}
 	if err := store.CheckNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("policy store: %w", err)
 	}
-	load := func(name string) (string, error) {
+	load := func(name string) (*scriptrun.Script, error) {
 		src, err := store.ScriptSource(name)
 		if err != nil {
-			return "", fmt.Errorf("policy store: %w", err)
+			return nil, fmt.Errorf("policy store: %w", err)
 		}
-		return src, nil
+		sc, err := scriptrun.New(name, src)
+		if err != nil {
+			return nil, fmt.Errorf("policy store: %w", err)
+		}
+		return sc, nil
 	}
-	s := &Store{c: c, p: namespace + ":{" + namespace + "}:"}
-	src, err := load("policy_read")
-	if err != nil {
+	s := &Store{r: r, p: store.KeyPrefix(namespace)}
+	var err error
+	if s.read, err = load("policy_read"); err != nil {
 		return nil, err
 	}
-	s.read = valkey.NewLuaScript(src) // reads TIME: not a read-only script
-	if src, err = load("policy_dump"); err != nil {
+	if s.dump, err = load("policy_dump"); err != nil {
 		return nil, err
 	}
-	s.dump = valkey.NewLuaScriptReadOnly(src)
-	if src, err = load("policy_write"); err != nil {
+	if s.write, err = load("policy_write"); err != nil {
 		return nil, err
 	}
-	s.write = valkey.NewLuaScript(src)
 	return s, nil
 }
 
@@ -88,16 +97,12 @@ func (s *Store) writeKeys() []string {
 	return []string{s.kConsents(), s.kPaused(), s.kTeamOwners(), s.kDeclares(), s.kVersion()}
 }
 
-func (s *Store) exec(ctx context.Context, sc *valkey.Lua, keys []string, args ...string) (valkey.ValkeyMessage, error) {
+func (s *Store) exec(ctx context.Context, sc *scriptrun.Script, keys []string, args ...string) (valkey.ValkeyMessage, error) {
 	all := append([]string{s.p, "0", "0"}, args...)
 	// The migration guard goes last (store.GuardKey), as lib/common.lua,
 	// which every policy script includes, expects.
 	withGuard := append(keys[:len(keys):len(keys)], store.GuardKey(s.p))
-	msg, err := sc.Exec(ctx, s.c, withGuard, all).ToMessage()
-	if err != nil && !valkey.IsValkeyNil(err) {
-		return msg, err
-	}
-	return msg, nil
+	return s.r.Run(ctx, sc, withGuard, all)
 }
 
 // Read answers one (site, user, owner) question (PolicyStore.read,
@@ -478,7 +483,8 @@ func (s *Store) Get(ctx context.Context) (Document, int64, error) {
 // Version is the policy's version: 0 before the first write, then one more
 // per write.
 func (s *Store) Version(ctx context.Context) (int64, error) {
-	n, err := s.c.Do(ctx, s.c.B().Get().Key(s.kVersion()).Build()).AsInt64()
+	c := s.r.Client()
+	n, err := s.r.Do(ctx, "policy_version", c.B().Get().Key(s.kVersion()).Build()).AsInt64()
 	if valkey.IsValkeyNil(err) {
 		return 0, nil
 	}
@@ -494,7 +500,8 @@ func (s *Store) Clear(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.c.Do(ctx, s.c.B().Del().Key(s.kVersion()).Build()).Error()
+	c := s.r.Client()
+	return s.r.Do(ctx, "policy_clear", c.B().Del().Key(s.kVersion()).Build()).Error()
 }
 
 // sortDocument puts a document in Get's order: consents by siteId then

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/byollm/relay-go/lua"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -41,7 +40,11 @@ func ApprovedKey(namespace string) string {
 // document plus the approved devices it does not name. With nothing stored
 // it returns version 0 and the empty projection's JSON.
 func (s *Sync) Get(ctx context.Context) (Document, error) {
-	vals, err := s.get.Exec(ctx, s.client, []string{s.key, s.approvedKey}, nil).AsStrSlice()
+	msg, err := s.run.Run(ctx, getScript, []string{s.key, s.approvedKey}, nil)
+	var vals []string
+	if err == nil {
+		vals, err = msg.AsStrSlice()
+	}
 	if err != nil {
 		return Document{}, fmt.Errorf("projection: read document: %w", err)
 	}
@@ -147,7 +150,7 @@ func DeviceRecordJSON(d projection.DeviceRecord) ([]byte, error) {
 // effective projection is read back (one more round trip on an admin
 // write, which is rare).
 func (s *Sync) installWritten(ctx context.Context, d decoded, version int64, sum string) {
-	n, err := s.client.Do(ctx, s.client.B().Hlen().Key(s.approvedKey).Build()).AsInt64()
+	n, err := s.run.Do(ctx, "projection_approved", s.client.B().Hlen().Key(s.approvedKey).Build()).AsInt64()
 	if err == nil && n == 0 {
 		s.installIfNewer(d, version, sum)
 		return
@@ -158,16 +161,16 @@ func (s *Sync) installWritten(ctx context.Context, d decoded, version int64, sum
 	}
 }
 
-var unapproveSource = lua.ProjectionUnapprove
-
-var unapproveScript = valkey.NewLuaScript(unapproveSource)
-
 // Unapprove forgets the approved device with that runner id, so it leaves
 // the projection (unless the document names that runner id itself). It
 // reports whether there was one, and the version after the call; this
 // replica has that version in force when it returns.
 func (s *Sync) Unapprove(ctx context.Context, runnerID string) (bool, int64, error) {
-	reply, err := unapproveScript.Exec(ctx, s.client, []string{s.key, s.approvedKey}, []string{runnerID, s.channel}).ToArray()
+	msg, err := s.run.Run(ctx, unapproveScript, []string{s.key, s.approvedKey}, []string{runnerID, s.channel})
+	var reply []valkey.ValkeyMessage
+	if err == nil {
+		reply, err = msg.ToArray()
+	}
 	if err != nil {
 		return false, 0, fmt.Errorf("projection: unapprove: %w", err)
 	}

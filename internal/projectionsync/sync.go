@@ -33,11 +33,16 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/projection"
+	"github.com/byollm/relay-go/internal/scriptrun"
+	"github.com/byollm/relay-go/internal/store"
 )
 
-var putSource = lua.ProjectionPut
-
-var getSource = lua.ProjectionGet
+// The projection's scripts, self-contained (no common prefix).
+var (
+	putScript       = scriptrun.Must("projection_put", lua.ProjectionPut)
+	getScript       = scriptrun.Must("projection_get", lua.ProjectionGet)
+	unapproveScript = scriptrun.Must("projection_unapprove", lua.ProjectionUnapprove)
+)
 
 // Defaults.
 const (
@@ -65,6 +70,10 @@ type Options struct {
 	// PollInterval is the fallback poll period; default 500 ms.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// Runner runs every call but the subscription (observed, bounded and
+	// classified as the store's); nil: an unobserved, unbounded one on the
+	// client New is given.
+	Runner *scriptrun.Runner
 }
 
 // Counts is how many records of each kind a document holds.
@@ -119,13 +128,12 @@ type installed struct {
 // concurrent use.
 type Sync struct {
 	client    valkey.Client
+	run       *scriptrun.Runner
 	namespace string
 	key       string
 	channel   string
 	poll      time.Duration
 	log       *slog.Logger
-	put       *valkey.Lua
-	get       *valkey.Lua
 	// approvedKey holds the devices approved through the admin API
 	// (approved.go); the projection in force is the document plus them.
 	approvedKey string
@@ -141,11 +149,11 @@ type Sync struct {
 // SitesKey is the hash of each site's generation: the projection version
 // at which it (last) entered the projection (lua/projection/projection_put.lua).
 // The operations view binds its site tokens to it (store.PutViewToken).
-func SitesKey(namespace string) string { return namespace + ":{" + namespace + "}:projection:sites" }
+func SitesKey(namespace string) string { return store.KeyPrefix(namespace) + "projection:sites" }
 
 // Keys returns the document key and the change channel for a namespace.
 func Keys(namespace string) (key, channel string) {
-	key = namespace + ":{" + namespace + "}:projection"
+	key = store.KeyPrefix(namespace) + "projection"
 	return key, key + ":changed"
 }
 
@@ -158,17 +166,18 @@ func New(client valkey.Client, opts Options) *Sync {
 		opts.Logger = slog.Default()
 	}
 	key, channel := Keys(opts.Namespace)
-	// Bounds the calls of a context from WithStoreTimeout (timeout.go).
-	client = timedClient{Client: client}
+	run := opts.Runner
+	if run == nil {
+		run = scriptrun.NewRunner(client, scriptrun.Options{})
+	}
 	return &Sync{
 		namespace: opts.Namespace,
 		client:    client,
+		run:       run,
 		key:       key,
 		channel:   channel,
 		poll:      opts.PollInterval,
 		log:       opts.Logger.With(slog.String("component", "projection")),
-		put:       valkey.NewLuaScript(putSource),
-		get:       valkey.NewLuaScriptReadOnly(getSource),
 		loaded:    make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 
@@ -312,7 +321,7 @@ func (s *Sync) subscribe(ctx context.Context) {
 // fetches, decodes and installs the document. It is what Run calls on every
 // tick and message; tests and start-up call it directly.
 func (s *Sync) Refresh(ctx context.Context) error {
-	head, err := s.client.Do(ctx, s.client.B().Hmget().Key(s.key).Field("version", "sha").Build()).ToArray()
+	head, err := s.run.Do(ctx, "projection_head", s.client.B().Hmget().Key(s.key).Field("version", "sha").Build()).ToArray()
 	if err != nil {
 		return fmt.Errorf("projection: read version: %w", err)
 	}
@@ -398,7 +407,7 @@ func (s *Sync) installIfNewer(d decoded, version int64, sha string) {
 // the base a merge rewrites. With none stored it returns version 0 and the
 // empty projection's JSON.
 func (s *Sync) stored(ctx context.Context) (Document, error) {
-	vals, err := s.client.Do(ctx, s.client.B().Hmget().Key(s.key).Field("version", "json", "updatedAt").Build()).ToArray()
+	vals, err := s.run.Do(ctx, "projection_stored", s.client.B().Hmget().Key(s.key).Field("version", "json", "updatedAt").Build()).ToArray()
 	if err != nil {
 		return Document{}, fmt.Errorf("projection: read document: %w", err)
 	}
@@ -490,7 +499,11 @@ func (s *Sync) write(ctx context.Context, d decoded, expected string) (Result, e
 	for _, site := range d.proj.Fixture().Sites {
 		args = append(args, site.SiteID)
 	}
-	reply, err := s.put.Exec(ctx, s.client, []string{s.key, SitesKey(s.namespace)}, args).ToArray()
+	msg, err := s.run.Run(ctx, putScript, []string{s.key, SitesKey(s.namespace)}, args)
+	if err != nil {
+		return Result{}, fmt.Errorf("projection: write: %w", err)
+	}
+	reply, err := msg.ToArray()
 	if err != nil {
 		return Result{}, fmt.Errorf("projection: write: %w", err)
 	}

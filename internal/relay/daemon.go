@@ -279,6 +279,7 @@ func (r *Relay) claim(req *request) (reply, error) {
 	if err != nil {
 		return reply{}, fmt.Errorf("claim: %w", err)
 	}
+	r.work.Claimed(req.ctx, len(granted))
 	var jobs [][]byte
 	if r.grants != nil {
 		// The store's claim has committed; the authority is asked now,
@@ -352,15 +353,19 @@ func (r *Relay) result(req *request) (reply, error) {
 	if n := protocol.EnvelopeBytes(env); n > protocol.MaxEnvelopeBytes {
 		return refused(protocol.EnvelopeTooLarge(n)), nil
 	}
+	envelopeJSON := protocol.MustMarshal(env)
 	done, err := r.store.Complete(req.ctx, store.CompleteInput{
 		JobID:       in.JobID,
 		RunnerID:    dev.runnerID,
 		LeaseID:     in.LeaseID,
-		Envelope:    protocol.MustMarshal(env),
+		Envelope:    envelopeJSON,
 		Disposition: in.Disposition,
 	})
 	if err != nil {
 		return reply{}, fmt.Errorf("result: %w", err)
+	}
+	if done.Accepted && !done.Duplicate {
+		r.work.Completed(req.ctx, envelopeJSON)
 	}
 	switch {
 	case done.Refused != "":
@@ -405,7 +410,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		return refused(refusal), nil
 	}
 	now := r.now()
-	if _, err := r.store.Sweep(req.ctx); err != nil {
+	if err := r.sweep(req.ctx); err != nil {
 		return reply{}, fmt.Errorf("heartbeat: sweep: %w", err)
 	}
 	pinned := req.proj.SitesFor(dev.owner)

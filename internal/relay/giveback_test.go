@@ -51,6 +51,7 @@ func TestClaimAnswered503AfterItsScriptRanIsGivenBack(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 	var armed atomic.Bool
 	st := newStore(t, c, store.Options{
+		CallTimeout: 300 * time.Millisecond,
 		ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
 			if name == "claim" && armed.CompareAndSwap(true, false) {
 				if err := srv.Signal(syscall.SIGSTOP); err != nil {
@@ -63,7 +64,6 @@ func TestClaimAnswered503AfterItsScriptRanIsGivenBack(t *testing.T) {
 	counts := &leaseCounts{}
 	logs := relaytest.RecordLogs(t)
 	e := newEnvOn(t, st, func(cfg *Config) {
-		cfg.StoreTimeout = 300 * time.Millisecond
 		cfg.Clock = func() int64 { return time.Now().UnixMilli() } // the store's would freeze too
 		cfg.LeaseObserver = counts
 		cfg.Logger = logs.Logger

@@ -171,15 +171,12 @@ type Config struct {
 	// when the planes name a request's source address (the per-address
 	// pairing limit). Empty: the connection's peer address is the source.
 	TrustedProxies []netip.Prefix
-	// StoreTimeout bounds each store call; a call that takes longer is
-	// answered with the retryable 503 server-error. Default
-	// DefaultStoreTimeout; negative disables the bound (tests).
+	// StoreTimeout bounds the projection recheck's read. The store's own
+	// calls are bounded by its runner (store.Options.CallTimeout, set from
+	// the same setting), and a call past it is answered with the
+	// retryable 503 server-error. Default DefaultStoreTimeout; negative
+	// disables the bound (tests).
 	StoreTimeout time.Duration
-	// IdleBeatWait is how long the store may hold an idle heartbeat's
-	// presence write before sending it (store.Options.HeartbeatIdleBatch):
-	// a heartbeat that says it is idle gets that much more than
-	// StoreTimeout, so the wait is not taken for a stuck store.
-	IdleBeatWait time.Duration
 	// Grants is the grant authority (wire.md §14.1, §14.2). nil: claims
 	// carry no grant and enqueue refuses nothing for satisfiability.
 	Grants GrantAuthority
@@ -191,6 +188,9 @@ type Config struct {
 	// DefaultGrantTimeout); GrantBudget bounds all calls of one claim
 	// together (default DefaultGrantBudget).
 	GrantTimeout, GrantBudget time.Duration
+	// Work, if set, is told what the planes' store calls meant (metrics,
+	// the operations view's activity).
+	Work WorkObserver
 	// GrantObserver, if set, counts authority calls by outcome.
 	GrantObserver GrantObserver
 	// LeaseObserver, if set, counts claims whose answer was lost and how
@@ -226,7 +226,7 @@ type Relay struct {
 	bodies      *httpserve.Budget
 	proxies     []netip.Prefix
 	// storeTimeout bounds the projection recheck's read (the store calls
-	// are bounded by timedStore); 0 leaves it to the request.
+	// are bounded by the store's runner); 0 leaves it to the request.
 	storeTimeout time.Duration
 
 	grants             GrantAuthority
@@ -234,6 +234,7 @@ type Relay struct {
 	grantTimeout       time.Duration
 	grantBudget        time.Duration
 	grantObs           GrantObserver
+	work               WorkObserver
 
 	// returns gives back the grants of claims answered 503 after their
 	// script may have run (giveback.go).
@@ -248,6 +249,13 @@ var ErrControlPlaneWithoutAuthor = errors.New("controlPlanePublic is set but aut
 	"told to expect signed grants that nothing here can produce, and " +
 	"would refuse every job")
 
+// DefaultStoreTimeout bounds each store call (RELAY_STORE_TIMEOUT). A
+// healthy store answers in well under a millisecond; one that has not
+// answered within half a second is stuck (frozen, failing over, swapping),
+// and the request is better answered with the retryable 503 at once than
+// held until the connection is declared dead many seconds later.
+const DefaultStoreTimeout = 500 * time.Millisecond
+
 // New validates cfg and builds a Relay.
 func New(cfg Config) (*Relay, error) {
 	if cfg.Store == nil {
@@ -259,11 +267,7 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
 	}
-	storeTimeout := time.Duration(0)
-	if cfg.StoreTimeout > 0 {
-		cfg.Store = timedStore{s: cfg.Store, d: cfg.StoreTimeout, idle: max(cfg.IdleBeatWait, 0)}
-		storeTimeout = cfg.StoreTimeout
-	}
+	storeTimeout := max(cfg.StoreTimeout, 0)
 	if cfg.ControlPlanePublic != "" && cfg.Grants == nil {
 		return nil, ErrControlPlaneWithoutAuthor
 	}
@@ -297,6 +301,10 @@ func New(cfg Config) (*Relay, error) {
 		grantTimeout:       cfg.GrantTimeout,
 		grantBudget:        cfg.GrantBudget,
 		grantObs:           cfg.GrantObserver,
+		work:               cfg.Work,
+	}
+	if r.work == nil {
+		r.work = noWork{}
 	}
 	if r.bodies == nil {
 		r.bodies = httpserve.NewBudget(0)

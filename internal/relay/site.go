@@ -70,11 +70,13 @@ func (r *Relay) enqueue(req *request) (reply, error) {
 	}
 	var limited *store.SiteLimitError
 	if errors.As(err, &limited) {
+		r.work.SiteLimited(req.ctx, siteID, limited.Limit)
 		return siteLimited(limited.Limit), nil
 	}
 	if err != nil {
 		return reply{}, fmt.Errorf("enqueue: %w", err)
 	}
+	r.work.Enqueued(req.ctx, siteID)
 	return ok200(newObj().val("jobId", job.ID).val("state", job.State)), nil
 }
 
@@ -100,6 +102,7 @@ func (r *Relay) payload(req *request) (reply, error) {
 	case store.RefusedNotFound:
 		return unknownSiteJob, nil
 	case store.RefusedSiteLimit:
+		r.work.SiteLimited(req.ctx, siteID, sealed.Limit)
 		return siteLimited(sealed.Limit), nil
 	default:
 		return refused(protocol.NotAwaitingPayload(sealed.Was)), nil
@@ -128,7 +131,7 @@ func (r *Relay) pending(req *request) (reply, error) {
 	if !ok {
 		return refusal, nil
 	}
-	if _, err := r.store.Sweep(req.ctx); err != nil {
+	if err := r.sweep(req.ctx); err != nil {
 		return reply{}, fmt.Errorf("pending: sweep: %w", err)
 	}
 	jobs, err := r.store.PendingJobs(req.ctx, siteID)

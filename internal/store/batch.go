@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,18 +178,20 @@ func (b *beatBatch) send(calls []*batchedCall) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	s := b.s
+	// The batch is one call: the runner's bound applies to it from here,
+	// not to the time its heartbeats waited for it.
+	ctx, release := s.runner.Bound(ctx)
+	defer release()
 	groups := groupByShard(live, !valkeyconn.IsCluster(s.c))
 	b.calls.Add(int64(len(groups)))
 	// Each heartbeat is observed as the presence_seen it stands for.
 	ends := make([]func(error), len(live))
 	for i, c := range live {
-		if obs := s.opts.ObserveScript; obs != nil {
-			name := scPresenceSeen.Name
-			if c.beat {
-				name = scPresenceBeat.Name
-			}
-			_, ends[i] = obs(c.ctx, name)
+		name := scPresenceSeen.Name
+		if c.beat {
+			name = scPresenceBeat.Name
 		}
+		_, ends[i] = s.runner.Observe(c.ctx, name)
 	}
 	type groupCall struct {
 		script     Script
@@ -211,14 +212,15 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		// scriptArgs fails only without keys, and run refuses those.
 		gc.keys, gc.args, _ = s.scriptArgs(gc.script, gc.keys, gc.args)
 		sends[i] = gc
-		cmds[i] = s.command(gc.script, gc.keys, gc.args)
+		cmds[i] = s.runner.ScriptCommand(s.scripts[gc.script.Name], gc.keys, gc.args)
 	}
+	gen := s.runner.Generation()
 	res := s.c.DoMulti(ctx, cmds...)
 	for i, g := range groups {
 		msg, err := res[i].ToMessage()
-		if err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || isFunctionMissing(err)) {
+		if err != nil {
 			gc := sends[i]
-			msg, err = s.resend(ctx, gc.script, gc.keys, gc.args)
+			msg, err = s.runner.Resend(ctx, gen, s.scripts[gc.script.Name], gc.keys, gc.args, msg, err)
 		}
 		if err != nil && valkey.IsValkeyNil(err) {
 			err = nil
@@ -233,9 +235,7 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		}
 	}
 	for i, c := range live {
-		if ends[i] != nil {
-			ends[i](classify(c.err))
-		}
+		ends[i](c.err)
 		close(c.done)
 	}
 }

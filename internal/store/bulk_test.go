@@ -34,7 +34,7 @@ func enqueueMany(t testing.TB, s *Store, c valkey.Client, siteID string, stubs [
 			keys = append(keys, GuardKey(prefixOf(keys[0]))) // as Store.run does
 			execs = append(execs, valkey.LuaExec{Keys: keys, Args: append([]string{prefixOf(keys[0]), "0", churn}, args...)})
 		}
-		for _, r := range s.scripts[scEnqueue.Name].ExecMulti(ctx, c, execs...) {
+		for _, r := range valkey.NewLuaScript(s.scripts[scEnqueue.Name].Source()).ExecMulti(ctx, c, execs...) {
 			if err := r.Error(); err != nil {
 				t.Fatalf("bulk enqueue: %v", err)
 			}

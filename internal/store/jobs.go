@@ -13,6 +13,8 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/scriptrun"
+
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
 )
@@ -401,7 +403,7 @@ func (s *Store) RunJobScript(ctx context.Context, op, siteID, jobID string, args
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	sc, err := s.jobScripts.get(op)
+	sc, err := s.jobScripts.get(name, op)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
@@ -415,10 +417,10 @@ func (s *Store) RunJobScript(ctx context.Context, op, siteID, jobID string, args
 // jobScripts are RunJobScript's operations, assembled once each.
 type jobScripts struct {
 	mu   sync.Mutex
-	byOp map[string]*valkey.Lua
+	byOp map[string]*scriptrun.Script
 }
 
-func (j *jobScripts) get(op string) (*valkey.Lua, error) {
+func (j *jobScripts) get(name, op string) (*scriptrun.Script, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if sc, ok := j.byOp[op]; ok {
@@ -432,11 +434,15 @@ func (j *jobScripts) get(op string) (*valkey.Lua, error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.byOp == nil {
-		j.byOp = map[string]*valkey.Lua{}
+	sc, err := scriptrun.New(name, src)
+	if err != nil {
+		return nil, err
 	}
-	j.byOp[op] = valkey.NewLuaScript(src)
-	return j.byOp[op], nil
+	if j.byOp == nil {
+		j.byOp = map[string]*scriptrun.Script{}
+	}
+	j.byOp[op] = sc
+	return sc, nil
 }
 
 func (s *Store) runInt(ctx context.Context, name Script, keys []string, args ...string) (int64, error) {

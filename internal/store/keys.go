@@ -101,7 +101,7 @@ func newKeys(namespace string) (keys, error) {
 	if err := CheckNamespace(namespace); err != nil {
 		return keys{}, err
 	}
-	return keys{p: namespace + ":{" + namespace + "}:", ns: namespace}, nil
+	return keys{p: KeyPrefix(namespace), ns: namespace}, nil
 }
 
 // withLayout fixes the shard count and salt of the namespace's layout record.

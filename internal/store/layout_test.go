@@ -144,8 +144,8 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	ctx := context.Background()
 	byFunction := map[string]string{}
-	if h.s.fns != nil {
-		for op, fn := range h.s.fns.lib.fn {
+	if lib, ok := h.s.runner.Library(); ok {
+		for op, fn := range lib.Fn {
 			byFunction[fn] = op
 		}
 	}

@@ -1,18 +1,14 @@
 package store
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 
-	"github.com/valkey-io/valkey-go"
+	"github.com/byollm/relay-go/internal/scriptrun"
 )
 
 // libOrder is the order the libraries of lua/lib/ are defined in, after
@@ -116,95 +112,7 @@ func FunctionScript(fname string) (string, bool) {
 	return rest[17:], true
 }
 
-// functions runs the store's operations as the library's functions and
-// loads the library where it is missing.
-type functions struct {
-	lib library
-	mu  sync.Mutex    // one load at a time
-	gen atomic.Uint64 // loads so far; written under mu
-}
-
-// errNoFunctions: the server cannot load the library (no FUNCTION
-// command, an ACL that forbids it, a full server): scripts run with EVALSHA.
-var errNoFunctions = errors.New("valkey functions unavailable")
-
-// generation is the number of loads so far: a caller takes it before a
-// call, so that after "Function not found" it reloads only if nobody has
-// since (reload).
-func (f *functions) generation() uint64 { return f.gen.Load() }
-
-// reload loads the library unless another caller did after generation
-// seen: a server that lost it answers every caller at once, and one load
-// serves them all.
-func (f *functions) reload(ctx context.Context, c valkey.Client, seen uint64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.gen.Load() != seen {
-		return nil
-	}
-	return f.loadLocked(ctx, c)
-}
-
-// load puts the library on every node the client knows.
-func (f *functions) load(ctx context.Context, c valkey.Client) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.loadLocked(ctx, c)
-}
-
-// loadLocked sends FUNCTION LOAD to each node: a node that has the library
-// already keeps it (same name, same code: the name is its digest), a
-// cluster's replicas refuse with READONLY and get it from their primary.
-// A node that cannot be reached now is passed over as long as another
-// took the library: a replica gets it by replication when it is back, a
-// primary that comes back without its data answers "Function not found"
-// and is loaded then (fcall), so one node down does not stop a relay from
-// starting. It fails with errNoFunctions when a server answered but would
-// not take it.
-func (f *functions) loadLocked(ctx context.Context, c valkey.Client) error {
-	loaded := 0
-	var unreachable error
-	for addr, node := range c.Nodes() {
-		err := node.Do(ctx, node.B().FunctionLoad().FunctionCode(f.lib.src).Build()).Error()
-		if ve, ok := valkey.IsValkeyErr(err); ok {
-			switch msg := ve.Error(); {
-			case strings.Contains(msg, "already exists"):
-				err = nil
-			case strings.HasPrefix(msg, "READONLY"):
-				continue
-			default:
-				return fmt.Errorf("%w: %s: %v", errNoFunctions, addr, ve)
-			}
-		}
-		if err != nil {
-			unreachable = errors.Join(unreachable, fmt.Errorf("load functions on %s: %w", addr, err))
-			continue
-		}
-		loaded++
-	}
-	if loaded == 0 {
-		if unreachable != nil {
-			return unreachable
-		}
-		return fmt.Errorf("load functions: no node took the library")
-	}
-	f.gen.Add(1)
-	return nil
-}
-
-// command is the FCALL (FCALL_RO when read-only) of script with keys and
-// args as sent (guard and common ARGV included).
-func (f *functions) command(c valkey.Client, script Script, keys, args []string) valkey.Completed {
-	name := f.lib.fn[script.Name]
-	if script.ReadOnly {
-		return c.B().FcallRo().Function(name).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	}
-	return c.B().Fcall().Function(name).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-}
-
-// isFunctionMissing: the node that answered lacks the library (a new or
-// restarted node without its data, a FUNCTION FLUSH or DELETE).
-func isFunctionMissing(err error) bool {
-	ve, ok := valkey.IsValkeyErr(err)
-	return ok && strings.Contains(ve.Error(), "Function not found")
+// forRunner is the library as the runner loads and calls it.
+func (l library) forRunner() scriptrun.Library {
+	return scriptrun.Library{Name: l.name, Src: l.src, Fn: l.fn}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/lua"
 	"github.com/byollm/relay-go/test/relaytest"
 )
@@ -114,10 +115,11 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 			t.Fatalf("RunsFunctions() = %v on %s", h.s.RunsFunctions(), b.name)
 		}
 		if want {
+			lib, _ := h.s.runner.Library()
 			for _, node := range b.client.Nodes() {
-				libs, err := node.Do(h.ctx, node.B().FunctionList().Libraryname(h.s.fns.lib.name).Build()).ToArray()
+				libs, err := node.Do(h.ctx, node.B().FunctionList().Libraryname(lib.Name).Build()).ToArray()
 				if err != nil || len(libs) != 1 {
-					t.Fatalf("FUNCTION LIST on a node: %d libraries named %s, %v", len(libs), h.s.fns.lib.name, err)
+					t.Fatalf("FUNCTION LIST on a node: %d libraries named %s, %v", len(libs), lib.Name, err)
 				}
 			}
 		}
@@ -214,16 +216,6 @@ func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
 		t.Fatalf("32 callers after one flush loaded the library %d times, want 1", n)
 	}
 
-	// A node that still lacks it when asked (flushed between the load and
-	// the call) is a server that cannot answer now, not a bug.
-	err = c.Do(ctx, c.B().Fcall().Function(s.fns.lib.name+"_nothing").Numkeys(0).Build()).Error()
-	if !isFunctionMissing(err) || Classify(err) != ClassUnavailable {
-		t.Fatalf("a missing function: %v, missing %v, class %v", err, isFunctionMissing(err), Classify(err))
-	}
-	if err := s.fns.load(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-
 	// A server that refuses FUNCTION LOAD (here: its ACL) leaves a new
 	// store on scripts, which work.
 	if err := c.Do(ctx, c.B().AclSetuser().Username("noload").Rule("on", "nopass", "~*", "&*", "+@all", "-function").Build()).Error(); err != nil {
@@ -272,22 +264,23 @@ func TestFunctionsLoadPastAnUnreachableNode(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	f := &functions{lib: lib}
-	if err := f.load(short, nodesClient{live, map[string]valkey.Client{"live": live, "down": down}}); err != nil {
+	f := scriptrun.NewRunner(nodesClient{live, map[string]valkey.Client{"live": live, "down": down}}, scriptrun.Options{})
+	if err := f.LoadLibrary(short, lib.forRunner()); err != nil {
 		t.Fatalf("one node of two down: %v", err)
 	}
-	if f.generation() != 1 {
-		t.Fatalf("generation %d after one load", f.generation())
+	if f.Generation() != 1 {
+		t.Fatalf("generation %d after one load", f.Generation())
 	}
 	libs, err := live.Do(ctx, live.B().FunctionList().Libraryname(lib.name).Build()).ToArray()
 	if err != nil || len(libs) != 1 {
 		t.Fatalf("the reachable node lacks the library: %d %v", len(libs), err)
 	}
-	err = f.load(short, nodesClient{down, map[string]valkey.Client{"down": down}})
-	if err == nil || errors.Is(err, errNoFunctions) || !strings.Contains(err.Error(), "down") {
+	g := scriptrun.NewRunner(nodesClient{down, map[string]valkey.Client{"down": down}}, scriptrun.Options{})
+	err = g.LoadLibrary(short, lib.forRunner())
+	if err == nil || errors.Is(err, scriptrun.ErrNoFunctions) || !strings.Contains(err.Error(), "down") {
 		t.Fatalf("every node down: %v", err)
 	}
-	if f.generation() != 1 {
-		t.Fatalf("a failed load moved the generation to %d", f.generation())
+	if g.Generation() != 0 || g.Command() != "EVALSHA" {
+		t.Fatalf("a failed load moved the generation to %d (%s)", g.Generation(), g.Command())
 	}
 }

@@ -20,3 +20,8 @@ func CheckNamespace(ns string) error {
 	}
 	return nil
 }
+
+// KeyPrefix is the prefix of every fleet-wide key of namespace ns,
+// "<ns>:{<ns>}:": the one place it is built, for this store, the policy
+// and the projection alike. Its hash tag puts every such key in one slot.
+func KeyPrefix(ns string) string { return ns + ":{" + ns + "}:" }

@@ -1,5 +1,12 @@
 package store
 
+import "github.com/byollm/relay-go/internal/scriptrun"
+
+// Runner is the runner every call of this Store goes through, for the
+// policy and the projection to share: their calls are then observed,
+// bounded and classified as the store's.
+func (s *Store) Runner() *scriptrun.Runner { return s.runner }
+
 // Script is one operation of lua/: the file lua/<Name>.lua, run as one
 // atomic call, FCALL of its function in the store's library (library.go)
 // or EVALSHA of the script. ReadOnly scripts run with FCALL_RO or

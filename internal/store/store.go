@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/scriptrun"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
@@ -137,6 +138,12 @@ type Options struct {
 	// span) and a func told the call's error, nil for any reply, refusals
 	// included. A non-nil error is a *ScriptError naming its class.
 	ObserveScript func(ctx context.Context, script string) (context.Context, func(error))
+	// CallTimeout, when positive, bounds each call this Store makes (a
+	// script, a named command or pipeline): one past it fails with
+	// context.DeadlineExceeded, an unavailable store (config
+	// RELAY_STORE_TIMEOUT). The bound is the runner's (internal/scriptrun),
+	// so a heartbeat waiting for its batch is not charged for the wait.
+	CallTimeout time.Duration
 	// ResultCacheBytes bounds the results this Store keeps in memory so that
 	// a site's repeated results reads fetch only new results from Valkey
 	// (see ResultJobs); default 64 MiB, negative disables the cache.
@@ -225,18 +232,16 @@ func (o Options) withDefaults() Options {
 // Valkey. It holds no routing state of its own: every decision is one Lua
 // script, so any number of Stores (replicas) may share a namespace.
 type Store struct {
-	c       valkey.Client
-	k       keys
-	opts    Options
-	log     *slog.Logger
-	offset  atomic.Int64
-	scripts map[string]*valkey.Lua
-	// fns runs the operations as Valkey Functions (library.go); nil when
-	// they run as scripts (EVALSHA).
-	fns *functions
-	// sha1 of each script's source, for batches sent with DoMulti.
-	sha1  map[string]string
-	beats *beatBatch
+	c      valkey.Client
+	k      keys
+	opts   Options
+	log    *slog.Logger
+	offset atomic.Int64
+	// runner runs every call: FCALL of the library (library.go) where the
+	// server took it, else EVALSHA of scripts.
+	runner  *scriptrun.Runner
+	scripts map[string]*scriptrun.Script
+	beats   *beatBatch
 	// jobScripts: RunJobScript's, from outside lua/ (test/storehooks).
 	jobScripts jobScripts
 	churnWG    sync.WaitGroup // OnChurn calls in flight (tests wait on it)
@@ -287,8 +292,8 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*valkey.Lua, len(sources)),
-		sha1: make(map[string]string, len(sources))}
+	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*scriptrun.Script, len(sources)),
+		runner: scriptrun.NewRunner(c, scriptrun.Options{Observe: opts.ObserveScript, Timeout: opts.CallTimeout})}
 	if opts.HeartbeatBatch > 0 {
 		s.beats = newBeatBatch(s, opts.HeartbeatBatch, opts.HeartbeatIdleBatch)
 	}
@@ -304,12 +309,13 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 		if !ok {
 			return nil, fmt.Errorf("store: no lua/%s.lua", sc.Name)
 		}
-		sum := sha1.Sum([]byte(src))
-		s.sha1[sc.Name] = hex.EncodeToString(sum[:])
-		if sc.ReadOnly {
-			s.scripts[sc.Name] = valkey.NewLuaScriptReadOnly(src)
-		} else {
-			s.scripts[sc.Name] = valkey.NewLuaScript(src)
+		if s.scripts[sc.Name], err = scriptrun.New(sc.Name, src); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		// The header's mode rules (FCALL_RO, EVALSHA_RO); the library's
+		// no-writes flag comes from Scripts and must say the same.
+		if s.scripts[sc.Name].ReadOnly() != sc.ReadOnly {
+			return nil, fmt.Errorf("store: lua/%s.lua: its header's mode disagrees with Scripts (scripts.go)", sc.Name)
 		}
 	}
 	if !opts.EvalScripts {
@@ -335,9 +341,8 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f := &functions{lib: lib}
-	if err := f.load(ctx, s.c); err != nil {
-		if errors.Is(err, errNoFunctions) {
+	if err := s.runner.LoadLibrary(ctx, lib.forRunner()); err != nil {
+		if errors.Is(err, scriptrun.ErrNoFunctions) {
 			reason := err.Error()
 			if len(reason) > 160 { // a server may echo the library back
 				reason = reason[:160] + "…"
@@ -347,7 +352,6 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 		}
 		return err
 	}
-	s.fns = f
 	return nil
 }
 
@@ -358,16 +362,11 @@ var shippedLibrary = sync.OnceValues(func() (library, error) { return buildLibra
 
 // RunsFunctions says whether operations run as the Valkey Functions
 // library (FCALL) rather than as scripts (EVALSHA).
-func (s *Store) RunsFunctions() bool { return s.fns != nil }
+func (s *Store) RunsFunctions() bool { return s.runner.Command() == "FCALL" }
 
 // ScriptCommand is how operations are sent: "FCALL" or "EVALSHA" (the
 // read-only ones with the _RO form).
-func (s *Store) ScriptCommand() string {
-	if s.fns != nil {
-		return "FCALL"
-	}
-	return "EVALSHA"
-}
+func (s *Store) ScriptCommand() string { return s.runner.Command() }
 
 // loadScripts assembles every operation: lib/common.lua, then each library
 // named on a "-- lib: <name>" header line, then the operation itself.
@@ -484,29 +483,19 @@ func (s *Store) timeReply(r valkey.ValkeyResult) (int64, error) {
 }
 
 // run executes one script with the common ARGV prefix (key prefix, clock
-// offset, churn flag) in front of args. It is the one place every script
-// call passes, whoever the caller (planes, sweeper, admin, tests): the
-// observer gives each its span, its latency under the script's own name,
-// and its error class.
+// offset, flags) in front of args. Every script call passes here, whoever
+// the caller (planes, sweeper, admin, tests), and goes to the runner, which
+// observes, bounds and classifies it.
 func (s *Store) run(ctx context.Context, script Script, keys []string, args ...string) (msg valkey.ValkeyMessage, err error) {
 	sc, ok := s.scripts[script.Name]
 	if !ok {
 		return valkey.ValkeyMessage{}, fmt.Errorf("no script %q", script.Name)
 	}
-	if s.fns != nil {
-		sc = nil
-	}
 	return s.exec(ctx, script, sc, keys, args...)
 }
 
-// exec runs sc as script (run and RunJobScript), or, with sc nil, the
-// library's function of that name.
-func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []string, args ...string) (msg valkey.ValkeyMessage, err error) {
-	if obs := s.opts.ObserveScript; obs != nil {
-		var end func(error)
-		ctx, end = obs(ctx, script.Name)
-		defer func() { end(classify(err)) }()
-	}
+// exec runs sc as script (run and RunJobScript).
+func (s *Store) exec(ctx context.Context, script Script, sc *scriptrun.Script, keys []string, args ...string) (valkey.ValkeyMessage, error) {
 	withGuard, all, err := s.scriptArgs(script, keys, args)
 	if err != nil {
 		return valkey.ValkeyMessage{}, err
@@ -514,47 +503,7 @@ func (s *Store) exec(ctx context.Context, script Script, sc *valkey.Lua, keys []
 	if script.Work {
 		defer s.view.touched(prefixOf(keys[0]))
 	}
-	if sc == nil {
-		msg, err = s.fcall(ctx, script, withGuard, all)
-	} else {
-		msg, err = sc.Exec(ctx, s.c, withGuard, all).ToMessage()
-	}
-	if err != nil && !valkey.IsValkeyNil(err) {
-		return msg, err
-	}
-	return msg, nil
-}
-
-// fcall runs script's function with keys and args as sent. A node without
-// the library gets it (load) and the call is made once more.
-func (s *Store) fcall(ctx context.Context, script Script, keys, args []string) (valkey.ValkeyMessage, error) {
-	gen := s.fns.generation()
-	msg, err := s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
-	if !isFunctionMissing(err) {
-		return msg, err
-	}
-	if lerr := s.fns.reload(ctx, s.c, gen); lerr != nil {
-		return msg, fmt.Errorf("%s: reload functions: %w", script.Name, lerr)
-	}
-	return s.c.Do(ctx, s.fns.command(s.c, script, keys, args)).ToMessage()
-}
-
-// resend runs a call made in a batch once more on its own after its
-// node lacked the script or the library.
-func (s *Store) resend(ctx context.Context, script Script, keys, args []string) (valkey.ValkeyMessage, error) {
-	if s.fns != nil {
-		return s.fcall(ctx, script, keys, args)
-	}
-	return s.scripts[script.Name].Exec(ctx, s.c, keys, args).ToMessage()
-}
-
-// command is script's call with keys and args as sent, for a batch:
-// FCALL, or EVALSHA of the script's digest.
-func (s *Store) command(script Script, keys, args []string) valkey.Completed {
-	if s.fns != nil {
-		return s.fns.command(s.c, script, keys, args)
-	}
-	return s.c.B().Evalsha().Sha1(s.sha1[script.Name]).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return s.runner.Run(ctx, sc, withGuard, all)
 }
 
 // scriptArgs is what a script call sends: the caller's keys with the
