@@ -75,50 +75,15 @@ func RunPolicyCLI(ctx context.Context, args []string, getenv func(string) string
 }
 
 func runCLI(ctx context.Context, resource, usage string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("relay "+resource, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	adminURL := fs.String("admin", defaultAdminURL(getenv), "admin listener base URL")
-	// The default is resolved after parsing so -h never prints the token.
-	token := fs.String("token", "", "admin bearer token (default $RELAY_ADMIN_TOKEN)")
-	merge := fs.Bool("merge", false, "push: upsert the file's records instead of replacing the "+resource)
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+	c := newAdminCLI("relay "+resource, usage, getenv, stdout, stderr)
+	merge := c.fs.Bool("merge", false, "push: upsert the file's records instead of replacing the "+resource)
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
-	// Accept flags after positional arguments too (push FILE --merge).
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return ExitOK
-			}
-			return ExitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(pos) == 0 {
-		fs.Usage()
-		return ExitUsage
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "relay %s %s: %s\n", resource, pos[0], fmt.Sprintf(format, a...))
-		return ExitUsage
-	}
-	base, err := url.Parse(strings.TrimRight(*adminURL, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return fail("--admin %q is not an http(s) URL; e.g. http://127.0.0.1:8081", *adminURL)
-	}
-	if *token == "" {
-		*token = getenv("RELAY_ADMIN_TOKEN")
-	}
-	if *token == "" {
-		return fail("no token: set RELAY_ADMIN_TOKEN or pass --token")
+	pos := c.pos
+	base, token, err := c.endpoint()
+	if err != nil {
+		return c.fail("%v", err)
 	}
 
 	var method, path string
@@ -126,7 +91,7 @@ func runCLI(ctx context.Context, resource, usage string, args []string, getenv f
 	switch pos[0] {
 	case "push":
 		if len(pos) != 2 {
-			return fail("want exactly one FILE, got %d arguments", len(pos)-1)
+			return c.fail("want exactly one FILE, got %d arguments", len(pos)-1)
 		}
 		if pos[1] == "-" {
 			body, err = io.ReadAll(os.Stdin)
@@ -134,7 +99,7 @@ func runCLI(ctx context.Context, resource, usage string, args []string, getenv f
 			body, err = os.ReadFile(pos[1])
 		}
 		if err != nil {
-			return fail("cannot read %s: %v", pos[1], err)
+			return c.fail("cannot read %s: %v", pos[1], err)
 		}
 		method, path = http.MethodPut, "/"+resource
 		if *merge {
@@ -142,32 +107,125 @@ func runCLI(ctx context.Context, resource, usage string, args []string, getenv f
 		}
 	case "get", "status":
 		if len(pos) != 1 {
-			return fail("takes no arguments")
+			return c.fail("takes no arguments")
 		}
 		method, path = http.MethodGet, "/"+resource
 		if pos[0] == "status" {
 			path = "/" + resource + "/status"
 		}
 	default:
-		fmt.Fprintf(stderr, "relay %s: unknown command %q\n", resource, pos[0])
-		fs.Usage()
-		return ExitUsage
+		return c.unknown()
 	}
+	return c.call(ctx, base, token, method, path, body, false)
+}
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+// adminCLI is what the admin subcommands (projection, policy, pairing)
+// share: the --admin, --token and --timeout flags, flags accepted between
+// positional arguments, the error lines and the call itself.
+type adminCLI struct {
+	name           string // "relay pairing"
+	fs             *flag.FlagSet
+	adminURL       *string
+	token          *string
+	timeout        *time.Duration
+	getenv         func(string) string
+	stdout, stderr io.Writer
+	pos            []string // the positional arguments; pos[0] is the command
+}
+
+// newAdminCLI defines the shared flags; the caller adds its own to c.fs
+// before parse.
+func newAdminCLI(name, usage string, getenv func(string) string, stdout, stderr io.Writer) *adminCLI {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &adminCLI{name: name, fs: fs, getenv: getenv, stdout: stdout, stderr: stderr}
+	c.adminURL = fs.String("admin", defaultAdminURL(getenv), "admin listener base URL")
+	// The default is resolved after parsing so -h never prints the token.
+	c.token = fs.String("token", "", "admin bearer token (default $RELAY_ADMIN_TOKEN)")
+	c.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return c
+}
+
+// parse reads args into the flags and c.pos, accepting flags after
+// positional arguments too (push FILE --merge). When !ok the command is
+// over with exit code: help asked for, a bad flag, or no command.
+func (c *adminCLI) parse(args []string) (code int, ok bool) {
+	rest := args
+	for {
+		if err := c.fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK, false
+			}
+			return ExitUsage, false
+		}
+		if c.fs.NArg() == 0 {
+			break
+		}
+		c.pos = append(c.pos, c.fs.Arg(0))
+		rest = c.fs.Args()[1:]
+	}
+	if len(c.pos) == 0 {
+		c.fs.Usage()
+		return ExitUsage, false
+	}
+	return ExitOK, true
+}
+
+// fail says what is wrong with the command and returns ExitUsage.
+func (c *adminCLI) fail(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "%s %s: %s\n", c.name, c.pos[0], fmt.Sprintf(format, a...))
+	return ExitUsage
+}
+
+// unknown refuses a command the subcommand does not have.
+func (c *adminCLI) unknown() int {
+	fmt.Fprintf(c.stderr, "%s: unknown command %q\n", c.name, c.pos[0])
+	c.fs.Usage()
+	return ExitUsage
+}
+
+// endpoint is the admin listener's base URL and the token, from the flags
+// or RELAY_ADMIN_TOKEN.
+func (c *adminCLI) endpoint() (*url.URL, string, error) {
+	base, err := url.Parse(strings.TrimRight(*c.adminURL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, "", fmt.Errorf("--admin %q is not an http(s) URL; e.g. http://127.0.0.1:8081", *c.adminURL)
+	}
+	token := *c.token
+	if token == "" {
+		token = c.getenv("RELAY_ADMIN_TOKEN")
+	}
+	if token == "" {
+		return nil, "", errors.New("no token: set RELAY_ADMIN_TOKEN or pass --token")
+	}
+	return base, token, nil
+}
+
+// call sends the request within --timeout and writes the answer's body to
+// stdout (indented when pretty and it is JSON).
+func (c *adminCLI) call(ctx context.Context, base *url.URL, token, method, path string, body []byte, pretty bool) int {
+	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
 	defer cancel()
-	out, err := adminCall(ctx, base, *token, method, path, body)
+	out, err := adminCall(ctx, base, token, method, path, body)
 	var refused *adminRefusal
 	if errors.As(err, &refused) {
-		fmt.Fprintf(stderr, "relay %s %s: refused (%d): %s\n", resource, pos[0], refused.status, refused.msg)
+		fmt.Fprintf(c.stderr, "%s %s: refused (%d): %s\n", c.name, c.pos[0], refused.status, refused.msg)
 		return ExitRefused
 	}
 	if err != nil {
-		return fail("%v", err)
+		return c.fail("%v", err)
 	}
-	stdout.Write(out) //nolint:errcheck // nothing useful to do if stdout is gone
+	var indented bytes.Buffer
+	if pretty && json.Indent(&indented, out, "", "  ") == nil {
+		out = indented.Bytes()
+	}
+	c.stdout.Write(out) //nolint:errcheck // nothing useful to do if stdout is gone
 	if len(out) > 0 && out[len(out)-1] != '\n' {
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(c.stdout)
 	}
 	return ExitOK
 }

@@ -38,9 +38,11 @@ func TestFileSource(t *testing.T) {
 		t.Fatalf("same file again: %d %v %v", v, changed, err)
 	}
 
-	// An edit, picked up by a poll.
+	// An edit, pushed (the watcher's polling is internal/filewatch's test).
 	write(`{"consents":[{"siteId":"s","user":"alice","paused":true,"mappings":[]}]}`)
-	f.poll(ctx, true)
+	if _, _, err := f.Push(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if snap, _ := s.Read(ctx, "s", "alice", "bob"); snap.Consented != "paused" || snap.Member {
 		t.Fatalf("after the edit: %+v", snap)
 	}
@@ -51,7 +53,9 @@ func TestFileSource(t *testing.T) {
 	if _, _, err := NewFileSource(s, path, quiet).Push(ctx); err == nil || !strings.Contains(err.Error(), "consents[0].mappings: required") {
 		t.Fatalf("bad file: %v", err)
 	}
-	f.poll(ctx, true)
+	if _, _, err := f.Push(ctx); err == nil {
+		t.Fatal("the watcher's source pushed a malformed file")
+	}
 	if _, v2, _ := s.Get(ctx); v2 != v {
 		t.Fatalf("a refused file moved the version %d -> %d", v, v2)
 	}

@@ -215,19 +215,41 @@ func newUserCode() string {
 	return string(out)
 }
 
-// authed runs the daemon auth sequence and the schema check (wire.md §5.7).
-// use says what the handler needs of the presence record.
-func authed[T any](r *Relay, req *request, use presenceUse, decode func(any) (T, error)) (device, T, reply, bool, error) {
+// authed runs the daemon auth sequence and the schema check (wire.md §5.7)
+// and returns the device and the decoded body. use says what the handler
+// needs of the presence record. A request turned away is an *authRefusal
+// carrying its reply; any other error is the server's (see refusalReply).
+func authed[T any](r *Relay, req *request, use presenceUse, decode func(any) (T, error)) (device, T, error) {
 	var zero T
 	dev, refusal, ok, err := r.daemonAuth(req, use)
-	if err != nil || !ok {
-		return device{}, zero, refusal, false, err
+	if err != nil {
+		return device{}, zero, err
+	}
+	if !ok {
+		return device{}, zero, &authRefusal{reply: refusal}
 	}
 	in, err := decode(req.body)
 	if err != nil {
-		return device{}, zero, schemaFailed, false, nil
+		return device{}, zero, &authRefusal{reply: schemaFailed}
 	}
-	return dev, in, reply{}, true, nil
+	return dev, in, nil
+}
+
+// authRefusal is a daemon request authed turned away: an answer to send,
+// not a failure of the relay.
+type authRefusal struct{ reply reply }
+
+func (e *authRefusal) Error() string {
+	return fmt.Sprintf("daemon request refused (%d)", e.reply.status)
+}
+
+// refusalReply is a handler's answer to an error from authed: the refusal's
+// reply, or the server error as it is.
+func refusalReply(err error) (reply, error) {
+	if refusal := (*authRefusal)(nil); errors.As(err, &refusal) {
+		return refusal.reply, nil
+	}
+	return reply{}, err
 }
 
 // capabilitiesJSON is the matrix as the reference re-emits it (schema key
@@ -242,9 +264,9 @@ func capabilitiesJSON(caps []protocol.Capability) []byte {
 // claim is wire.md §8.2. Without a grant authority granted stubs go out as
 // the store minted them; with one, see authorGrants.
 func (r *Relay) claim(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceRemembered, protocol.DecodeClaimRequest)
-	if !ok {
-		return refusal, err
+	dev, in, err := authed(r, req, presenceRemembered, protocol.DecodeClaimRequest)
+	if err != nil {
+		return refusalReply(err)
 	}
 	if in.RunnerID != dev.runnerID {
 		return runnerMismatch, nil
@@ -327,9 +349,9 @@ func claimedStubJSON(g store.ClaimedStub) []byte {
 
 // fetch is wire.md §8.3; the holder is the signer, whatever the body says.
 func (r *Relay) fetch(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeFetchRequest)
-	if !ok {
-		return refusal, err
+	dev, in, err := authed(r, req, presenceUnused, protocol.DecodeFetchRequest)
+	if err != nil {
+		return refusalReply(err)
 	}
 	taken, err := r.store.TakePayload(req.ctx, store.HolderInput{
 		JobID: in.JobID, RunnerID: dev.runnerID, LeaseID: in.LeaseID,
@@ -345,9 +367,9 @@ func (r *Relay) fetch(req *request) (reply, error) {
 
 // result is wire.md §8.4: size rule, then complete.
 func (r *Relay) result(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeResultRequest)
-	if !ok {
-		return refusal, err
+	dev, in, err := authed(r, req, presenceUnused, protocol.DecodeResultRequest)
+	if err != nil {
+		return refusalReply(err)
 	}
 	env := in.Envelope
 	if n := protocol.EnvelopeBytes(env); n > protocol.MaxEnvelopeBytes {
@@ -401,9 +423,9 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 	// A remembered key set is checked inside the presence write itself
 	// (store.HeartbeatInput.RequirePresence), so an idle heartbeat reads
 	// no presence record of its own: the write is its only Valkey call.
-	dev, in, refusal, ok, err := authed(r, req, presenceRemembered, protocol.DecodeHeartbeatRequest)
-	if !ok {
-		return refusal, err
+	dev, in, err := authed(r, req, presenceRemembered, protocol.DecodeHeartbeatRequest)
+	if err != nil {
+		return refusalReply(err)
 	}
 	daemonVersion := in.DaemonVersion
 	if refusal := protocol.BelowFloorCheck(daemonVersion, r.floor); refusal != nil {
@@ -496,9 +518,9 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 
 // release is wire.md §8.6.
 func (r *Relay) release(req *request) (reply, error) {
-	dev, in, refusal, ok, err := authed(r, req, presenceUnused, protocol.DecodeReleaseRequest)
-	if !ok {
-		return refusal, err
+	dev, in, err := authed(r, req, presenceUnused, protocol.DecodeReleaseRequest)
+	if err != nil {
+		return refusalReply(err)
 	}
 	released, err := r.store.ReleaseLeases(req.ctx, store.ReleaseInput{
 		RunnerID: dev.runnerID,

@@ -78,7 +78,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	// Extra unsigned traffic (device-code polls, one store call each) keeps
 	// many pooled connections busy on every replica, so a drain that closes
 	// connections under the balancer is far more likely to show up as 502s
-	// (before cmd/relay/drain.go it did in each of two runs, against one
+	// (before internal/replica/drain.go it did in each of two runs, against one
 	// run in two without this traffic).
 	chatCtx, stopChat := context.WithCancel(ctx)
 	chatDone := chatter(chatCtx, lb.URL(), 8)

@@ -1,4 +1,4 @@
-package main
+package replica
 
 // The graceful drain of the binary (drain.go), on real listeners.
 

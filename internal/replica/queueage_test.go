@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestQueueAgeReadsOldestQueuedAndDropsLeftSites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vc.Close()
-	st, err := store.New(ctx, vc, store.Options{Namespace: namespace(t)})
+	st, err := store.New(ctx, vc, store.Options{Namespace: relaytest.Namespace(t, relaytest.Open(t, relaytest.ValkeyURL()))})
 	if err != nil {
 		t.Fatal(err)
 	}
