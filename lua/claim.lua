@@ -13,8 +13,7 @@
 -- built from KEYS[1]'s prefix, so they are on the same shard.
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  hid:<eR> (the runner's grants here; held:<eR>,
---          which relays before 2026-12-01 also wrote, is no longer: see ops_device)
+-- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  hid:<eR> (the runner's grants here)
 -- then, per route r (in ARGV order):
 --   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues
 --   q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds (private only when the

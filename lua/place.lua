@@ -14,33 +14,27 @@
 -- KEYS[3]  placen  HASH  shard index -> sites placed there
 -- ARGV[1..3] prefix, offset, churn (unused)
 -- ARGV[4]  shards (the layout record's count)
--- ARGV[5]  the primary each shard's slot is on, one small number per shard,
+-- ARGV[5]  groups      primary each shard's slot is on, one small number per shard,
 --          comma-separated ("0,0,1,..."; all "0" on a single node)
 -- ARGV[6]  most sites the record holds
--- ARGV[7]  "1": after placing, move a layout v2 record to v3, marked v2=1 (relay migrate)
--- ARGV[8..] triples: site id, its hash shard (HMAC, from Go), pin ("" or a
---          shard index the site must take when it has none yet)
--- Reply: {version, shard1, shard2, ...}: the layout version in force (after
---        ARGV[7]) and each site's shard, in ARGV order; -1 for a site that
---        has none and did not fit under ARGV[6]
+-- ARGV[7..] pairs: site id, pin ("" or a shard index the site must take
+--          when it has none yet)
+-- Reply: {shard1, shard2, ...}: each site's shard, in ARGV order; -1 for a
+--        site that has none and did not fit under ARGV[6]
 --
 -- How a site with no placement is placed:
---   a pin                 -> the pinned shard (relay migrate; tests)
---   layout v2             -> its hash shard: what relays of layout v2, which
---                            know no record, compute for it, so old and new
---                            relays agree during a rolling upgrade
---   layout v3             -> balanced: the primary with the fewest sites,
+--   a pin                 -> the pinned shard (tests)
+--   otherwise             -> balanced: the primary with the fewest sites,
 --                            then its shard with the fewest sites, ties to
 --                            the lowest number (a round robin over shards
 --                            on a single node)
 
 local n = tonumber(ARGV[4])
-local version = redis.call('HGET', KEYS[1], 'version')
-if not version then
+if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('ERR relay: no layout record')
 end
 if tonumber(redis.call('HGET', KEYS[1], 'shards')) ~= n then
-  return redis.error_reply('ERR relay: shard count differs from the layout record')
+  return redis.error_reply('ERR relay: shard count differs from groups layout record')
 end
 
 local group = {}
@@ -94,8 +88,8 @@ end
 
 local size = nil
 local out = {}
-for a = 8, #ARGV, 3 do
-  local site, hashed, pin = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
+for a = 7, #ARGV, 2 do
+  local site, pin = ARGV[a], ARGV[a + 1]
   local got = redis.call('HGET', KEYS[2], site)
   if got then
     out[#out + 1] = tonumber(got)
@@ -107,8 +101,6 @@ for a = 8, #ARGV, 3 do
       local s
       if pin ~= '' then
         s = tonumber(pin)
-      elseif version == '2' then
-        s = hashed
       else
         s = balanced()
       end
@@ -125,9 +117,4 @@ for a = 8, #ARGV, 3 do
   end
 end
 
-if ARGV[7] == '1' and version == '2' then
-  redis.call('HSET', KEYS[1], 'version', '3', 'v2', '1')
-  version = '3'
-end
-table.insert(out, 1, tonumber(version))
 return out

@@ -5,7 +5,7 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease      KEYS[2]  held:<eR> (all on the leases' shard: Go groups leases by the
+-- KEYS[1]  lease      the lease index (on the leases' shard: Go groups leases by the
 --          shard their id names; job records are built from KEYS[1]'s prefix)
 -- ARGV[1..3] prefix, offset, churn flag
 -- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)

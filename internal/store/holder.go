@@ -207,7 +207,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 			for _, i := range chunk {
 				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
-			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh), s.k.held(sh, in.RunnerID)}, args...)
+			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh)}, args...)
 			if err != nil {
 				return nil, fmt.Errorf("release: %w", err)
 			}
