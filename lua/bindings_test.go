@@ -198,16 +198,6 @@ func checkBindings(src string, common bool) []string {
 	return bad
 }
 
-// notYetBound are the operations still to be moved to the grammar (their
-// header is checked by TestScriptHeaders only). It only shrinks: a script
-// listed here that passes fails the test, so it comes off the list.
-var notYetBound = map[string]bool{
-	"claim.lua":               true,
-	"presence_beat.lua":       true,
-	"presence_seen.lua":       true,
-	"presence_seen_batch.lua": true,
-}
-
 // Every operation documents its KEYS and ARGV one entry a line and binds
 // each to a local of the documented name; the body uses nothing else.
 func TestScriptBindings(t *testing.T) {
@@ -217,14 +207,7 @@ func TestScriptBindings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bad := checkBindings(string(body), !strings.HasPrefix(op, "projection/"))
-			if notYetBound[op] {
-				if len(bad) == 0 {
-					t.Errorf("%s follows the grammar now: take it off notYetBound", op)
-				}
-				return
-			}
-			for _, p := range bad {
+			for _, p := range checkBindings(string(body), !strings.HasPrefix(op, "projection/")) {
 				t.Error(p)
 			}
 		})
