@@ -5,17 +5,19 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  j:<eS>:<eJ>
--- ARGV[1..3] prefix, offset, churn (unused: cancel neither reads the clock nor settles)
--- ARGV[4]  member <eS>:<eJ>
+-- KEYS[1]  job         j:<eS>:<eJ>
+-- ARGV[1..3] common  prefix, offset, churn (unused: cancel neither reads the clock nor settles)
+-- ARGV[4]  m           member <eS>:<eJ>
 -- Reply: 1 (cancelled) | 0 (no such job at this site)
 
+local job = KEYS[1]
 local m = ARGV[4]
+
 local h = core(m)
 if not h then
   return 0
 end
-redis.call('HSET', KEYS[1], 'cx', '1')
+redis.call('HSET', job, 'cx', '1')
 redis.call('SREM', live_set(h.eS), h.eJ) -- a cancelled job no longer counts against the site
 if h.state == QUEUED then
   local qk, qm = queue_of(h) -- a cancelled queued job belongs to no queue

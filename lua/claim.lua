@@ -13,30 +13,39 @@
 -- built from KEYS[1]'s prefix, so they are on the same shard.
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  due        KEYS[2]  lease      KEYS[3]  hid:<eR> (the runner's grants here; held:<eR>,
---          which relays before 2026-12-01 also wrote, is no longer: see ops_device)
--- then, per route r (in ARGV order):
---   uns:<eS>:<eO>, aw:<eS>, then nq_r queue keys: the ready queues
---   q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds (private only when the
---   route owner is the device owner), and last the sticky queue sq:<eS>:<eO>:<eR>
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  runnerId          ARGV[5]  eR (base64url runnerId)
--- ARGV[6]  device owner      ARGV[7]  device identity (raw JSON)
--- ARGV[8]  leaseMs           ARGV[9]  max
--- ARGV[10] scan budget: most queue entries examined in this call. When it
---          stops the merge, the reply's cursors let Go continue in a next
---          call where this one stopped (each call stays short).
--- ARGV[11] settle budget: most due jobs settled here; more -> reply 'sweep'
---          (Go drains with sweep and calls again). -1: settle everything.
--- ARGV[12] eO of the device owner
--- ARGV[13] claim token: one per Store.Claim call; once lua/give_back.lua has
---          revoked it (the relay gave up on this claim's answer), a call
---          of the claim that would grant stops before its first grant
--- ARGV[14] nk, then nk kinds (base64url, as the records' eK)
--- then     nr, then per route: eS, eO, nq_r
--- then     one cursor per queue key, in KEYS order: the seq of the last
---          entry a previous call examined there, "" to start at the head
--- then     pre-minted lease ids (UUID v4 from Go), at least min(max, 2*nr)
+-- KEYS[1]  due_index    the due index
+-- KEYS[2]  lease        the lease index
+-- KEYS[3]  held         hid:<eR> (the runner's grants here)
+-- KEYS[4..] route_keys  per route r (in ARGV order): uns:<eS>:<eO>, aw:<eS>,
+--                       then nq_r queue keys: the ready queues
+--                       q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds
+--                       (private only when the route owner is the device
+--                       owner), and last the sticky queue sq:<eS>:<eO>:<eR>
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  runner       the runner id
+-- ARGV[5]  e_runner     base64url of the runner id
+-- ARGV[6]  device_owner the device's owner
+-- ARGV[7]  device       the device identity (raw JSON)
+-- ARGV[8]  lease_ms     the lease length, ms
+-- ARGV[9]  remaining    most jobs granted
+-- ARGV[10] scan_budget  most queue entries examined in this call. When it
+--                       stops the merge, the reply's cursors let Go continue
+--                       in a next call where this one stopped (each call
+--                       stays short).
+-- ARGV[11] settle_budget  most due jobs settled here; more -> reply 'sweep'
+--                       (Go drains with sweep and calls again). -1: settle
+--                       everything.
+-- ARGV[12] e_device_owner  eO of the device owner
+-- ARGV[13] token        claim token: one per Store.Claim call; once
+--                       lua/give_back.lua has revoked it (the relay gave up
+--                       on this claim's answer), a call of the claim that
+--                       would grant stops before its first grant
+-- ARGV[14..] rest       nk, then nk kinds (base64url, as the records' eK);
+--                       nr, then per route: eS, eO, nq_r; one cursor per
+--                       queue key, in KEYS order: the seq of the last entry
+--                       a previous call examined there, "" to start at the
+--                       head; then pre-minted lease ids (UUID v4 from Go),
+--                       at least min(max, 2*nr)
 -- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
 --      | {'revoked', {}, reports, scanned, 0, quarantined, {}}: nothing granted
 --      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
@@ -45,23 +54,30 @@
 --   grant   = {eS, stub (raw), leaseId, expiresAt, deadline, seq}
 --   report  = {eS, eO, expiries} (Go decodes eS and eO)
 
-local runner, e_runner = ARGV[4], ARGV[5]
-local device_owner, device = ARGV[6], ARGV[7]
+local due_index = KEYS[1]
+local lease = KEYS[2]
+local held = KEYS[3]
+local route_keys = tail(KEYS, 4)
+local runner = ARGV[4]
+local e_runner = ARGV[5]
+local device_owner = ARGV[6]
+local device = ARGV[7]
 local lease_ms = tonumber(ARGV[8])
 local remaining = tonumber(ARGV[9])
 local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
-
 local e_device_owner = ARGV[12]
 local token = ARGV[13]
-local a = 14
+local rest = tail(ARGV, 14)
+
+local a = 1
 local kinds = {}
-local nk = tonumber(ARGV[a])
+local nk = tonumber(rest[a])
 for i = 1, nk do
-  kinds[ARGV[a + i]] = true
+  kinds[rest[a + i]] = true
 end
 a = a + nk + 1
-local nr = tonumber(ARGV[a])
+local nr = tonumber(rest[a])
 a = a + 1
 
 local now = clock()
@@ -69,9 +85,9 @@ local now = clock()
 -- 1. Settle first (the reference sweeps at the top of every claim), bounded.
 local due
 if settle_budget < 0 then
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now))
+  due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now))
 else
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
+  due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
   if #due > settle_budget then
     return {'sweep', {}, REPORTS, 0, 0, 0, {}}
   end
@@ -82,10 +98,10 @@ end
 
 -- 2. Routes, their verified unsealed budgets, and their queues.
 local routes, queues = {}, {}
-local k = 4
+local k = 1
 for r = 1, nr do
-  local route = {eS = ARGV[a], eO = ARGV[a + 1], uns = KEYS[k], aw = KEYS[k + 1]}
-  local nq = tonumber(ARGV[a + 2])
+  local route = {eS = rest[a], eO = rest[a + 1], uns = route_keys[k], aw = route_keys[k + 1]}
+  local nq = tonumber(rest[a + 2])
   a = a + 3
   local unsealed = 0
   for _, e_job in ipairs(redis.call('SMEMBERS', route.uns)) do
@@ -98,13 +114,13 @@ for r = 1, nr do
   route.budget = UNSEALED_PER_PAIR - unsealed
   routes[r] = route
   for i = 1, nq do
-    queues[#queues + 1] = {key = KEYS[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
+    queues[#queues + 1] = {key = route_keys[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
   end
   k = k + 2 + nq
 end
 for _, q in ipairs(queues) do
-  if ARGV[a] ~= '' then
-    q.last = ARGV[a]
+  if rest[a] ~= '' then
+    q.last = rest[a]
   end
   a = a + 1
 end
@@ -202,7 +218,7 @@ while remaining > 0 do
         if revoked then
           return {'revoked', {}, REPORTS, scanned, 0, quarantined, {}}
         end
-        local lease_id = ARGV[lease_at + #grants]
+        local lease_id = rest[lease_at + #grants]
         if not lease_id then
           return redis.error_reply('claim: ran out of pre-minted lease ids')
         end
@@ -216,8 +232,8 @@ while remaining > 0 do
         move_state(m, QUEUED, AWAITING)
         redis.call('SADD', route.uns, e_job)
         redis.call('ZADD', route.aw, h.seq, e_job)
-        redis.call('HSET', KEYS[2], lease_id, m)
-        redis.call('ZADD', KEYS[3], 0, e_job .. ':' .. route.eS)
+        redis.call('HSET', lease, lease_id, m)
+        redis.call('ZADD', held, 0, e_job .. ':' .. route.eS)
         h.state, h.cl, h.ce, h.au = AWAITING, lease_id, expires, until_
         rescore(m, h)
         route.budget = route.budget - 1

@@ -9,13 +9,23 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease      KEYS[2]  hid:<eR>
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  eJ (base64url job id)      ARGV[5]  runnerId   ARGV[6]  eR
--- ARGV[7]  leaseId    ARGV[8]  result envelope (raw JSON)  ARGV[9]  disposition
+-- KEYS[1]  lease        the lease index (holds_bare reads hid:<eR> from P)
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  e_job        base64url of the job id
+-- ARGV[5]  runner       the runner id
+-- ARGV[6]  e_runner     base64url of the runner id
+-- ARGV[7]  lease_id     the lease id
+-- ARGV[8]  envelope     the result envelope (raw JSON)
+-- ARGV[9]  disposition  the disposition
 -- Reply: {'accepted', reports} | {'duplicate', reports} | {'refused', reason, reports}
 
-local e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local e_job = ARGV[4]
+local runner = ARGV[5]
+local e_runner = ARGV[6]
+local lease_id = ARGV[7]
+local envelope = ARGV[8]
+local disposition = ARGV[9]
+
 local now = clock()
 
 local m, h = resolve_exact(e_job, lease_id, now)
@@ -34,8 +44,8 @@ if h.state == DONE then
   return {'duplicate', REPORTS}
 end
 local was = h.state
-local rec = {'dp', ARGV[9], 'state', DONE}
-local size = blob_args('rs', ARGV[8], rec)
+local rec = {'dp', disposition, 'state', DONE}
+local size = blob_args('rs', envelope, rec)
 redis.call('HSET', jkey(m), unpack(rec))
 move_state(m, was, DONE)
 redis.call('SREM', live_set(h.eS), h.eJ)

@@ -7,17 +7,23 @@
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  fin:<eS>
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  eS
--- ARGV[5]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
--- ARGV[6]  most index entries examined
--- ARGV[7]  byte budget: the page ends after the entry that reaches it
+-- KEYS[1]  finished    fin:<eS>
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  e_site
+-- ARGV[5]  exclusive   lower seq bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[6]  most        index entries examined
+-- ARGV[7]  budget      budget: the page ends after the entry that reaches it
 -- Reply: {cursor: seq of the last entry examined, "" when the index is
 --         exhausted; snapshots...}
 
-return page_of(KEYS[1], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), function(m)
-  -- a result whole, or the length of its slices (v4's numbered form, v3's)
-  local v = redis.call('HMGET', jkey(m), 'state', 'rs', slice_name('rs', 0, true), slice_name('rs', 0, false))
-  return v[1] == DONE and (v[2] or v[3] or v[4])
+local finished = KEYS[1]
+local e_site = ARGV[4]
+local exclusive = ARGV[5]
+local most = ARGV[6]
+local budget = ARGV[7]
+
+return page_of(finished, e_site, exclusive, tonumber(most), tonumber(budget), function(m)
+  -- a result whole, or the length of its slices
+  local v = redis.call('HMGET', jkey(m), 'state', 'rs', slice_name('rs', 0))
+  return v[1] == DONE and (v[2] or v[3])
 end)

@@ -13,25 +13,33 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease (of the shard the lease ids name; job records are built from
---          KEYS[1]'s prefix)
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  runnerId   ARGV[5]  claim token   ARGV[6]  revocation lifetime (ms)
--- ARGV[7]  n (at most store.GrantChunk, 32), then n lease ids
+-- KEYS[1]  lease        the lease index (of the shard the lease ids name; job
+--                       records are built from KEYS[1]'s prefix)
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  runner       the runner id
+-- ARGV[5]  token        the claim token
+-- ARGV[6]  ttl          the revocation's lifetime (ms)
+-- ARGV[7]  n            how many lease ids (at most store.GrantChunk, 32)
+-- ARGV[8..] lease_ids   the n lease ids
 -- Reply: {given back: the lease ids requeued, reports}
 
-local runner, token, ttl = ARGV[4], ARGV[5], ARGV[6]
+local lease = KEYS[1]
+local runner = ARGV[4]
+local token = ARGV[5]
+local ttl = ARGV[6]
 local n = tonumber(ARGV[7])
+local lease_ids = tail(ARGV, 8)
+
 local now = clock()
 redis.call('SET', P .. 'gb:' .. token, '1', 'PX', ttl)
 local given = {}
 for i = 1, n do
-  local lease_id = ARGV[7 + i]
-  local m = redis.call('HGET', KEYS[1], lease_id)
+  local lease_id = lease_ids[i]
+  local m = redis.call('HGET', lease, lease_id)
   if m then
     local h = core(m)
     if not h or h.cl ~= lease_id then
-      redis.call('HDEL', KEYS[1], lease_id) -- index entry outlived its grant
+      redis.call('HDEL', lease, lease_id) -- index entry outlived its grant
     elseif h.cr == runner and (h.state == AWAITING or h.state == READY)
         and not settle(m, now, false, h) then
       -- Awaiting or ready only: a runner that fetched or finished the job

@@ -1,17 +1,22 @@
 -- layout_move: move the namespace's layout record from one version to the
--- next, only if it still says the first (relay migrate, from v3 to v4; no
--- data moves: the stores of the new version read every record of the old).
+-- next, only if it still says the first (relay migrate, after the step
+-- that moved the data: internal/store layout.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  layout   HASH version, shards, salt, v2 (see layout.lua)
--- ARGV[1..3] prefix, offset (unused), churn (unused)
--- ARGV[4]  the version the record must say     ARGV[5]  the version to write
+-- KEYS[1]  layout      HASH version, shards, salt (see layout.lua)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  from        the version the record must say
+-- ARGV[5]  to          the version to write
 -- Reply: the version in force afterwards (nil: no record)
 
-local v = redis.call('HGET', KEYS[1], 'version')
-if v == ARGV[4] then
-  redis.call('HSET', KEYS[1], 'version', ARGV[5])
-  return ARGV[5]
+local layout = KEYS[1]
+local from = ARGV[4]
+local to = ARGV[5]
+
+local v = redis.call('HGET', layout, 'version')
+if v == from then
+  redis.call('HSET', layout, 'version', to)
+  return to
 end
 return v

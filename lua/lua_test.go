@@ -2,6 +2,7 @@ package lua
 
 import (
 	"io/fs"
+	"path"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,9 +10,10 @@ import (
 	"github.com/byollm/relay-go/test/storehooks"
 )
 
-// operationFS is where each store operation lives: lua/ for the ones the
-// store ships, test/storehooks for the contract's test-only hooks, which
-// follow the same rules.
+// operationFS is where each operation lives: lua/ for the ones the store
+// ships, lua/projection for the projection's (which take no common ARGV),
+// test/storehooks for the contract's test-only hooks. All follow the same
+// rules.
 func operationFS(t *testing.T) map[string]fs.FS {
 	out := map[string]fs.FS{}
 	for _, fsys := range []fs.FS{FS, storehooks.FS} {
@@ -22,6 +24,13 @@ func operationFS(t *testing.T) map[string]fs.FS {
 		for _, op := range ops {
 			out[op] = fsys
 		}
+	}
+	proj, err := fs.Glob(ProjectionFS, "projection/*.lua")
+	if err != nil || len(proj) == 0 {
+		t.Fatalf("glob: %v %v", proj, err)
+	}
+	for _, op := range proj {
+		out[op] = ProjectionFS
 	}
 	return out
 }
@@ -43,11 +52,11 @@ func TestScriptHeaders(t *testing.T) {
 				header = append(header, line)
 			}
 			h := strings.Join(header, "\n")
-			name := strings.TrimSuffix(op, ".lua")
+			name := strings.TrimSuffix(path.Base(op), ".lua")
 			if !strings.HasPrefix(h, "-- "+name+":") {
 				t.Errorf("header does not open with %q", "-- "+name+":")
 			}
-			for _, want := range []string{"KEYS[1]", "ARGV[", "Reply:"} {
+			for _, want := range []string{"KEYS[1]", "ARGV", "Reply:"} {
 				if !strings.Contains(h, want) {
 					t.Errorf("header lacks %q", want)
 				}
@@ -112,25 +121,17 @@ func Mode(h string) string {
 
 // Every script, projection ones included, declares its mode and its slot in
 // its header; a read-only one names no write command and reads no clock; no
-// operation builds keys from ARGV (only lib/common.lua reads the prefix in
-// ARGV[1], checked against KEYS[1]'s).
+// operation that takes the common ARGV names ARGV[1] (only lib/common.lua
+// reads the prefix there, checked against KEYS[1]'s).
 func TestScriptModesAndSlots(t *testing.T) {
-	ops := operationFS(t)
-	proj, _ := fs.Glob(ProjectionFS, "projection/*.lua")
-	for _, op := range proj {
-		ops[op] = ProjectionFS
-	}
-	for op, fsys := range ops {
+	for op, fsys := range operationFS(t) {
 		t.Run(op, func(t *testing.T) {
 			body, err := fs.ReadFile(fsys, op)
 			if err != nil {
 				t.Fatal(err)
 			}
 			src := string(body)
-			h := src
-			if !strings.HasPrefix(op, "projection/") {
-				h = header(src)
-			}
+			h := header(src)
 			mode := Mode(h)
 			if mode != "read-only" && mode != "write" {
 				t.Fatalf("header declares no mode (want a line \"-- mode: read-only\" or \"-- mode: write\")")
@@ -146,7 +147,7 @@ func TestScriptModesAndSlots(t *testing.T) {
 					t.Error("read-only script reads the clock")
 				}
 			}
-			if !strings.HasPrefix(op, "projection/") && !strings.HasPrefix(op, "policy_") && strings.Contains(src, "ARGV[1]") {
+			if !strings.HasPrefix(op, "projection/") && strings.Contains(src, "ARGV[1]") {
 				t.Error("names ARGV[1] (the prefix): build keys from P, which lib/common.lua derives from KEYS[1]")
 			}
 		})

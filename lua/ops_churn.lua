@@ -6,12 +6,14 @@
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  churn:<eS>:<eO> of the first pair; KEYS[i] the i-th
--- ARGV[1..3] prefix, offset, churn (unused)
+-- KEYS[1..] pairs_asked  churn:<eS>:<eO> of each pair asked about
+-- ARGV[1..3] common  prefix, offset, flags (unused)
 -- Reply: {ZCARD of each key, in KEYS order}
 
+local pairs_asked = tail(KEYS, 1)
+
 local out = {}
-for i = 1, #KEYS do
-  out[i] = redis.call('ZCARD', KEYS[i])
+for i, key in ipairs(pairs_asked) do
+  out[i] = redis.call('ZCARD', key)
 end
 return out

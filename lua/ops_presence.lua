@@ -6,14 +6,16 @@
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  p:<eR> of the first runner; KEYS[i] the i-th
--- ARGV[1..3] prefix, offset, churn (unused)
+-- KEYS[1..] records     p:<eR> of each runner asked about
+-- ARGV[1..3] common  prefix, offset, flags (unused)
 -- Reply: {owner, lastSeenAt, capabilities (raw JSON)} per key, in KEYS
 --        order, each "" when the runner has no record
 
+local records = tail(KEYS, 1)
+
 local out = {}
-for i = 1, #KEYS do
-  local v = redis.call('HMGET', KEYS[i], 'owner', 'lastSeenAt', 'capabilities')
+for i, record in ipairs(records) do
+  local v = redis.call('HMGET', record, 'owner', 'lastSeenAt', 'capabilities')
   out[#out + 1] = v[1] or ''
   out[#out + 1] = v[2] or ''
   out[#out + 1] = v[3] or ''

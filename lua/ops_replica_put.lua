@@ -8,19 +8,25 @@
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  ops:rs        ZSET  replica id (base64url) -> last write (ms)
--- KEYS[2]  ops:r:<eid>   STR   the replica's record (JSON written by Go)
--- ARGV[1..3] prefix, offset, churn (unused)
+-- KEYS[1]  ops_rs      ops:rs        ZSET  replica id (base64url) -> last write (ms)
+-- KEYS[2]  ops_r       ops:r:<eid>   STR   the replica's record (JSON written by Go)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
 -- ARGV[4]  eid
--- ARGV[5]  record JSON
--- ARGV[6]  TTL in ms
--- ARGV[7]  most replicas indexed
+-- ARGV[5]  record      JSON
+-- ARGV[6]  ttl         TTL in ms
+-- ARGV[7]  most        replicas indexed
 -- Reply: now (ms, Valkey TIME)
 
-local now = clock()
+local ops_rs = KEYS[1]
+local ops_r = KEYS[2]
+local eid = ARGV[4]
+local record = ARGV[5]
 local ttl = tonumber(ARGV[6])
-redis.call('SET', KEYS[2], ARGV[5], 'PX', ttl)
-redis.call('ZADD', KEYS[1], fmt(now), ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - ttl))
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[7]) + 1))
+local most = ARGV[7]
+
+local now = clock()
+redis.call('SET', ops_r, record, 'PX', ttl)
+redis.call('ZADD', ops_rs, fmt(now), eid)
+redis.call('ZREMRANGEBYSCORE', ops_rs, '-inf', '(' .. fmt(now - ttl))
+redis.call('ZREMRANGEBYRANK', ops_rs, 0, -(tonumber(most) + 1))
 return fmt(now)

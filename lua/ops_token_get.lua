@@ -7,16 +7,18 @@
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  ops:tk            HASH  token digest (hex) -> record JSON
--- KEYS[2]  ops:tg            HASH  token digest -> "<generation>|<id>|<site>"
--- KEYS[3]  projection:sites  HASH  site id -> generation (projectionsync)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  digest
+-- KEYS[1]  tokens      ops:tk            HASH  token digest (hex) -> record JSON
+-- KEYS[2]  gens        ops:tg            HASH  token digest -> "<generation>|<id>|<site>"
+-- KEYS[3]  sites       projection:sites  HASH  site id -> generation (projectionsync)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  digest      digest
 -- Reply: the record JSON; nil when there is no such token, or its site has
 --        left the projection since (or left and came back), or it was
 --        minted before tokens had generations
 
-local tokens, gens, sites = KEYS[1], KEYS[2], KEYS[3]
+local tokens = KEYS[1]
+local gens = KEYS[2]
+local sites = KEYS[3]
 local digest = ARGV[4]
 
 local record = redis.call('HGET', tokens, digest)

@@ -7,8 +7,10 @@
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  ops:tk  HASH  token digest (hex) -> record JSON
--- ARGV[1..3] prefix, offset, churn (unused)
+-- KEYS[1]  tokens      ops:tk  HASH  token digest (hex) -> record JSON
+-- ARGV[1..3] common  prefix, offset, churn (unused)
 -- Reply: {record JSON, ...}
 
-return redis.call('HVALS', KEYS[1])
+local tokens = KEYS[1]
+
+return redis.call('HVALS', tokens)

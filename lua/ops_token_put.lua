@@ -15,21 +15,33 @@
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  ops:tk            HASH  token digest (hex) -> record JSON {id, site, createdAt}
--- KEYS[2]  ops:ti            HASH  token id -> token digest
--- KEYS[3]  ops:tg            HASH  token digest -> "<generation>|<id>|<site>"
--- KEYS[4]  projection:sites  HASH  site id -> generation (projectionsync)
--- KEYS[5]  projection        HASH  version, json, ... (projectionsync)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  digest   ARGV[5]  id   ARGV[6]  record JSON   ARGV[7]  most tokens
--- ARGV[8]  site id  ARGV[9]  the projection version the caller saw the site in ("" = do not check)
+-- KEYS[1]  tokens      ops:tk            HASH  token digest (hex) -> record JSON {id, site, createdAt}
+-- KEYS[2]  ids         ops:ti            HASH  token id -> token digest
+-- KEYS[3]  gens        ops:tg            HASH  token digest -> "<generation>|<id>|<site>"
+-- KEYS[4]  sites       projection:sites  HASH  site id -> generation (projectionsync)
+-- KEYS[5]  projection  projection        HASH  version, json, ... (projectionsync)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  digest      digest
+-- ARGV[5]  id          id
+-- ARGV[6]  record      record JSON
+-- ARGV[7]  most        most tokens
+-- ARGV[8]  site        site id
+-- ARGV[9]  seen        the projection version the caller saw the site in ("" = do not check)
 -- Reply: 1 stored; 0 refused (the cap is reached or the id or digest exists);
 --        -1 the projection moved on since the caller read it (read it again);
 --        -2 the stored projection has no such site
 
-local tokens, ids, gens, sites, projection = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local digest, id, record, most = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
-local site, seen = ARGV[8], ARGV[9]
+local tokens = KEYS[1]
+local ids = KEYS[2]
+local gens = KEYS[3]
+local sites = KEYS[4]
+local projection = KEYS[5]
+local digest = ARGV[4]
+local id = ARGV[5]
+local record = ARGV[6]
+local most = tonumber(ARGV[7])
+local site = ARGV[8]
+local seen = ARGV[9]
 
 local gen = redis.call('HGET', sites, site)
 if not gen then

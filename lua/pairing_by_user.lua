@@ -4,12 +4,16 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  pc:u   KEYS[2]  pc:d   KEYS[3]  pc:x
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  userCode
+-- KEYS[1]  by_user      pc:u, user code -> device code (lib/pairing.lua
+--                       reads pc:d and pc:x from P)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  user_code    the user code
 -- Reply: raw JSON or nil
 
-local dc = redis.call('HGET', KEYS[1], ARGV[4])
+local by_user = KEYS[1]
+local user_code = ARGV[4]
+
+local dc = redis.call('HGET', by_user, user_code)
 if not dc then
   return false
 end

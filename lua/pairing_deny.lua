@@ -7,20 +7,26 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  pc:u   KEYS[2]  pc:d   KEYS[3]  pc:x   KEYS[4]  pc:ok
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  userCode (normalised)
+-- KEYS[1]  by_user      pc:u, user code -> device code (lib/pairing.lua
+--                       reads pc:d and pc:x from P)
+-- KEYS[2]  approved     pc:ok, device code -> the runner id it was approved as
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  user_code    the user code (normalised)
 -- Reply: {'denied'} | {'unknown'} | {'expired'} (not purged yet) |
 --   {'approved', runnerId}
 
-local dc = redis.call('HGET', KEYS[1], ARGV[4])
+local by_user = KEYS[1]
+local approved = KEYS[2]
+local user_code = ARGV[4]
+
+local dc = redis.call('HGET', by_user, user_code)
 if not dc then
   return {'unknown'}
 end
 if not live_code(dc, clock()) then
   return {'expired'}
 end
-local already = redis.call('HGET', KEYS[4], dc)
+local already = redis.call('HGET', approved, dc)
 if already then
   return {'approved', already}
 end

@@ -17,55 +17,85 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  pc:d   KEYS[2]  pc:x   KEYS[3]  pc:mi   KEYS[4]  pc:mu
--- KEYS[5]  pc:i   KEYS[6]  pc:u   KEYS[7]  pc:ms   KEYS[8]  pc:a:<source>
--- KEYS[9]  pc:mn  KEYS[10] pc:n:<network>
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  capacity   ARGV[5]  deviceCode   ARGV[6]  userCode
--- ARGV[7]  device identity   ARGV[8]  expiresAt   ARGV[9]  pending (raw JSON)
--- ARGV[10] source (base64url; "" for none: no per-source count)
--- ARGV[11] live codes allowed per source
--- ARGV[12] network (base64url; "" for none: no per-network count, no reserve)
--- ARGV[13] live codes allowed per network
--- ARGV[14] codes of the capacity reserved for networks holding none
+-- KEYS[1]  pc_d        pc:d
+-- KEYS[2]  pc_x        pc:x
+-- KEYS[3]  pc_mi       pc:mi
+-- KEYS[4]  pc_mu       pc:mu
+-- KEYS[5]  pc_i        pc:i
+-- KEYS[6]  pc_u        pc:u
+-- KEYS[7]  pc_ms       pc:ms
+-- KEYS[8]  pc_a        pc:a:<source>
+-- KEYS[9]  pc_mn       pc:mn
+-- KEYS[10] pc_n        pc:n:<network>
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  cap         capacity
+-- ARGV[5]  dc          deviceCode
+-- ARGV[6]  uc          userCode
+-- ARGV[7]  identity    device identity
+-- ARGV[8]  expiresAt
+-- ARGV[9]  pending     (raw JSON)
+-- ARGV[10] source      source (base64url; "" for none: no per-source count)
+-- ARGV[11] per_source  live codes allowed per source
+-- ARGV[12] network     network (base64url; "" for none: no per-network count, no reserve)
+-- ARGV[13] per_network live codes allowed per network
+-- ARGV[14] reserved    codes of the capacity reserved for networks holding none
 -- Reply: 'stored' | 'at-capacity' | 'source-busy' | 'network-busy'
 
-local cap, dc, uc, identity = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
-local source, per_source = ARGV[10], tonumber(ARGV[11])
-local network, per_network, reserved = ARGV[12], tonumber(ARGV[13]), tonumber(ARGV[14])
+local pc_d = KEYS[1]
+local pc_x = KEYS[2]
+local pc_mi = KEYS[3]
+local pc_mu = KEYS[4]
+local pc_i = KEYS[5]
+local pc_u = KEYS[6]
+local pc_ms = KEYS[7]
+local pc_a = KEYS[8]
+local pc_mn = KEYS[9]
+local pc_n = KEYS[10]
+local cap = tonumber(ARGV[4])
+local dc = ARGV[5]
+local uc = ARGV[6]
+local identity = ARGV[7]
+local expiresAt = ARGV[8]
+local pending = ARGV[9]
+local source = ARGV[10]
+local per_source = tonumber(ARGV[11])
+local network = ARGV[12]
+local per_network = tonumber(ARGV[13])
+local reserved = tonumber(ARGV[14])
+
 local now = clock()
 
 local PURGE_PER_CALL = 16
 
 -- 1. Purge expired entries, a bounded number per call.
-for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, PURGE_PER_CALL)) do
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', pc_x, '-inf', fmt(now), 'LIMIT', 0, PURGE_PER_CALL)) do
   remove_code(old)
 end
 -- 2. One outstanding code per keypair; also replaces a code reused verbatim.
-local previous = redis.call('HGET', KEYS[5], identity)
+local previous = redis.call('HGET', pc_i, identity)
 if previous then
   remove_code(previous)
 end
-if redis.call('HEXISTS', KEYS[1], dc) == 1 then
+if redis.call('HEXISTS', pc_d, dc) == 1 then
   remove_code(dc)
 end
 -- 3. Live codes of this source, then of everyone, after this keypair's old
 -- code is gone.
 if source ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', fmt(now))
-  if redis.call('ZCARD', KEYS[8]) >= per_source then
+  redis.call('ZREMRANGEBYSCORE', pc_a, '-inf', fmt(now))
+  if redis.call('ZCARD', pc_a) >= per_source then
     return 'source-busy'
   end
 end
 local network_held = 0
 if network ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', fmt(now))
-  network_held = redis.call('ZCARD', KEYS[10])
+  redis.call('ZREMRANGEBYSCORE', pc_n, '-inf', fmt(now))
+  network_held = redis.call('ZCARD', pc_n)
   if network_held >= per_network then
     return 'network-busy'
   end
 end
-local live = redis.call('ZCOUNT', KEYS[2], '(' .. fmt(now), '+inf')
+local live = redis.call('ZCOUNT', pc_x, '(' .. fmt(now), '+inf')
 if live >= cap then
   return 'at-capacity'
 end
@@ -75,31 +105,31 @@ if network ~= '' and network_held > 0 and live >= cap - reserved then
   return 'at-capacity'
 end
 -- 4. Store.
-redis.call('HSET', KEYS[1], dc, ARGV[9])
-redis.call('ZADD', KEYS[2], ARGV[8], dc)
-redis.call('HSET', KEYS[3], dc, identity)
-redis.call('HSET', KEYS[4], dc, uc)
-redis.call('HSET', KEYS[5], identity, dc)
-local holder = redis.call('HGET', KEYS[6], uc)
+redis.call('HSET', pc_d, dc, pending)
+redis.call('ZADD', pc_x, expiresAt, dc)
+redis.call('HSET', pc_mi, dc, identity)
+redis.call('HSET', pc_mu, dc, uc)
+redis.call('HSET', pc_i, identity, dc)
+local holder = redis.call('HGET', pc_u, uc)
 if not holder or not live_code(holder, now) then
-  redis.call('HSET', KEYS[6], uc, dc)
+  redis.call('HSET', pc_u, uc, dc)
 end
 if source ~= '' then
-  redis.call('HSET', KEYS[7], dc, source)
-  redis.call('ZADD', KEYS[8], ARGV[8], dc)
+  redis.call('HSET', pc_ms, dc, source)
+  redis.call('ZADD', pc_a, expiresAt, dc)
   -- The source's index lives as long as its latest code, so an address
   -- that stops pairing leaves nothing behind.
-  local ttl = tonumber(ARGV[8]) - now
-  if ttl > 0 and redis.call('PTTL', KEYS[8]) < ttl then
-    redis.call('PEXPIRE', KEYS[8], fmt(ttl))
+  local ttl = tonumber(expiresAt) - now
+  if ttl > 0 and redis.call('PTTL', pc_a) < ttl then
+    redis.call('PEXPIRE', pc_a, fmt(ttl))
   end
 end
 if network ~= '' then
-  redis.call('HSET', KEYS[9], dc, network)
-  redis.call('ZADD', KEYS[10], ARGV[8], dc)
-  local ttl = tonumber(ARGV[8]) - now
-  if ttl > 0 and redis.call('PTTL', KEYS[10]) < ttl then
-    redis.call('PEXPIRE', KEYS[10], fmt(ttl))
+  redis.call('HSET', pc_mn, dc, network)
+  redis.call('ZADD', pc_n, expiresAt, dc)
+  local ttl = tonumber(expiresAt) - now
+  if ttl > 0 and redis.call('PTTL', pc_n) < ttl then
+    redis.call('PEXPIRE', pc_n, fmt(ttl))
   end
 end
 return 'stored'

@@ -9,48 +9,50 @@
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 --
--- KEYS[1]  layout  HASH  version, shards, salt
--- KEYS[2]  place   HASH  site id (raw) -> shard index
--- KEYS[3]  placen  HASH  shard index -> sites placed there
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  shards (the layout record's count)
--- ARGV[5]  the primary each shard's slot is on, one small number per shard,
---          comma-separated ("0,0,1,..."; all "0" on a single node)
--- ARGV[6]  most sites the record holds
--- ARGV[7]  "1": after placing, move a layout v2 record to v3, marked v2=1 (relay migrate)
--- ARGV[8..] triples: site id, its hash shard (HMAC, from Go), pin ("" or a
---          shard index the site must take when it has none yet)
--- Reply: {version, shard1, shard2, ...}: the layout version in force (after
---        ARGV[7]) and each site's shard, in ARGV order; -1 for a site that
---        has none and did not fit under ARGV[6]
+-- KEYS[1]  layout       HASH  version, shards, salt
+-- KEYS[2]  place        HASH  site id (raw) -> shard index
+-- KEYS[3]  placen       HASH  shard index -> sites placed there
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  n            shards (the layout record's count)
+-- ARGV[5]  groups       the primary each shard's slot is on, one small number
+--                       per shard, comma-separated ("0,0,1,..."; all "0" on
+--                       a single node)
+-- ARGV[6]  most         most sites the record holds
+-- ARGV[7..] sites       pairs: site id, pin ("" or a shard index the site
+--                       must take when it has none yet)
+-- Reply: {shard1, shard2, ...}: each site's shard, in ARGV order; -1 for a
+--        site that has none and did not fit under most
 --
 -- How a site with no placement is placed:
---   a pin                 -> the pinned shard (relay migrate; tests)
---   layout v2             -> its hash shard: what relays of layout v2, which
---                            know no record, compute for it, so old and new
---                            relays agree during a rolling upgrade
---   layout v3             -> balanced: the primary with the fewest sites,
+--   a pin                 -> the pinned shard (tests)
+--   otherwise             -> balanced: the primary with the fewest sites,
 --                            then its shard with the fewest sites, ties to
 --                            the lowest number (a round robin over shards
 --                            on a single node)
 
+local layout = KEYS[1]
+local place = KEYS[2]
+local placen = KEYS[3]
 local n = tonumber(ARGV[4])
-local version = redis.call('HGET', KEYS[1], 'version')
-if not version then
+local groups = ARGV[5]
+local most = tonumber(ARGV[6])
+local sites = tail(ARGV, 7)
+
+if redis.call('EXISTS', layout) == 0 then
   return redis.error_reply('ERR relay: no layout record')
 end
-if tonumber(redis.call('HGET', KEYS[1], 'shards')) ~= n then
-  return redis.error_reply('ERR relay: shard count differs from the layout record')
+if tonumber(redis.call('HGET', layout, 'shards')) ~= n then
+  return redis.error_reply('ERR relay: shard count differs from groups layout record')
 end
 
 local group = {}
 local i = 0
-for g in string.gmatch(ARGV[5], '[^,]+') do
+for g in string.gmatch(groups, '[^,]+') do
   group[i] = tonumber(g)
   i = i + 1
 end
 if i ~= n then
-  return redis.error_reply('ERR relay: ARGV[5] names ' .. i .. ' shards, want ' .. n)
+  return redis.error_reply('ERR relay: the groups name ' .. i .. ' shards, want ' .. n)
 end
 
 -- Per-shard counts, read once and kept current below.
@@ -64,7 +66,7 @@ local function counts()
   for s = 0, n - 1 do
     f[#f + 1] = tostring(s)
   end
-  local v = redis.call('HMGET', KEYS[3], unpack(f))
+  local v = redis.call('HMGET', placen, unpack(f))
   for s = 0, n - 1 do
     count[s] = tonumber(v[s + 1]) or 0
   end
@@ -94,29 +96,27 @@ end
 
 local size = nil
 local out = {}
-for a = 8, #ARGV, 3 do
-  local site, hashed, pin = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
-  local got = redis.call('HGET', KEYS[2], site)
+for a = 1, #sites, 2 do
+  local site, pin = sites[a], sites[a + 1]
+  local got = redis.call('HGET', place, site)
   if got then
     out[#out + 1] = tonumber(got)
   else
-    size = size or redis.call('HLEN', KEYS[2])
-    if size >= tonumber(ARGV[6]) then
+    size = size or redis.call('HLEN', place)
+    if size >= most then
       out[#out + 1] = -1
     else
       local s
       if pin ~= '' then
         s = tonumber(pin)
-      elseif version == '2' then
-        s = hashed
       else
         s = balanced()
       end
       if s == nil or s < 0 or s >= n then
         return redis.error_reply('ERR relay: placement out of range')
       end
-      redis.call('HSET', KEYS[2], site, s)
-      redis.call('HINCRBY', KEYS[3], s, 1)
+      redis.call('HSET', place, site, s)
+      redis.call('HINCRBY', placen, s, 1)
       local c = counts()
       c[s] = c[s] + 1
       size = size + 1
@@ -125,9 +125,4 @@ for a = 8, #ARGV, 3 do
   end
 end
 
-if ARGV[7] == '1' and version == '2' then
-  redis.call('HSET', KEYS[1], 'version', '3', 'v2', '1')
-  version = '3'
-end
-table.insert(out, 1, tonumber(version))
 return out

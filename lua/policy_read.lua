@@ -5,18 +5,30 @@
 --
 -- mode: write (reads TIME, which a read-only script may not everywhere; writes nothing)
 -- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
--- KEYS[1]  pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)   KEYS[2]  pol:p (SET ⟨S⟩:⟨U⟩ paused)
--- KEYS[3]  pol:t:⟨O⟩ (SET ⟨U⟩ members)              KEYS[4]  pol:d (HASH ⟨S⟩ -> purposes JSON)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  ⟨S⟩:⟨U⟩   ARGV[5]  ⟨U⟩   ARGV[6]  ⟨S⟩
+-- KEYS[1]  consents    pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)
+-- KEYS[2]  paused      pol:p (SET ⟨S⟩:⟨U⟩ paused)
+-- KEYS[3]  team        pol:t:⟨O⟩ (SET ⟨U⟩ members)
+-- KEYS[4]  declared    pol:d (HASH ⟨S⟩ -> purposes JSON)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  consent     ⟨S⟩:⟨U⟩
+-- ARGV[5]  user        ⟨U⟩
+-- ARGV[6]  site        ⟨S⟩
 -- Reply: {mappings JSON or false (no consent), paused 0|1, member 0|1,
 --         purposes JSON or false (declares everything), now ms}
 
+local consents = KEYS[1]
+local paused = KEYS[2]
+local team = KEYS[3]
+local declared = KEYS[4]
+local consent = ARGV[4]
+local user = ARGV[5]
+local site = ARGV[6]
+
 local now = fmt(clock())
 return {
-  redis.call('HGET', KEYS[1], ARGV[4]),
-  redis.call('SISMEMBER', KEYS[2], ARGV[4]),
-  redis.call('SISMEMBER', KEYS[3], ARGV[5]),
-  redis.call('HGET', KEYS[4], ARGV[6]),
+  redis.call('HGET', consents, consent),
+  redis.call('SISMEMBER', paused, consent),
+  redis.call('SISMEMBER', team, user),
+  redis.call('HGET', declared, site),
   now,
 }

@@ -6,12 +6,15 @@
 --
 -- mode: write
 -- slot: every key is fleet-wide ("<ns>:{<ns>}:"), one slot by construction
--- KEYS[1]  pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)   KEYS[2]  pol:p (SET ⟨S⟩:⟨U⟩)
--- KEYS[3]  pol:towners (SET ⟨O⟩)   KEYS[4]  pol:d (HASH ⟨S⟩ -> purposes JSON)
--- KEYS[5]  pol:v (STR version)     team sets pol:t:⟨O⟩ are named from the prefix
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  "replace" (drop the whole policy first) or "merge"
--- then five sections, each a count followed by its items:
+-- KEYS[1]  consents     pol:c (HASH ⟨S⟩:⟨U⟩ -> mappings JSON)
+-- KEYS[2]  pause_set    pol:p (SET ⟨S⟩:⟨U⟩)
+-- KEYS[3]  team_owners  pol:towners (SET ⟨O⟩); team sets pol:t:⟨O⟩ are named
+--                       from the prefix
+-- KEYS[4]  declared     pol:d (HASH ⟨S⟩ -> purposes JSON)
+-- KEYS[5]  version      pol:v (STR version)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  mode         "replace" (drop the whole policy first) or "merge"
+-- ARGV[5..] sections    five sections, each a count followed by its items:
 --   consents  n, then n × (⟨S⟩:⟨U⟩, mappings JSON, paused "0"|"1")
 --             (writing a consent sets or clears its pause)
 --   revokes   n, then n × ⟨S⟩:⟨U⟩          (the consent and its pause go)
@@ -24,19 +27,27 @@
 -- again as it is, a pause of a paused consent) writes nothing and keeps
 -- it, changed 0, as the projection's empty merge does.
 
+local consents = KEYS[1]
+local pause_set = KEYS[2]
+local team_owners = KEYS[3]
+local declared = KEYS[4]
+local version = KEYS[5]
+local mode = ARGV[4]
+local sections = tail(ARGV, 5)
+
 local function team(eo) return P .. 'pol:t:' .. eo end
 
-local changed = ARGV[4] == 'replace'
+local changed = mode == 'replace'
 if changed then
-  for _, eo in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  for _, eo in ipairs(redis.call('SMEMBERS', team_owners)) do
     redis.call('DEL', team(eo))
   end
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', consents, pause_set, team_owners, declared)
 end
 
-local i = 5
+local i = 1
 local function take()
-  local v = ARGV[i]
+  local v = sections[i]
   i = i + 1
   return v
 end
@@ -49,31 +60,31 @@ end
 local n = tonumber(take())
 for _ = 1, n do
   local f, m, paused = take(), take(), take()
-  if redis.call('HGET', KEYS[1], f) ~= m then
-    redis.call('HSET', KEYS[1], f, m)
+  if redis.call('HGET', consents, f) ~= m then
+    redis.call('HSET', consents, f, m)
     changed = true
   end
   if paused == '1' then
-    mark(redis.call('SADD', KEYS[2], f))
+    mark(redis.call('SADD', pause_set, f))
   else
-    mark(redis.call('SREM', KEYS[2], f))
+    mark(redis.call('SREM', pause_set, f))
   end
 end
 
 n = tonumber(take())
 for _ = 1, n do
   local f = take()
-  mark(redis.call('HDEL', KEYS[1], f))
-  mark(redis.call('SREM', KEYS[2], f))
+  mark(redis.call('HDEL', consents, f))
+  mark(redis.call('SREM', pause_set, f))
 end
 
 n = tonumber(take())
 for _ = 1, n do
   local f, on = take(), take()
   if on == '1' then
-    mark(redis.call('SADD', KEYS[2], f))
+    mark(redis.call('SADD', pause_set, f))
   else
-    mark(redis.call('SREM', KEYS[2], f))
+    mark(redis.call('SREM', pause_set, f))
   end
 end
 
@@ -108,9 +119,9 @@ for _ = 1, n do
     end
   end
   if size > 0 then
-    mark(redis.call('SADD', KEYS[3], eo))
+    mark(redis.call('SADD', team_owners, eo))
   else
-    mark(redis.call('SREM', KEYS[3], eo))
+    mark(redis.call('SREM', team_owners, eo))
   end
 end
 
@@ -119,11 +130,11 @@ for _ = 1, n do
   local eo, eu, on = take(), take(), take()
   if on == '1' then
     mark(redis.call('SADD', team(eo), eu))
-    mark(redis.call('SADD', KEYS[3], eo))
+    mark(redis.call('SADD', team_owners, eo))
   else
     mark(redis.call('SREM', team(eo), eu))
     if redis.call('SCARD', team(eo)) == 0 then
-      mark(redis.call('SREM', KEYS[3], eo))
+      mark(redis.call('SREM', team_owners, eo))
     end
   end
 end
@@ -131,13 +142,13 @@ end
 n = tonumber(take())
 for _ = 1, n do
   local es, purposes = take(), take()
-  if redis.call('HGET', KEYS[4], es) ~= purposes then
-    redis.call('HSET', KEYS[4], es, purposes)
+  if redis.call('HGET', declared, es) ~= purposes then
+    redis.call('HSET', declared, es, purposes)
     changed = true
   end
 end
 
 if not changed then
-  return {tonumber(redis.call('GET', KEYS[5])) or 0, 0}
+  return {tonumber(redis.call('GET', version)) or 0, 0}
 end
-return {redis.call('INCR', KEYS[5]), 1}
+return {redis.call('INCR', version), 1}

@@ -5,26 +5,30 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  pidx
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  exclusive lower bound ("-inf" for the first page, else "(<counter>")
--- ARGV[5]  most index entries examined
--- ARGV[6]  byte budget: the page ends after the record that reaches it (a
---          record holds up to its runner's advertised lists, bounded by
---          the store, so a page is about this budget plus one record)
+-- KEYS[1]  index
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  exclusive   lower bound ("-inf" for the first page, else "(<counter>")
+-- ARGV[5]  limit       most index entries examined
+-- ARGV[6]  budget      byte budget: the page ends after the record that reaches it (a
+--                       record holds up to its runner's advertised lists, bounded by
+--                       the store, so a page is about this budget plus one record)
 -- Reply: {cursor: counter of the last entry examined, "" when the index is
 --         exhausted; flat hashes..., each ending with '_seq', its first-seen
 --         number (Go merges the shards' listings by it)}
 
-local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local index = KEYS[1]
+local exclusive = ARGV[4]
+local limit = tonumber(ARGV[5])
+local budget = tonumber(ARGV[6])
+
 local bytes = 0
-local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+local page = redis.call('ZRANGEBYSCORE', index, exclusive, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {''}
 for i = 1, #page, 2 do
   out[1] = page[i + 1]
   local rec = redis.call('HGETALL', P .. 'p:' .. page[i])
   if #rec == 0 then
-    redis.call('ZREM', KEYS[1], page[i])
+    redis.call('ZREM', index, page[i])
   else
     rec[#rec + 1] = '_seq'
     rec[#rec + 1] = page[i + 1]

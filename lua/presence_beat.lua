@@ -16,10 +16,10 @@
 -- every tick was a third of an idle heartbeat's commands, so the record
 -- remembers when rsh last held none (nr, the instant of that read, kept
 -- after the digest in ld as "<digest>:<nr>" so the same one read has it);
--- until ARGV[5] ms after it rsh is not read again and the answer is "".
+-- until stands ms after it rsh is not read again and the answer is "".
 -- Every grant drops nr in the same call that adds to rsh
 -- (runner_shards_add), so a new grant is seen on the next heartbeat; the
--- re-read after ARGV[5] bounds how late a grant written without dropping
+-- re-read after stands bounds how late a grant written without dropping
 -- nr (a relay of an earlier version, during a rolling upgrade) is seen. A
 -- shard in rsh whose latest grant deadline has passed holds nothing a
 -- heartbeat reports (cancel requests last until the job's deadline), so
@@ -30,31 +30,35 @@
 -- slot: KEYS[1]'s on a cluster (Go groups records by shard there); every other key is in KEYS, none is built
 --       from a prefix. On a server that is not a cluster Go sends the records of every shard in one call
 --       (internal/store batch.go groupByShard): the script reads and writes only the keys it is given.
--- per record i (from 0), 3 keys at KEYS[1+3i..3+3i]: p:<eR>, rsh:<eR>, and
---          ls, the retention index of the record's shard (lib/presence.lua
---          index_seen)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  ttl ms ("0": records never expire)
--- ARGV[5]  ms for which a read of rsh that found no live grant stands
--- then per record i, 2 values at ARGV[6+2i..7+2i]: the heartbeat digest
---          (of owner, device and the two lists), "1" to answer the rsh
---          record (else "")
+-- KEYS[1..] records     per record i (from 0), 3 keys at records[1+3i..3+3i]:
+--                       p:<eR>, rsh:<eR>, and ls, the retention index of the
+--                       record's shard (lib/presence.lua index_seen)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4]  ttl          ms ("0": records never expire)
+-- ARGV[5]  stands       ms for which a read of rsh that found no live grant stands
+-- ARGV[6..] values      per record i, 2 values at values[1+2i..2+2i]: the
+--                       heartbeat digest (of owner, device and the two
+--                       lists), "1" to answer the rsh record (else "")
 -- Reply: {lastSeenAt written (the call's one clock reading), then one entry
 --         per record, in order: 0 when it was not written, else the shard
 --         indexes of its rsh record, space-separated ("" when not asked,
 --         none, or none live)}
 
-local n = (#ARGV - 5) / 2
-if n < 1 or n > 64 or n ~= math.floor(n) or #KEYS ~= 3 * n then
+local records = tail(KEYS, 1)
+local ttl = ARGV[4]
+local stands = tonumber(ARGV[5])
+local values = tail(ARGV, 6)
+
+local n = #values / 2
+if n < 1 or n > 64 or n ~= math.floor(n) or #records ~= 3 * n then
   return redis.error_reply('ERR relay: presence_beat: KEYS and ARGV do not hold n records')
 end
 local at = clock()
 local now = fmt(at)
-local ttl, stands = ARGV[4], tonumber(ARGV[5])
 local out = {now}
 for i = 0, n - 1 do
-  local kp, a = KEYS[1 + 3 * i], 6 + 2 * i
-  local d = ARGV[a]
+  local kp, a = records[1 + 3 * i], 1 + 2 * i
+  local d = values[a]
   -- One read: ld is the heartbeat digest, alone or followed by ":" and
   -- nr (lib/presence.lua holds_digest); lx is when the retention index
   -- last took the record (index_seen).
@@ -64,8 +68,8 @@ for i = 0, n - 1 do
     out[i + 2] = 0
   else
     local shards, read, live = '', false, false
-    if ARGV[a + 1] == '1' and not (nr and at - nr < stands) then
-      local z = redis.call('ZRANGE', KEYS[2 + 3 * i], 0, -1, 'WITHSCORES')
+    if values[a + 1] == '1' and not (nr and at - nr < stands) then
+      local z = redis.call('ZRANGE', records[2 + 3 * i], 0, -1, 'WITHSCORES')
       local names = {}
       for j = 1, #z, 2 do
         names[#names + 1] = z[j]
@@ -81,7 +85,7 @@ for i = 0, n - 1 do
     else
       redis.call('HSET', kp, 'lastSeenAt', now)
     end
-    index_seen(kp, KEYS[3 + 3 * i], string.match(kp, '}:p:(.*)$'), f[2], now)
+    index_seen(kp, records[3 + 3 * i], string.match(kp, '}:p:(.*)$'), f[2], now)
     if ttl ~= '0' then
       redis.call('PEXPIRE', kp, ttl)
     end

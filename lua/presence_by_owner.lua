@@ -5,18 +5,21 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  po:⟨O⟩ (SET ⟨R⟩ of the owner's presence records)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  owner (raw)
+-- KEYS[1]  by_owner    po:⟨O⟩ (SET ⟨R⟩ of the owner's presence records)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  e_owner     (raw)
 -- Reply: array of capability matrices (raw JSON), one per live record
 
+local by_owner = KEYS[1]
+local e_owner = ARGV[4]
+
 local out = {}
-for _, er in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+for _, er in ipairs(redis.call('SMEMBERS', by_owner)) do
   local rec = redis.call('HMGET', P .. 'p:' .. er, 'owner', 'capabilities')
-  if rec[1] == ARGV[4] and rec[2] then
+  if rec[1] == e_owner and rec[2] then
     out[#out + 1] = rec[2]
   else
-    redis.call('SREM', KEYS[1], er)
+    redis.call('SREM', by_owner, er)
   end
 end
 return out

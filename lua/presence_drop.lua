@@ -4,16 +4,21 @@
 -- mode: write
 -- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  p:<eR>     KEYS[2]  pidx
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  eR
+-- KEYS[1]  record      p:<eR>
+-- KEYS[2]  index
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  e_runner
 -- Reply: 1
 
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local record = KEYS[1]
+local index = KEYS[2]
+local e_runner = ARGV[4]
+
+local owner = redis.call('HGET', record, 'owner')
 if owner then
-  redis.call('SREM', P .. 'po:' .. b64url(owner), ARGV[4])
+  redis.call('SREM', P .. 'po:' .. b64url(owner), e_runner)
 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[4])
-redis.call('ZREM', P .. 'ls', ARGV[4])
+redis.call('DEL', record)
+redis.call('ZREM', index, e_runner)
+redis.call('ZREM', P .. 'ls', e_runner)
 return 1

@@ -7,17 +7,19 @@
 -- mode: write
 -- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  ls (the shard's retention index; names the shard)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4..] eR of each runner (all on this shard; at most 256)
+-- KEYS[1]  retention_index  ls (the shard's retention index; names the shard)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4..] runners     eR of each runner (all on this shard; at most 256)
 -- Reply: the number of presence records deleted
 
-if #ARGV < 4 or #ARGV > 259 then
+local runners = tail(ARGV, 4)
+
+if #runners < 1 or #runners > 256 then
   return redis.error_reply('ERR relay: presence_forget: 1..256 runners')
 end
 local now = clock()
 local n = 0
-for i = 4, #ARGV do
-  n = n + forget_runner(P, ARGV[i], now)
+for _, e_runner in ipairs(runners) do
+  n = n + forget_runner(P, e_runner, now)
 end
 return n

@@ -12,26 +12,29 @@
 -- mode: write
 -- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  ls (ZSET eR -> last indexed instant, ms)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  retention ms (> 0)
--- ARGV[5]  most index entries examined (1..1000)
+-- KEYS[1]  retention_index  ls (ZSET eR -> last indexed instant, ms)
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  retention   retention ms (> 0)
+-- ARGV[5]  limit       most index entries examined (1..1000)
 -- Reply: {records forgotten, entries moved forward, 1 if more entries
 --         may be due (the limit was reached) else 0}
 
-local retention, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local retention_index = KEYS[1]
+local retention = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+
 if not retention or retention <= 0 or not limit or limit < 1 or limit > 1000 then
   return redis.error_reply('ERR relay: presence_reap: retention must be positive and the limit 1..1000')
 end
 local now = clock()
 local cut = now - retention
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(cut), 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', retention_index, '-inf', '(' .. fmt(cut), 'LIMIT', 0, limit)
 local gone, kept = 0, 0
 for _, eR in ipairs(due) do
   local kp = P .. 'p:' .. eR
   local seen = tonumber(redis.call('HGET', kp, 'lastSeenAt') or '')
   if seen and seen >= cut then
-    redis.call('ZADD', KEYS[1], fmt(seen), eR)
+    redis.call('ZADD', retention_index, fmt(seen), eR)
     redis.call('HSET', kp, 'lx', fmt(seen))
     kept = kept + 1
   else

@@ -14,23 +14,32 @@
 -- mode: write
 -- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  p:<eR>     KEYS[2]  pidx (eR -> insertion counter)   KEYS[3]  pseq
--- KEYS[4]  po:<eO> (the owner's records, for presence_by_owner; an entry
---          under the wrong owner or of a gone record is dropped there)
--- KEYS[5]  rsh:<eR> (optional; see above)
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  eR   ARGV[5]  runnerId   ARGV[6]  owner   ARGV[7]  device (raw JSON)
--- ARGV[8]  capabilities (raw JSON)  ARGV[9]  withheld (raw JSON)
--- ARGV[10] ttl ms ("0": records never expire, as in the reference)
--- ARGV[11] the heartbeat digest of ARGV[6..9] (computed by the caller),
---          kept as ld for presence_beat
--- ARGV[12] "1": the record must exist with owner ARGV[6] and device ARGV[7]
---          (else "")
+-- KEYS[1]  record       p:<eR>
+-- KEYS[2]  index        pidx (eR -> insertion counter)
+-- KEYS[3]  seq_key      pseq
+-- KEYS[4]  by_owner     po:<eO> (the owner's records, for presence_by_owner;
+--                       an entry under the wrong owner or of a gone record is
+--                       dropped there)
+-- KEYS[5]  rsh          rsh:<eR> (optional; see above)
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4..] heartbeat   nine values: eR, runnerId, owner, device (raw JSON),
+--                       capabilities (raw JSON), withheld (raw JSON), ttl ms
+--                       ("0": records never expire, as in the reference),
+--                       the heartbeat digest of owner, device and the lists
+--                       (computed by the caller, kept as ld for
+--                       presence_beat), the condition ("1": the record must
+--                       exist with this owner and device, else "")
 -- Reply: the record as a flat hash without capabilities and withheld (the
--- caller has them: they are ARGV[8] and ARGV[9]), so a heartbeat does not
--- copy its own lists back; under ARGV[12]'s condition only lastSeenAt
--- (runnerId, owner and device are the caller's own); with KEYS[5], one
--- more field "rsh": the shard indexes of that record, space-separated.
--- Empty when ARGV[12]'s condition does not hold.
+-- caller has them), so a heartbeat does not copy its own lists back; under
+-- the condition only lastSeenAt (runnerId, owner and device are the
+-- caller's own); with rsh, one more field "rsh": the shard indexes of that
+-- record, space-separated. Empty when the condition does not hold.
 
-return seen_record(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], 4, fmt(clock()))
+local record = KEYS[1]
+local index = KEYS[2]
+local seq_key = KEYS[3]
+local by_owner = KEYS[4]
+local rsh = KEYS[5]
+local heartbeat = tail(ARGV, 4)
+
+return seen_record(record, index, seq_key, by_owner, rsh, heartbeat, 1, fmt(clock()))

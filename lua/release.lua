@@ -5,20 +5,27 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease      KEYS[2]  held:<eR> (all on the leases' shard: Go groups leases by the
---          shard their id names; job records are built from KEYS[1]'s prefix)
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  runnerId   ARGV[5]  reason ("" for none)
--- ARGV[6]  retryAfter (absolute ms on the caller's clock, "" for none)
--- ARGV[7]  n (at most store.GrantChunk, 32), then n pairs: eJ, leaseId
+-- KEYS[1]  lease        the lease index (on the leases' shard: Go groups leases
+--                       by the shard their id names; job records are built
+--                       from KEYS[1]'s prefix)
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  runner       the runner id
+-- ARGV[5]  reason       "" for none
+-- ARGV[6]  retry_after  absolute ms on the caller's clock, "" for none
+-- ARGV[7]  n            how many grants (at most store.GrantChunk, 32)
+-- ARGV[8..] grants      n pairs: eJ, leaseId
 -- Reply: {released: per pair in input order, "1" released or "0" skipped, reports}
 
-local runner, reason, retry_after = ARGV[4], ARGV[5], ARGV[6]
+local runner = ARGV[4]
+local reason = ARGV[5]
+local retry_after = ARGV[6]
 local n = tonumber(ARGV[7])
+local grants = tail(ARGV, 8)
+
 local now = clock()
 local released = {}
 for i = 0, n - 1 do
-  local e_job, lease_id = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+  local e_job, lease_id = grants[1 + 2 * i], grants[2 + 2 * i]
   -- Only the exact grant can be released: a fallback candidate always holds
   -- another lease, and the reference skips it.
   local m, h = resolve_exact(e_job, lease_id, now)

@@ -6,18 +6,23 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease      KEYS[2]  due (on the leases' shard, as for release)
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  runnerId   ARGV[5]  leaseMs
--- ARGV[6]  n (at most store.GrantChunk, 32), then n pairs: eJ, leaseId
+-- KEYS[1]  lease        the lease index (on the leases' shard, as for release)
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  runner       the runner id
+-- ARGV[5]  lease_ms     the lease length, ms
+-- ARGV[6]  n            how many grants (at most store.GrantChunk, 32)
+-- ARGV[7..] grants      n pairs: eJ, leaseId
 -- Reply: {outcomes: per pair in input order, the new expiry or "" (lost), reports}
 
-local runner, lease_ms = ARGV[4], tonumber(ARGV[5])
+local runner = ARGV[4]
+local lease_ms = tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
+local grants = tail(ARGV, 7)
+
 local now = clock()
 local renewed = {}
 for i = 0, n - 1 do
-  local e_job, lease_id = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local e_job, lease_id = grants[1 + 2 * i], grants[2 + 2 * i]
   local m, h = resolve_exact(e_job, lease_id, now)
   if m and h.cr == runner then
     h.ce = fmt(now + lease_ms)

@@ -17,15 +17,21 @@
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  fin:<eS>   KEYS[2]  epoch
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4]  exclusive lower seq bound ("-inf" for the first page, else "(<seq>")
--- ARGV[5]  most entries
+-- KEYS[1]  finished    fin:<eS>
+-- KEYS[2]  generation
+-- ARGV[1..3] common  prefix, offset, churn (unused)
+-- ARGV[4]  exclusive   lower seq bound ("-inf" for the first page, else "(<seq>")
+-- ARGV[5]  most        entries
 -- Reply: flat {epoch, eJ, seq, ...}; fewer than ARGV[5] pairs: the index is
 --        exhausted
 
-local out = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
-local epoch = redis.call('GET', KEYS[2])
+local finished = KEYS[1]
+local generation = KEYS[2]
+local exclusive = ARGV[4]
+local most = ARGV[5]
+
+local out = redis.call('ZRANGEBYSCORE', finished, exclusive, '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(most))
+local epoch = redis.call('GET', generation)
 if epoch then
   -- The embedded store answers no INFO section "replication" (and cannot
   -- fail over): its generation is the epoch alone.

@@ -3,40 +3,46 @@
 -- grants, and the runner's presence record forgets that rsh held none
 -- (nr, kept after the digest in field ld, see presence_beat), in one
 -- call: a heartbeat then reads rsh again, so the new grants' cancel
--- requests reach the daemon on its next beat. Written before the claim answers, so it exists before the daemon
--- can present any lease (store.md trap 36).
+-- requests reach the daemon on its next beat. Written before the claim
+-- answers, so it exists before the daemon can present any lease (store.md
+-- trap 36).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  rsh:<eR>   KEYS[2]  p:<eR>
--- ARGV[1..3] prefix, offset, churn (unused)
--- ARGV[4..] pairs: shard index, the latest deadline of its new grants (ms)
+-- KEYS[1]  shards       rsh:<eR>
+-- KEYS[2]  record       p:<eR>
+-- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[4..] by_shard   pairs: shard index, the latest deadline of its new grants (ms)
 -- Reply: the number of shards rsh gained
 
-if #ARGV < 5 or #ARGV % 2 ~= 1 then
+local shards = KEYS[1]
+local record = KEYS[2]
+local by_shard = tail(ARGV, 4)
+
+if #by_shard < 2 or #by_shard % 2 ~= 0 then
   return redis.error_reply('ERR relay: runner_shards_add: ARGV holds no shard and deadline pairs')
 end
 local args = {}
-for i = 4, #ARGV, 2 do
-  args[#args + 1] = ARGV[i + 1]
-  args[#args + 1] = ARGV[i]
+for i = 1, #by_shard, 2 do
+  args[#args + 1] = by_shard[i + 1]
+  args[#args + 1] = by_shard[i]
 end
-local added = redis.call('ZADD', KEYS[1], 'GT', unpack(args))
+local added = redis.call('ZADD', shards, 'GT', unpack(args))
 -- The record ends ten minutes after its latest deadline: nothing it
 -- names is reported past a deadline (cancel requests), and due jobs are
 -- forgotten within a sweep of theirs. So it ends even when its runner's
 -- presence record went first (reaped or forgotten between the claim's
 -- check and this call) and nothing else would delete it.
 local hi = 0
-for i = 5, #ARGV, 2 do
-  hi = math.max(hi, tonumber(ARGV[i]) or 0)
+for i = 2, #by_shard, 2 do
+  hi = math.max(hi, tonumber(by_shard[i]) or 0)
 end
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local last = redis.call('ZRANGE', shards, -1, -1, 'WITHSCORES')
 hi = math.max(hi, tonumber(last[2] or '') or 0)
-redis.call('PEXPIREAT', KEYS[1], fmt(hi + 600000))
-local ld = redis.call('HGET', KEYS[2], 'ld')
+redis.call('PEXPIREAT', shards, fmt(hi + 600000))
+local ld = redis.call('HGET', record, 'ld')
 local cut = ld and string.find(ld, ':', 1, true)
 if cut then
-  redis.call('HSET', KEYS[2], 'ld', string.sub(ld, 1, cut - 1))
+  redis.call('HSET', record, 'ld', string.sub(ld, 1, cut - 1))
 end
 return added

@@ -11,14 +11,21 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  j:<eS>:<eJ>   KEYS[2]  sb:<eS>
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  member <eS>:<eJ>   ARGV[5]  envelope (raw JSON)
--- ARGV[6]  most stored bytes of the site ("0": no limit)
+-- KEYS[1]  job         j:<eS>:<eJ>
+-- KEYS[2]  site_bytes      sb:<eS>
+-- ARGV[1..3] common  prefix, offset, churn flag
+-- ARGV[4]  m           member <eS>:<eJ>
+-- ARGV[5]  envelope    (raw JSON)
+-- ARGV[6]  max_bytes   most stored bytes of the site ("0": no limit)
 -- Reply: {'ready', reports} | {'not-found', reports} | {'too-late', was, reports}
 --        | {'site-limit', 'bytes', reports}
 
+local job = KEYS[1]
+local site_bytes = KEYS[2]
 local m = ARGV[4]
+local envelope = ARGV[5]
+local max_bytes = tonumber(ARGV[6])
+
 local now = clock()
 local h = core(m)
 if not h then
@@ -33,16 +40,15 @@ end
 if h.state ~= AWAITING then
   return {'too-late', h.state, REPORTS}
 end
-local max_bytes = tonumber(ARGV[6])
-if max_bytes > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') + #ARGV[5] > max_bytes then
+if max_bytes > 0 and tonumber(redis.call('GET', site_bytes) or '0') + #envelope > max_bytes then
   return {'site-limit', 'bytes', REPORTS}
 end
 local rec = {'state', READY}
-local size = blob_args('pl', ARGV[5], rec)
-redis.call('HSET', KEYS[1], unpack(rec))
+local size = blob_args('pl', envelope, rec)
+redis.call('HSET', job, unpack(rec))
 account(m, h.eS, size)
 move_state(m, AWAITING, READY)
-redis.call('HDEL', KEYS[1], 'au', 'sa')
+redis.call('HDEL', job, 'au', 'sa')
 leave_awaiting(h)
 h.state, h.au, h.sa = READY, nil, nil
 rescore(m, h)

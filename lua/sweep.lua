@@ -6,15 +6,18 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  due
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  batch size
+-- KEYS[1]  due_index
+-- ARGV[1..3] common  prefix, offset, churn flag
+-- ARGV[4]  batch_arg   size
 -- Reply: {requeued snapshots (after the requeue), removed snapshots (before
 --         the forget), reports, more (1|0)}. Snapshots are light: no payload
 --         or result ciphertext.
 
+local due_index = KEYS[1]
+local batch_arg = ARGV[4]
+
 local now = clock()
-local batch = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[4]))
+local batch = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, tonumber(batch_arg))
 local requeued, removed = {}, {}
 for _, m in ipairs(batch) do
   local outcome, snap = settle(m, now, true)
@@ -25,7 +28,7 @@ for _, m in ipairs(batch) do
   end
 end
 local more = 0
-if #redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, 1) > 0 then
+if #redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, 1) > 0 then
   more = 1
 end
 return {requeued, removed, REPORTS, more}

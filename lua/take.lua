@@ -8,13 +8,19 @@
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  lease      KEYS[2]  hid:<eR>
--- ARGV[1..3] prefix, offset, churn flag
--- ARGV[4]  eJ (base64url job id)      ARGV[5]  runnerId   ARGV[6]  eR
--- ARGV[7]  leaseId
+-- KEYS[1]  lease        the lease index (holds_bare reads hid:<eR> from P)
+-- ARGV[1..3] common  prefix, offset, flags
+-- ARGV[4]  e_job        base64url of the job id
+-- ARGV[5]  runner       the runner id
+-- ARGV[6]  e_runner     base64url of the runner id
+-- ARGV[7]  lease_id     the lease id
 -- Reply: {'ok', envelope (raw), reports} | {'refused', reason, reports}
 
-local e_job, runner, e_runner, lease_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local e_job = ARGV[4]
+local runner = ARGV[5]
+local e_runner = ARGV[6]
+local lease_id = ARGV[7]
+
 local now = clock()
 
 local m, h = resolve_exact(e_job, lease_id, now)

@@ -993,7 +993,7 @@ const subcommandUsage = `Usage:
   relay projection push [--merge] FILE|get|status  a running relay's projection, over its admin listener
   relay policy push [--merge] FILE|get|status      the same for the grant policy
   relay pairing show|approve|deny|unpair ...       approve a device by the code it shows
-  relay migrate [-drop-jobs]                       move a namespace to this version's key layout
+  relay migrate                                    move a namespace to this version's key layout
   relay healthcheck                                probe this relay's admin /healthz (exit 0 when up)
 Each subcommand takes -h for its own options.
 

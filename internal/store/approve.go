@@ -168,5 +168,5 @@ func (s *Store) DenyPairing(ctx context.Context, userCode string) error {
 }
 
 func (s *Store) userCodeKeys() []string {
-	return []string{s.k.pairing("u"), s.k.pairing("d"), s.k.pairing("x"), s.k.pairing("ok")}
+	return []string{s.k.pairing("u"), s.k.pairing("ok")}
 }

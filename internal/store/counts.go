@@ -27,44 +27,31 @@ func (c StateCounts) ActiveLeases() int64 {
 }
 
 // Counts reads the per-state job counts, for the relay_jobs and
-// relay_leases_active gauges: per shard, one HMGET of the state counters
-// (move_state in lib/store.lua) and one SCARD per state of the sets layout
-// v2 counted in (jobs written before v3 leave them as they change state),
-// pipelined (single-key commands, so a cluster routes each to its shard).
+// relay_leases_active gauges: one HMGET of each shard's state counters
+// (move_state in lib/store.lua), pipelined (single-key commands, so a
+// cluster routes each to its shard).
 func (s *Store) Counts(ctx context.Context) (StateCounts, error) {
 	states := []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone}
-	per := 1 + len(states)
-	cmds := make([]valkey.Completed, 0, per*len(s.k.shards))
+	cmds := make([]valkey.Completed, 0, len(s.k.shards))
 	for sh := range s.k.shards {
 		cmds = append(cmds, s.c.B().Hmget().Key(s.k.stateCounts(sh)).Field(states...).Build())
-		for _, st := range states {
-			cmds = append(cmds, s.c.B().Scard().Key(s.k.state(sh, st)).Build())
-		}
 	}
 	var vals [5]int64
-	for i, r := range s.doMulti(ctx, "counts", cmds...) {
-		if i%per == 0 {
-			got, err := r.ToArray()
-			if err != nil || len(got) != len(states) {
-				return StateCounts{}, fmt.Errorf("counts: %d counters (%w)", len(got), err)
-			}
-			for j, g := range got {
-				if g.IsNil() {
-					continue
-				}
-				n, err := g.AsInt64()
-				if err != nil {
-					return StateCounts{}, fmt.Errorf("counts: %w", err)
-				}
-				vals[j] += n
-			}
-			continue
+	for _, r := range s.doMulti(ctx, "counts", cmds...) {
+		got, err := r.ToArray()
+		if err != nil || len(got) != len(states) {
+			return StateCounts{}, fmt.Errorf("counts: %d counters (%w)", len(got), err)
 		}
-		n, err := r.AsInt64()
-		if err != nil {
-			return StateCounts{}, fmt.Errorf("counts: %w", err)
+		for j, g := range got {
+			if g.IsNil() {
+				continue
+			}
+			n, err := g.AsInt64()
+			if err != nil {
+				return StateCounts{}, fmt.Errorf("counts: %w", err)
+			}
+			vals[j] += n
 		}
-		vals[i%per-1] += n
 	}
 	return StateCounts{Queued: vals[0], AwaitingPayload: vals[1], Ready: vals[2], Running: vals[3], Done: vals[4]}, nil
 }

@@ -78,24 +78,17 @@
 // only read, or write to jobs that must exist (seal, cancel), never place:
 // on a cache miss they read the record (one HMGET, no script), and a site
 // it does not name has no keys yet, so they read its hash shard and find
-// nothing (or, in a v2 namespace, what v2 relays wrote there).
+// nothing.
 //
-// How a new site is placed depends on the layout version, read inside the
-// same script:
-//
-//   - v3 (new namespaces): balanced. Go passes which primary serves each
-//     shard's slot (CLUSTER SLOTS, cached 30 s; every shard on one node
-//     when the server is not a cluster), and "placen" keeps the number of
-//     sites per shard; the script takes the primary with the fewest sites,
-//     then its shard with the fewest, ties to the lowest number. So 12
-//     sites on 3 primaries land 4-4-4 (TestNewSitesBalance), and on a
-//     single node sites go round robin over the shards. Sites count alike:
-//     placement balances sites, not their traffic. A reshard that moves
-//     slots changes where later sites go, never where placed ones are.
-//   - v2 (a namespace written by relays of layout v2, opened only by
-//     Migrate, see Layout versions): the site's hash shard,
-//     HMAC-SHA256(salt, "site", id) mod Shards, exactly what those relays
-//     computed without any record.
+// A new site is placed balanced. Go passes which primary serves each
+// shard's slot (CLUSTER SLOTS, cached 30 s; every shard on one node when
+// the server is not a cluster), and "placen" keeps the number of sites per
+// shard; the script takes the primary with the fewest sites, then its
+// shard with the fewest, ties to the lowest number. So 12 sites on 3
+// primaries land 4-4-4 (TestNewSitesBalance), and on a single node sites
+// go round robin over the shards. Sites count alike: placement balances
+// sites, not their traffic. A reshard that moves slots changes where later
+// sites go, never where placed ones are.
 //
 // Why a record of its own and not the projection: every site the relay
 // serves is in the projection, but the store is used without one (the
@@ -142,10 +135,6 @@
 //	                             replication id (new after a failover) it names
 //	                             the data generation, which caches keyed by seq
 //	                             check (results)
-//	all                    ZSET  m -> seq, every job: written until 2026-12-01
-//	                             (about 170 B a job); forget still removes
-//	                             the entries of jobs enqueued before. Jobs
-//	                             finds every job by a ZSCAN of due instead
 //	q:⟨S⟩:⟨O⟩:⟨K⟩:⟨A⟩      ZSET  ⟨J⟩ -> seq: queued, not cancelled, not sticky,
 //	                             not quarantined; per site, job owner, kind,
 //	                             audience (the ready queues)
@@ -160,9 +149,6 @@
 //	                             minimum of the deadline, awaitingUntil (when
 //	                             awaiting) and the lease expiry (ready, running)
 //	lease                  HASH  leaseId -> m: current grants, done included
-//	held:⟨R⟩               ZSET  m -> seq: the grants of hid:⟨R⟩ again, by seq;
-//	                             written until 2026-12-01 (about 170 B a
-//	                             grant), dropped with its grant since
 //	hid:⟨R⟩                ZSET  "⟨J⟩:⟨S⟩" -> 0: the bare-id probe of §2.0;
 //	                             ZRANGEBYLEX [⟨J⟩: (⟨J⟩; answers "does R hold
 //	                             some job with bare id J" on this shard. Every
@@ -179,10 +165,6 @@
 //	stc                    HASH  state -> jobs here in that state; metrics
 //	                             only (Counts), never decisions; kept by
 //	                             move_state in the script of each change
-//	st:<state>             SET   layout v2's form of the same: m of each job
-//	                             here in that state. v3 never adds to it; a
-//	                             job still in it leaves it instead of the
-//	                             counter (Counts adds both)
 //	sl:⟨S⟩                 SET   ⟨J⟩ of the site's live jobs (not done, not
 //	                             cancelled): the jobs limit is its SCARD
 //	sb:⟨S⟩                 STR   bytes of the site's stored stubs, payloads and
@@ -221,9 +203,7 @@
 //
 // Fleet-wide ("<ns>:{<ns>}:"):
 //
-//	layout                 HASH  version (3; 2 in a namespace v2 relays wrote),
-//	                             shards, salt (hex); v2 "1" when relay migrate
-//	                             moved it from layout v2
+//	layout                 HASH  version (LayoutVersion), shards, salt (hex)
 //	place                  HASH  site id (raw) -> shard: the placement record,
 //	                             written once per site (lua/place.lua)
 //	placen                 HASH  shard -> sites placed there (balancing)
@@ -383,8 +363,7 @@
 // found no grant whose deadline is ahead (cancel requests last until the
 // job's deadline, so such a set reports nothing), and every grant drops
 // it in the call that writes rsh:⟨R⟩ (runner_shards_add), so a new grant
-// is seen on the next beat; only a grant of a relay older than this
-// layout of ld waits for the recheck. With
+// is seen on the next beat. With
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
 // heartbeats arriving within the window go out as one pipelined DoMulti
 // in which the heartbeats of one shard and form share one presence_beat
@@ -421,26 +400,22 @@
 //
 // Job hash fields: stub (raw bytes Go wrote); dl (deadline), seq, state;
 // eO eK eA (encoded key parts, so a script can rebuild a discovered job's
-// index keys; eS and eJ come from the member, layout v2 also stored them;
-// records of layouts before v4 also hold id, site, owner, kind and aud raw,
-// which nothing reads: scripts answer ids, owners and kinds encoded and Go
-// decodes them); while claimed: cr, ecr
+// index keys; eS and eJ come from the member; no raw id, site, owner, kind
+// or audience: scripts answer them encoded and Go decodes them); while
+// claimed: cr, ecr
 // (runner, raw and encoded), co (device owner), cd (device JSON), cl (lease
 // id), ce (lease expiry); au (awaitingUntil), sa (sealAttempts), ro, ero
 // (reofferTo), cx (cancelled), pl (payload), rs (result), dp (disposition),
 // bad (quarantined), by (bytes of stub, pl and rs counted in sb:⟨S⟩). Blobs
 // are stored as the exact bytes Go produced; Lua never re-encodes them
-// (cjson is used only to validate stubs). Since layout v3 a blob (stub, pl,
-// rs, cd) of 65 bytes to 4 KiB is stored in 64-byte slices: in v4 under
-// numbered fields, the blob's base (stub 100, cd 200, pl 300, rs 400)
-// holding its length and base+1 … base+n the slices, which a listpack
-// stores as small integers; in v3 ⟨name⟩# and ⟨name⟩.1 … ⟨name⟩.n
-// (lua/lib/blob.lua reads both, and a record may hold both: a v3 stub
-// beside a v4 result), so a
-// record's every value fits Valkey's compact hash encoding (listpack, while
+// (cjson is used only to validate stubs). A blob (stub, pl, rs, cd) of 65
+// bytes to 4 KiB is stored in 64-byte slices under numbered fields, the
+// blob's base (stub 100, cd 200, pl 300, rs 400) holding its length and
+// base+1 … base+n the slices, which a listpack stores as small integers
+// (lua/lib/blob.lua), so a record's every value fits Valkey's compact hash encoding (listpack, while
 // values are at most hash-max-listpack-value, 64 by default): a queued
 // record then takes about half the memory of the same fields in a hash
-// table (BenchmarkJobMemory). Readers take v2's whole blobs too.
+// table (BenchmarkJobMemory).
 //
 // Indexes hold memberships, never counters: the unsealed cap is the size of
 // uns:⟨S⟩:⟨O⟩ after verifying each member against its record, and any index
@@ -500,45 +475,15 @@
 // # Layout versions
 //
 // The layout record (fleet-wide "layout") names the version the namespace
-// is in (LayoutVersion, 4, for a new one). Version 4 differs from 3 only in
-// its job records (compact: see Job hash fields above). A v4 store reads
-// v2, v3 and v4 records alike, and serves a v3 namespace as it is, writing
-// v3's form while the record says 3, so v3 and v4 relays run side by side
-// during a rolling upgrade. Migrate (`relay migrate`, which refuses while a
-// replica's heartbeat record does not say it reads v4) moves the record to
-// 4 (lua/layout_move.lua) and nothing else; each Store serving a v3
-// namespace reads the record again every layoutRecheck (10 s) and writes
-// compact records from then on (the scripts learn it from the fourth flag
-// of ARGV[3]). A v3 relay refuses a v4 namespace at start.
-//
-// Version 2 had the same keys with job records holding their blobs whole, state sets st:<state>, and no placement record
-// (sites on their hash shard). A v3 store reads v2 job records and state
-// sets as they are, but a v2 relay can neither read v3 records nor knows
-// the placement record, so a namespace whose record says 2 is refused by
-// New (ErrOlderLayout) until Migrate (`relay migrate`), run once the v2
-// relays are stopped, moves it: it reads each shard's due index (every job
-// is in it), pins every site with stored jobs to the shard holding them (refusing,
-// with nothing moved, a site whose jobs disagree with its record), and
-// turns the record to v3, marked v2=1, in the last placement script;
-// nothing else moves (this version's Migrate then moves it on to 4). A v2
-// relay started on a v3 namespace refuses to start (its message names both
-// versions), and this one refuses a newer layout than its own.
-//
-// Within v3, relays since 2026-12-01 write two indexes fewer per job: "all"
-// (every job; Jobs scans "due" instead) and held:⟨R⟩ (a runner's grants by
-// seq; the device page reads hid:⟨R⟩, which holds the same grants). About
-// 170 B each (BenchmarkJobMemory). Nothing routes by either, so the record
-// and version stay as they were: entries written before leave with their
-// jobs (forget and drop_grant still remove them), and a relay of the
-// earlier v3 running beside these decides exactly as before; only its
-// debug job list and device page miss what the newer relays wrote.
-//
-// A namespace with keys of the single-slot layout
-// v1 (seq, all, due, lease, pidx, pseq or epoch under "<ns>:{<ns>}:") and no
-// record is refused by New with ErrLegacyLayout, whose message says how to
-// move it: Migrate (`relay migrate`) once the old relays have drained its
-// jobs, or with dropJobs. Pairing codes, the projection, approvals and the
-// policy kept their keys and carry over.
+// is in: LayoutVersion, written with the record when the first relay
+// starts on a new namespace. New refuses any other version with ErrLayout,
+// whose message gives the steps: a newer one needs a newer relay; an
+// older one `relay migrate` (Migrate) once the older relays are stopped,
+// if this relay has steps leading from it, else a new namespace. Migrate
+// runs each registered step (migrations, keyed by the version it moves
+// from; none yet, as 4 is the first layout a release wrote), recording
+// each version as it is reached (lua/layout_move.lua), and refuses while a
+// live replica's heartbeat record says it reads an older layout.
 //
 // Requirements: Redis 7.0+ or Valkey 7.2+ (FCALL_RO or EVALSHA_RO,
 // effect-replicated scripts calling TIME), or the embedded miniredis of

@@ -368,7 +368,7 @@ func pinnedSite(s *Store, prefix string, sh int) string {
 		if _, ok := s.k.place.get(id); ok {
 			continue
 		}
-		if _, err := s.place(context.Background(), []string{id}, map[string]int{id: sh}, false); err != nil {
+		if err := s.place(context.Background(), []string{id}, map[string]int{id: sh}); err != nil {
 			panic(err)
 		}
 		if s.k.siteShard(id) == sh {

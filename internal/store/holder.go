@@ -44,7 +44,7 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 	if !ok {
 		return TakeResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
-	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
+	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh)},
 		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
 	if err != nil {
 		return TakeResult{}, fmt.Errorf("take payload: %w", err)
@@ -139,7 +139,7 @@ func (s *Store) Complete(ctx context.Context, in CompleteInput) (CompleteResult,
 	if !ok {
 		return CompleteResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
-	msg, err := s.run(ctx, scComplete, []string{s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)},
+	msg, err := s.run(ctx, scComplete, []string{s.k.lease(sh)},
 		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete: %w", err)
@@ -207,7 +207,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 			for _, i := range chunk {
 				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
-			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh), s.k.held(sh, in.RunnerID)}, args...)
+			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh)}, args...)
 			if err != nil {
 				return nil, fmt.Errorf("release: %w", err)
 			}
@@ -277,7 +277,7 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 			for _, i := range chunk {
 				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
-			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh), s.k.due(sh)}, args...)
+			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh)}, args...)
 			if err != nil {
 				return res, fmt.Errorf("renew: %w", err)
 			}

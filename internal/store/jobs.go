@@ -85,8 +85,7 @@ func (s *Store) enqueueCall(siteID string, st protocol.JobStub, stub []byte) (ke
 	keys = []string{s.k.job(siteID, st.ID), s.k.seq(sh),
 		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(sh), s.k.epoch(sh),
 		s.k.siteLive(siteID), s.k.siteBytes(siteID), s.k.siteRate(siteID)}
-	args = []string{member(siteID, st.ID), st.ID, siteID, string(stub),
-		st.Owner, st.Kind, st.Audience, strconv.FormatInt(st.DeadlineAt, 10),
+	args = []string{member(siteID, st.ID), string(stub), strconv.FormatInt(st.DeadlineAt, 10),
 		enc(siteID), enc(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience), s.epochCandidate()}
 	return keys, append(args, limitArgs(s.opts.SiteLimits.For(siteID))...)
 }
@@ -205,9 +204,7 @@ func (s *Store) snapshotPages(ctx context.Context, op Script, key string, args .
 
 // Jobs lists every job in insertion order (debug page). O(N), read shard
 // by shard: a ZSCAN of the shard's due index finds its jobs (every job has a
-// deadline, so every job is in it; layout v3 before 2026-12-01 also kept an
-// index "all" of them, which cost about 170 B a job and is no longer
-// written), their snapshots are read in batches, and the whole is ordered
+// deadline, so every job is in it), their snapshots are read in batches, and the whole is ordered
 // by first-enqueue order (seq compares across shards: see next_seq in
 // lua/lib/common.lua). Not a point-in-time view: a job present for the
 // whole call is listed once, one enqueued or forgotten meanwhile may or may

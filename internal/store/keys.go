@@ -17,8 +17,8 @@ import (
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 // dec reverses enc: scripts answer ids, owners and kinds in the encoded
-// form the keys and records hold (records since layout v4 keep no raw id,
-// site, owner, kind or audience).
+// form the keys and records hold (records keep no raw id, site, owner,
+// kind or audience).
 func dec(what, e string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(e)
 	if err != nil {
@@ -28,34 +28,11 @@ func dec(what, e string) (string, error) {
 }
 
 // LayoutVersion is the key layout this store reads and writes (mode S,
-// sharded by site). Version 1 was the single-slot layout (mode G), which
-// had no layout record; see Migrate. Version 2 had the same keys with job
-// records holding their blobs whole, state sets st:<state>, and each site
-// on its hash shard. Version 3 slices blobs so records stay listpacks,
-// counts states in stc, and places sites by the placement record
-// (placement.go). A v3 store reads v2 records as they are, but a v2 relay
-// can neither read v3 records nor knows the placement record, so the
-// record says 3 only once `relay migrate` wrote it. Version 4 has the same
-// keys; its job records keep no raw id, site, owner, kind or audience and
-// name blob slices by number (compact records, lib/blob.lua). This store
-// reads every record of v2, v3 and v4, and writes v4's form once the
-// namespace's record says 4: a v3 namespace stays v3 (and relays of both
-// versions serve it together, a rolling upgrade) until `relay migrate`
-// moves the record to 4 with no v3 relay left.
+// sharded by site; doc.go), and the version its layout record says. A
+// namespace of any other version is refused at start (layout.go); a
+// layout change bumps it and registers the step that moves data from the
+// previous one (migrations).
 const LayoutVersion = 4
-
-// rollingLayout is the older layout this store serves as it is, writing
-// its records in that layout's form, until Migrate moves the record on.
-const rollingLayout = 3
-
-// compatLayout is the older layout whose data this store reads as it is:
-// Migrate pins its sites and rewrites the version once no relay of it is
-// left. Its sites sit on their hash shard (layoutHashPlaced).
-const compatLayout = 2
-
-// layoutHashPlaced is the layout whose sites sit on their hash shard
-// (relays of that version compute it; they know no placement record).
-const layoutHashPlaced = compatLayout
 
 // DefaultShards is the number of shards a new namespace is laid out over.
 // It is fixed for the life of the namespace (it is in the layout record):
@@ -184,7 +161,8 @@ func (k keys) placedShard(siteID string) (int, bool) {
 	return sh, ok
 }
 
-// siteHashShard is where layout v2 put a site: an HMAC of its id.
+// siteHashShard is an HMAC of a site id over the shards: where a read of
+// a site with no placement looks (siteKeys), so such reads spread out.
 func (k keys) siteHashShard(siteID string) int { return k.shardOf("site", siteID) }
 func (k keys) runnerShard(runnerID string) int { return k.shardOf("runner", runnerID) }
 
@@ -204,20 +182,15 @@ func (k keys) leaseShard(leaseID string) (int, bool) {
 // member names a job inside indexes that span sites: <eS>:<eJ>.
 func member(siteID, jobID string) string { return enc(siteID) + ":" + enc(jobID) }
 
-// Per-shard keys. A site's keys are on its shard; a runner's held, hid and
+// Per-shard keys. A site's keys are on its shard; a runner's hid and
 // cxl sets exist once per shard where it holds grants.
-func (k keys) sp(siteID string) string { return k.shards[k.siteShard(siteID)] }
-
+func (k keys) sp(siteID string) string         { return k.shards[k.siteShard(siteID)] }
 func (k keys) job(siteID, jobID string) string { return k.sp(siteID) + "j:" + member(siteID, jobID) }
 func (k keys) seq(shard int) string            { return k.shards[shard] + "seq" }
-func (k keys) all(shard int) string            { return k.shards[shard] + "all" }
 func (k keys) due(shard int) string            { return k.shards[shard] + "due" }
 func (k keys) lease(shard int) string          { return k.shards[shard] + "lease" }
 func (k keys) epoch(shard int) string          { return k.shards[shard] + "epoch" }
 func (k keys) stateCounts(shard int) string    { return k.shards[shard] + "stc" }
-func (k keys) state(shard int, st string) string {
-	return k.shards[shard] + "st:" + st
-}
 
 func (k keys) readyQueue(siteID, owner, kind, audience string) string {
 	return k.sp(siteID) + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)
@@ -233,9 +206,6 @@ func (k keys) siteLive(siteID string) string  { return k.sp(siteID) + "sl:" + en
 func (k keys) siteBytes(siteID string) string { return k.sp(siteID) + "sb:" + enc(siteID) }
 func (k keys) siteRate(siteID string) string  { return k.sp(siteID) + "sr:" + enc(siteID) }
 func (k keys) finished(siteID string) string  { return k.sp(siteID) + "fin:" + enc(siteID) }
-func (k keys) held(shard int, runnerID string) string {
-	return k.shards[shard] + "held:" + enc(runnerID)
-}
 func (k keys) heldIDs(shard int, runnerID string) string {
 	return k.shards[shard] + "hid:" + enc(runnerID)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -389,77 +388,5 @@ func TestClaimAcrossShardsOrder(t *testing.T) {
 		equalStrings(t, "Max 1", ids(first), []string{"c1"})
 		rest := h.claim(both, maxJobs(10), runner("runner_2"))
 		equalStrings(t, "the rest", ids(rest), []string{"a1", "c2", "a2"})
-	})
-}
-
-// A namespace written by an older relay in the single-slot layout is
-// refused at start with a message naming `relay migrate`; Migrate refuses
-// to touch it while v1 jobs are stored, and once they are gone (drained, or
-// dropped) it keeps pairing codes, the projection and the policy, deletes
-// the v1 routing keys and lets the new store start.
-func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		ns := relaytest.Namespace(t, b.client)
-		p := ns + ":{" + ns + "}:"
-		do := func(args ...string) {
-			t.Helper()
-			if err := b.client.Do(ctx, b.client.B().Arbitrary(args...).Build()).Error(); err != nil {
-				t.Fatalf("%v: %v", args, err)
-			}
-		}
-		// A v1 namespace: a job in every state, presence, and the keys
-		// that carry over.
-		states := []string{StateQueued, StateAwaitingPayload, StateReady, StateRunning, StateDone}
-		for i, st := range states {
-			m := enc(site) + ":" + enc(fmt.Sprint("j", i))
-			do("HSET", p+"j:"+m, "id", fmt.Sprint("j", i), "state", st)
-			do("ZADD", p+"all", fmt.Sprint(i+1), m)
-			do("SADD", p+"st:"+st, m)
-			do("ZADD", p+"due", "4102444800000", m)
-		}
-		do("SET", p+"seq", "5")
-		do("ZADD", p+"pidx", "1", enc("runner_1"))
-		do("HSET", p+"p:"+enc("runner_1"), "runnerId", "runner_1")
-		do("HSET", p+"pc:d", "dc", "{}")
-		do("HSET", p+"projection", "version", "7", "json", "{}")
-		do("HSET", p+"pol:c", "x", "[]")
-
-		_, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()})
-		if !errors.Is(err, ErrLegacyLayout) || !strings.Contains(err.Error(), "relay migrate") {
-			t.Fatalf("New on a v1 namespace: %v", err)
-		}
-		rep, err := Migrate(ctx, b.client, ns, false)
-		if err != nil || rep.Jobs != 5 || len(rep.ByState) != 5 || rep.Written {
-			t.Fatalf("migrate with jobs: %+v %v", rep, err)
-		}
-		if _, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()}); !errors.Is(err, ErrLegacyLayout) {
-			t.Fatalf("after a refused migrate: %v", err)
-		}
-		rep, err = Migrate(ctx, b.client, ns, true)
-		if err != nil || !rep.Written || rep.Deleted == 0 {
-			t.Fatalf("migrate dropping jobs: %+v %v", rep, err)
-		}
-		s, err := New(ctx, b.client, Options{Namespace: ns, Logger: relaytest.Discard()})
-		if err != nil {
-			t.Fatalf("New after migrate: %v", err)
-		}
-		for _, k := range []string{"pc:d", "projection", "pol:c"} {
-			if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(p+k).Build()).AsInt64(); n != 1 {
-				t.Errorf("%s did not carry over", k)
-			}
-		}
-		for _, k := range []string{"all", "seq", "due", "pidx", "st:queued"} {
-			if n, _ := b.client.Do(ctx, b.client.B().Exists().Key(p+k).Build()).AsInt64(); n != 0 {
-				t.Errorf("v1 key %s left behind", k)
-			}
-		}
-		if jobs, err := s.Jobs(ctx); err != nil || len(jobs) != 0 {
-			t.Fatalf("jobs after migrate: %d %v", len(jobs), err)
-		}
-		// Migrating again is a no-op.
-		if rep, err := Migrate(ctx, b.client, ns, false); err != nil || rep.Deleted != 0 {
-			t.Fatalf("second migrate: %+v %v", rep, err)
-		}
 	})
 }

@@ -94,7 +94,7 @@ func (s *Store) PairingByDeviceCode(ctx context.Context, deviceCode string) (*Pe
 	if err := s.checkID("device code", deviceCode); err != nil {
 		return nil, fmt.Errorf("pairing by device code: %w", err)
 	}
-	msg, err := s.run(ctx, scPairingGet, []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode)
+	msg, err := s.run(ctx, scPairingGet, []string{s.k.pairing("d")}, deviceCode)
 	if err != nil {
 		return nil, fmt.Errorf("pairing by device code: %w", err)
 	}
@@ -108,7 +108,7 @@ func (s *Store) PairingByUserCode(ctx context.Context, userCode string) (*Pendin
 	if err := s.checkID("user code", code); err != nil {
 		return nil, fmt.Errorf("pairing by user code: %w", err)
 	}
-	msg, err := s.run(ctx, scPairingByUser, []string{s.k.pairing("u"), s.k.pairing("d"), s.k.pairing("x")}, code)
+	msg, err := s.run(ctx, scPairingByUser, []string{s.k.pairing("u")}, code)
 	if err != nil {
 		return nil, fmt.Errorf("pairing by user code: %w", err)
 	}
@@ -135,7 +135,7 @@ func (s *Store) DropPairing(ctx context.Context, deviceCode string) error {
 	if err := s.checkID("device code", deviceCode); err != nil {
 		return fmt.Errorf("drop pairing: %w", err)
 	}
-	if _, err := s.run(ctx, scPairingDrop, []string{s.k.pairing("d"), s.k.pairing("x")}, deviceCode); err != nil {
+	if _, err := s.run(ctx, scPairingDrop, []string{s.k.pairing("d")}, deviceCode); err != nil {
 		return fmt.Errorf("drop pairing: %w", err)
 	}
 	return nil

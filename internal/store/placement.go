@@ -110,14 +110,12 @@ func (s *Store) placeSites(ctx context.Context, siteIDs ...string) error {
 	if len(miss) == 0 {
 		return nil
 	}
-	_, err := s.place(ctx, miss, nil, false)
-	return err
+	return s.place(ctx, miss, nil)
 }
 
 // place runs lua/place.lua over sites (pins: shards some of them must take
-// if they have none yet; flip: move a v2 record to v3 afterwards) and
-// caches the answers. It returns the layout version in force.
-func (s *Store) place(ctx context.Context, sites []string, pins map[string]int, flip bool) (int, error) {
+// if they have none yet) and caches the answers.
+func (s *Store) place(ctx context.Context, sites []string, pins map[string]int) error {
 	primaries, err := s.shardPrimaries(ctx)
 	if err != nil {
 		// Placing without the slot map still balances over shards.
@@ -125,52 +123,43 @@ func (s *Store) place(ctx context.Context, sites []string, pins map[string]int, 
 		primaries = make([]string, len(s.k.shards))
 	}
 	groups := shardGroups(primaries)
-	version := 0
-	for len(sites) > 0 || flip {
+	for len(sites) > 0 {
 		n := min(len(sites), placeChunk)
 		chunk := sites[:n]
 		sites = sites[n:]
-		last := len(sites) == 0
-		args := []string{strconv.Itoa(len(s.k.shards)), groups, strconv.Itoa(MaxPlacedSites), "0"}
-		if flip && last {
-			args[3] = "1"
-		}
+		args := []string{strconv.Itoa(len(s.k.shards)), groups, strconv.Itoa(MaxPlacedSites)}
 		for _, id := range chunk {
 			pin := ""
 			if sh, ok := pins[id]; ok {
 				pin = strconv.Itoa(sh)
 			}
-			args = append(args, id, strconv.Itoa(s.k.siteHashShard(id)), pin)
+			args = append(args, id, pin)
 		}
 		msg, err := s.run(ctx, scPlace, []string{s.k.layout(), s.k.p + "place", s.k.p + "placen"}, args...)
 		if err != nil && strings.Contains(err.Error(), "no layout record") {
 			// Valkey lost its data since this Store started: write the
 			// record again (the same salt and shards) and place anew.
 			if err := s.loadLayout(ctx); err != nil {
-				return 0, fmt.Errorf("place sites: %w", err)
+				return fmt.Errorf("place sites: %w", err)
 			}
 			msg, err = s.run(ctx, scPlace, []string{s.k.layout(), s.k.p + "place", s.k.p + "placen"}, args...)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("place sites: %w", err)
+			return fmt.Errorf("place sites: %w", err)
 		}
 		got, err := msg.AsIntSlice()
-		if err != nil || len(got) != n+1 {
-			return 0, fmt.Errorf("place sites: reply %v (%v)", got, err)
+		if err != nil || len(got) != n {
+			return fmt.Errorf("place sites: reply %v (%v)", got, err)
 		}
-		version = int(got[0])
 		for i, id := range chunk {
-			sh := int(got[i+1])
+			sh := int(got[i])
 			if sh < 0 || sh >= len(s.k.shards) {
-				return 0, fmt.Errorf("place site %q: %w: the placement record holds %d sites already", id, ErrInvalidInput, MaxPlacedSites)
+				return fmt.Errorf("place site %q: %w: the placement record holds %d sites already", id, ErrInvalidInput, MaxPlacedSites)
 			}
 			s.k.place.put(id, sh)
 		}
-		if last {
-			break
-		}
 	}
-	return version, nil
+	return nil
 }
 
 // shardGroups numbers the distinct primaries (in sorted order, so every
@@ -243,8 +232,7 @@ type ShardPlacement struct {
 
 // PlacementReport is what an operator sees of the placement.
 type PlacementReport struct {
-	// Layout is the namespace's layout version: 3 places new sites
-	// balanced, 2 on their hash shard (until `relay migrate`).
+	// Layout is the namespace's layout version (its record's).
 	Layout int              `json:"layout"`
 	Shards []ShardPlacement `json:"shards"`
 	// Primaries counts the sites placed on each primary (cluster only).
@@ -313,9 +301,8 @@ func (s *Store) SiteShard(ctx context.Context, siteID string) (int, bool, error)
 // them (reads, and writes to jobs that must already exist): each site the
 // cache lacks is looked up in the record (one HMGET for all of them, no
 // script), and one the record does not name either is read on its hash
-// shard for this call only. In layout v3 such a site has no keys anywhere,
-// so any shard answers "nothing"; in a v2 namespace its hash shard is where
-// relays of v2 keep its jobs.
+// shard for this call only: such a site has no keys anywhere, so any
+// shard answers "nothing".
 func (s *Store) siteKeys(ctx context.Context, siteIDs ...string) (keys, error) {
 	var miss []string
 	for _, id := range siteIDs {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/byollm/relay-go/test/relaytest"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // twin opens a second Store (another replica, or the same one restarted) on
@@ -216,120 +217,6 @@ func asLayoutV2(t *testing.T, b backend, s *Store) {
 	}
 }
 
-// An existing namespace keeps every site where it is. In layout v2 a Store
-// (only Migrate's own: a relay refuses v2 at start) places sites on their
-// hash shard, as v2 relays compute it, and reads a site v2 relays wrote without a record
-// there; `relay migrate` pins the sites with jobs, moves the record to v3,
-// and only new sites are then balanced.
-func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
-		asLayoutV2(t, b, h.s)
-		// "old": written by a v2 relay (its shard is the hash shard; no
-		// record). "both": placed by this version while in v2.
-		v2 := twin(t, b, h.s)
-		if v2.Layout() != 2 {
-			t.Fatalf("layout %d, want 2", v2.Layout())
-		}
-		v2.k.place.put("old", v2.k.siteHashShard("old"))
-		if _, err := v2.Enqueue(h.ctx, EnqueueInput{ID: "o1", SiteID: "old", Stub: stub("o1", "alice")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.client.Do(h.ctx, b.client.B().Hdel().Key(v2.k.p+"place").Field("old").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.client.Do(h.ctx, b.client.B().Del().Key(v2.k.p+"placen").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		cur := twin(t, b, h.s)
-		if j, err := cur.Job(h.ctx, "old", "o1"); err != nil || j == nil {
-			t.Fatalf("a v2 relay's job is not found in layout v2: %v %v", j, err)
-		}
-		for i := range 8 {
-			site := fmt.Sprint("both_", i)
-			if _, err := cur.Enqueue(h.ctx, EnqueueInput{ID: "b", SiteID: site, Stub: stub("b", "alice")}); err != nil {
-				t.Fatal(err)
-			}
-			if got, want := cur.k.siteShard(site), cur.k.siteHashShard(site); got != want {
-				t.Fatalf("layout v2 placed %s on %d, a v2 relay computes %d", site, got, want)
-			}
-		}
-
-		rep, err := Migrate(h.ctx, b.client, h.s.Namespace(), false)
-		if err != nil || rep.From != 2 || !rep.Written || rep.Pinned != 9 || rep.Jobs != 9 {
-			t.Fatalf("migrate: %+v %v", rep, err)
-		}
-		after := twin(t, b, h.s)
-		if after.Layout() != LayoutVersion {
-			t.Fatalf("layout after migrate %d", after.Layout())
-		}
-		if sh, placed, err := after.SiteShard(h.ctx, "old"); err != nil || !placed || sh != after.k.siteHashShard("old") {
-			t.Fatalf("old site after migrate: shard %d placed=%v %v", sh, placed, err)
-		}
-		if j, err := after.Job(h.ctx, "old", "o1"); err != nil || j == nil {
-			t.Fatalf("old job after migrate: %v %v", j, err)
-		}
-		for i := range 8 {
-			site := fmt.Sprint("both_", i)
-			if sh, _, _ := after.SiteShard(h.ctx, site); sh != after.k.siteHashShard(site) {
-				t.Fatalf("%s moved to %d", site, sh)
-			}
-		}
-		// New sites now balance: 16 of them fill the emptiest shards first.
-		pr, err := after.Placement(h.ctx, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		empty := 0
-		for _, sh := range pr.Shards {
-			if sh.Sites == 0 && (b.name != "cluster") {
-				empty++
-			}
-		}
-		for i := range empty {
-			if err := after.placeSites(h.ctx, fmt.Sprint("new_", i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if b.name != "cluster" {
-			pr, _ = after.Placement(h.ctx, false)
-			for _, sh := range pr.Shards {
-				if sh.Sites == 0 {
-					t.Errorf("shard %d still empty after %d new sites: %+v", sh.Shard, empty, pr.Shards)
-				}
-			}
-		}
-		// Running it again changes nothing.
-		if rep, err := Migrate(h.ctx, b.client, h.s.Namespace(), false); err != nil || rep.From != LayoutVersion || rep.Written {
-			t.Fatalf("second migrate: %+v %v", rep, err)
-		}
-	})
-}
-
-// Migrate refuses to move a namespace whose record disagrees with where a
-// site's jobs are: nothing moves to v3.
-func TestMigrateRefusesASplitSite(t *testing.T) {
-	b := realBackend(t)
-	h := newH(t, b, Options{})
-	asLayoutV2(t, b, h.s)
-	v2 := twin(t, b, h.s)
-	v2.k.place.put("split", v2.k.siteHashShard("split"))
-	if _, err := v2.Enqueue(h.ctx, EnqueueInput{ID: "s1", SiteID: "split", Stub: stub("s1", "alice")}); err != nil {
-		t.Fatal(err)
-	}
-	other := (v2.k.siteHashShard("split") + 1) % v2.Shards()
-	if err := b.client.Do(h.ctx, b.client.B().Hset().Key(v2.k.p+"place").FieldValue().FieldValue("split", fmt.Sprint(other)).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Migrate(h.ctx, b.client, h.s.Namespace(), false)
-	if err == nil || !strings.Contains(err.Error(), "recorded on shard") {
-		t.Fatalf("migrate of a split site: %v", err)
-	}
-	if v, _ := b.client.Do(h.ctx, b.client.B().Hget().Key(v2.k.layout()).Field("version").Build()).AsInt64(); v != 2 {
-		t.Fatalf("layout moved to v%d", v)
-	}
-}
-
 // A relay meeting a layout newer than its own refuses to start, saying so.
 func TestNewerLayoutRefused(t *testing.T) {
 	b := realBackend(t)
@@ -338,7 +225,7 @@ func TestNewerLayoutRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := New(h.ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
-	if err == nil || !strings.Contains(err.Error(), "newer than this relay") || errors.Is(err, ErrLegacyLayout) {
+	if err == nil || !strings.Contains(err.Error(), "newer than this relay") || !errors.Is(err, ErrLayout) {
 		t.Fatalf("New on a newer layout: %v", err)
 	}
 }

@@ -222,10 +222,9 @@ func (s *Store) beatCallArgs() []string {
 // heartbeat rewrites the lists only when they changed and an idle one
 // (presence_beat) sends this name alone. SHA-256 over a domain tag and
 // the four values, each but the last length-prefixed so no shift of bytes
-// between them collides; 128 bits in base64url (22 characters), a length
-// no digest of an earlier layout had (32 hex), so a record written by an
-// older relay never matches. A device can only make its own record keep
-// its own older lists, and 128 bits leave no practical collision anyway.
+// between them collides; 128 bits in base64url (22 characters). A device
+// can only make its own record keep its own older lists, and 128 bits
+// leave no practical collision anyway.
 func heartbeatDigest(owner string, device, caps, withheld []byte) string {
 	h := sha256.New()
 	h.Write([]byte("byollm-relay heartbeat v1\x00"))

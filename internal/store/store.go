@@ -177,7 +177,7 @@ type Options struct {
 	// more queues on a shard than this sends some empty claims to Valkey.
 	WorkViewQueues int
 
-	// migrating lets Migrate's own Store open a namespace of the older
+	// migrating lets Migrate's own Store open a namespace of an older
 	// layout it is about to move (loadLayout refuses it otherwise).
 	migrating bool
 }
@@ -248,9 +248,6 @@ type Store struct {
 	// announce: the server has sharded pub/sub, so scripts announce queue
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
-	// v2States: the namespace was moved from layout v2 (its record says
-	// v2=1), so a job may still be counted in a v2 state set (move_state).
-	v2States bool
 	view     *workView
 	results  resultCache
 	limits   pageLimits
@@ -260,12 +257,9 @@ type Store struct {
 	epochN    atomic.Uint64
 	// topo: the cluster slot map, as placement reads it (placement.go).
 	topo topology
-	// layoutV is the namespace's layout version as last read (2, 3 or
-	// LayoutVersion; at LayoutVersion scripts write compact job records).
-	// Read at start; a v3 namespace is read again every layoutRecheck
-	// until Migrate moves it (checkedAt, unix ms).
-	layoutV   atomic.Int32
-	checkedAt atomic.Int64
+	// layoutV is the namespace's layout version as read at start:
+	// LayoutVersion, except in Migrate's own Store while it moves one.
+	layoutV atomic.Int32
 	// retention: what ReapDevices and BackfillRetention remember.
 	retention retentionState
 }
@@ -514,24 +508,13 @@ func (s *Store) scriptArgs(script Script, keys, args []string) (withGuard, all [
 	if len(keys) == 0 {
 		return nil, nil, fmt.Errorf("script %q: no keys (KEYS[1] names the slot)", script.Name)
 	}
-	// ARGV[3], the flags: churn callback set, announce queue entries, jobs
-	// may still be counted in layout v2's state sets, write compact (v4)
-	// records.
-	flags := []byte("0000")
+	// ARGV[3], the flags: churn callback set, announce queue entries.
+	flags := []byte("00")
 	if s.opts.OnChurn != nil {
 		flags[0] = '1'
 	}
 	if s.announce {
 		flags[1] = '1'
-	}
-	if s.v2States {
-		flags[2] = '1'
-	}
-	switch s.layoutV.Load() {
-	case LayoutVersion:
-		flags[3] = '1'
-	case rollingLayout:
-		s.recheckLayout()
 	}
 	all = make([]string, 0, len(args)+3)
 	all = append(all, prefixOf(keys[0]), strconv.FormatInt(s.offset.Load(), 10), string(flags))

@@ -9,33 +9,18 @@
 -- field <name> itself; a longer one is its length and its CHUNK-byte
 -- slices, in order, under numbered fields (see BASE). A blob over WHOLE bytes is
 -- stored whole under <name> as well: it dwarfs what the encoding saves, and
--- slicing it would cost a field per CHUNK bytes. Records written before
--- layout v3 hold every blob whole under <name>; the readers take both.
+-- slicing it would cost a field per CHUNK bytes.
 local CHUNK = 64
 local WHOLE = 4096 -- so a sliced blob has at most 64 slices: one command
 
--- Layout v4 names a sliced blob's fields by number, which a listpack stores
--- as a small integer (3 bytes with its headers, where "stub.1" takes 8):
--- the blob's base (BASE below) holds its length, base+1 .. base+n its
--- slices. Layout v3 named them <name># and <name>.1 .. <name>.n. Records
--- of both forms coexist in a namespace moved from v3, so every reader
--- takes both; a writer uses the namespace's form (ARGV[3]'s fourth flag,
--- compact()).
+-- A sliced blob's fields are numbers, which a listpack stores as a small
+-- integer (3 bytes with its headers, where "stub.1" would take 8): the
+-- blob's base (BASE below) holds its length, base+1 .. base+n its slices.
 local BASE = {stub = 100, cd = 200, pl = 300, rs = 400}
 
--- compact(): this namespace writes layout v4 records (numbered slices, no
--- raw id, site, owner, kind or audience fields: see enqueue).
-local function compact()
-  return string.sub(ARGV[3], 4, 4) == '1'
-end
-
--- slice_name(name, i, numbered): the field of blob name's slice i (0: its
--- length), in the v4 form when numbered, else in v3's.
-local function slice_name(name, i, numbered)
-  if numbered then
-    return tostring(BASE[name] + i)
-  end
-  return i == 0 and name .. '#' or name .. '.' .. i
+-- slice_name(name, i): the field of blob name's slice i (0: its length).
+local function slice_name(name, i)
+  return tostring(BASE[name] + i)
 end
 
 -- blob_args(name, v, args) appends to args the HSET field/value pairs that
@@ -48,53 +33,50 @@ local function blob_args(name, v, args)
     args[#args + 1] = v
     return #v
   end
-  local numbered = compact()
-  args[#args + 1] = slice_name(name, 0, numbered)
+  args[#args + 1] = slice_name(name, 0)
   args[#args + 1] = tostring(#v)
   local i = 0
   for at = 1, #v, CHUNK do
     i = i + 1
-    args[#args + 1] = slice_name(name, i, numbered)
+    args[#args + 1] = slice_name(name, i)
     args[#args + 1] = string.sub(v, at, at + CHUNK - 1)
   end
   return #v
 end
 
--- slice_names(name, n, numbered, out) appends the names of blob name's
--- first n slices, in the v4 form when numbered, else in v3's.
-local function slice_names(name, n, numbered, out)
+-- slice_names(name, n, out) appends the names of blob name's first n
+-- slices.
+local function slice_names(name, n, out)
   for i = 1, n do
-    out[#out + 1] = slice_name(name, i, numbered)
+    out[#out + 1] = slice_name(name, i)
   end
   return out
 end
 
 -- get_blob(k, name, guess) -> the blob, or nil when the record has none.
--- guess slices (v4 names) are asked for with the head, so a blob of at
--- most guess*64 bytes costs one command; a longer one, or one sliced by a
--- v3 relay, a second.
+-- guess slices are asked for with the head, so a blob of at most guess*64
+-- bytes costs one command; a longer one a second.
 local function get_blob(k, name, guess)
-  local ask = slice_names(name, guess or 0, true, {name, slice_name(name, 0, true), slice_name(name, 0, false)})
+  local ask = slice_names(name, guess or 0, {name, slice_name(name, 0)})
   local v = redis.call('HMGET', k, unpack(ask))
   if v[1] then
     return v[1]
   end
-  local numbered, len = v[2] ~= false, v[2] or v[3]
+  local len = v[2]
   if not len then
     return nil
   end
   local n = math.ceil(tonumber(len) / CHUNK)
-  if numbered and n <= (guess or 0) then
-    return table.concat(v, '', 4, n + 3)
+  if n <= (guess or 0) then
+    return table.concat(v, '', 3, n + 2)
   end
-  return table.concat(redis.call('HMGET', k, unpack(slice_names(name, n, numbered, {}))))
+  return table.concat(redis.call('HMGET', k, unpack(slice_names(name, n, {}))))
 end
 
--- drop_blob(k, name) removes blob name, in any form, and returns the
+-- drop_blob(k, name) removes blob name, whole or sliced, and returns the
 -- bytes it held.
 local function drop_blob(k, name)
-  local head = redis.call('HMGET', k, slice_name(name, 0, true), slice_name(name, 0, false))
-  local len = head[1] or head[2]
+  local len = redis.call('HGET', k, slice_name(name, 0))
   if not len then
     local n = redis.call('HSTRLEN', k, name)
     if n > 0 then
@@ -102,21 +84,20 @@ local function drop_blob(k, name)
     end
     return n
   end
-  local names = slice_names(name, math.ceil(tonumber(len) / CHUNK), head[1] ~= false, {})
-  names[#names + 1] = slice_name(name, 0, head[1] ~= false)
+  local names = slice_names(name, math.ceil(tonumber(len) / CHUNK), {})
+  names[#names + 1] = slice_name(name, 0)
   redis.call('HDEL', k, unpack(names))
   return tonumber(len)
 end
 
--- merge_blobs(flat) -> flat with every sliced blob (either form) joined
--- back under its name: what HGETALL of a pre-v3 record would have
--- answered.
+-- merge_blobs(flat) -> flat with every sliced blob joined back under its
+-- name, as if it were stored whole.
 local function merge_blobs(flat)
   local out, parts, whole = {}, {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
-    local name, idx = string.match(f, '^(%a+)%.(%d+)$')
-    local num = not name and string.match(f, '^%d+$') and tonumber(f)
+    local name, idx
+    local num = string.match(f, '^%d+$') and tonumber(f)
     if num then
       for n, base in pairs(BASE) do
         if num >= base and num < base + 100 then
@@ -124,13 +105,11 @@ local function merge_blobs(flat)
         end
       end
     end
-    if name and tonumber(idx) == 0 then
+    if name and idx == 0 then
       whole[#whole + 1] = name
     elseif name then
       parts[name] = parts[name] or {}
-      parts[name][tonumber(idx)] = v
-    elseif string.sub(f, -1) == '#' then
-      whole[#whole + 1] = string.sub(f, 1, -2)
+      parts[name][idx] = v
     else
       out[#out + 1] = f
       out[#out + 1] = v

@@ -6,9 +6,7 @@
 --            same hash tag, so same slot as KEYS[1], by construction.
 --   ARGV[2]  clock offset in ms (always "0" in production; tests move it)
 --   ARGV[3]  flags: first "1" when the store has a churn callback, else "0";
---            second "1" when queue entries are announced, third "1" when
---            v2 state sets may remain (both lib/store.lua), fourth "1" when
---            the namespace writes layout v4 records (lib/blob.lua compact())
+--            second "1" when queue entries are announced (both lib/store.lua)
 -- Op-specific ARGV start at 4.
 --
 -- Numbers cross the Lua boundary as decimal strings: Lua numbers are doubles,
@@ -51,6 +49,17 @@ local function begin(keys, argv)
   end
   REPORTS = {}
   return nil
+end
+
+-- tail(t, i) is t[i], t[i + 1], ... as a list of its own: how a script
+-- binds a variable-length run of its KEYS or ARGV to a name (the header
+-- grammar, lua/bindings_test.go). A loop, not unpack, which has a limit.
+local function tail(t, i)
+  local out = {}
+  for j = i, #t do
+    out[#out + 1] = t[j]
+  end
+  return out
 end
 
 local function fmt(x)

@@ -108,27 +108,27 @@ local function forget_runner(pre, eR, now)
   return 0
 end
 
--- seen_record(p, pidx, pseq, po, rsh, i, now): the record's keys (rsh may
--- be nil: not read) and, from ARGV[i], its nine values: eR, runnerId,
+-- seen_record(p, pidx, pseq, po, rsh, v, i, now): the record's keys (rsh
+-- may be nil: not read) and, from v[i], its nine values: eR, runnerId,
 -- owner, device, capabilities, withheld, ttl ms, digest, condition. Read
--- from ARGV in place rather than copied into tables: this runs once per
--- heartbeat of an idle fleet. With condition "1" the record must already
+-- from v in place rather than copied into tables of their own: this runs
+-- once per heartbeat of an idle fleet. With condition "1" the record must already
 -- exist holding exactly owner and device, else nothing is written and the
 -- reply is {}.
 -- Reply: the record as a flat array without its two lists (under the
 -- condition only lastSeenAt: the caller sent the rest, and the condition
 -- held), plus "rsh" and the shard indexes read from rsh when it is given.
-local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
+local function seen_record(kp, kidx, kseq, kpo, krsh, v, i, now)
   -- One read is both the existence check and the reply's fields: a
   -- record always has an owner (presence_seen is its only writer), and
-  -- its runnerId is the one its key names, ARGV[i + 1].
+  -- its runnerId is the one its key names, v[i + 1].
   local r = redis.call('HMGET', kp, 'owner', 'device', 'ld', 'lx')
-  local same = r[1] == ARGV[i + 2] and r[2] == ARGV[i + 3]
-  local cond = ARGV[i + 8] == '1'
+  local same = r[1] == v[i + 2] and r[2] == v[i + 3]
+  local cond = v[i + 8] == '1'
   if cond and not same then
     return {}
   end
-  local d = ARGV[i + 7]
+  local d = v[i + 7]
   if r[1] then
     local ld = r[3]
     if same and holds_digest(ld, d) ~= nil then
@@ -142,21 +142,21 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
       elseif ld and #ld ~= #d and string.byte(ld, #d + 1) ~= 58 then
         redis.call('HDEL', kp, 'od', 'nr')
       end
-      redis.call('HSET', kp, 'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', d, 'lastSeenAt', now)
-      redis.call('SADD', kpo, ARGV[i])
+      redis.call('HSET', kp, 'capabilities', v[i + 4], 'withheld', v[i + 5], 'ld', d, 'lastSeenAt', now)
+      redis.call('SADD', kpo, v[i])
     end
   else
-    redis.call('HSET', kp, 'runnerId', ARGV[i + 1], 'owner', ARGV[i + 2], 'device', ARGV[i + 3],
-      'capabilities', ARGV[i + 4], 'withheld', ARGV[i + 5], 'ld', d, 'lastSeenAt', now)
+    redis.call('HSET', kp, 'runnerId', v[i + 1], 'owner', v[i + 2], 'device', v[i + 3],
+      'capabilities', v[i + 4], 'withheld', v[i + 5], 'ld', d, 'lastSeenAt', now)
     -- A new record goes to the end of the listing, even if an index entry
     -- of a lost record lingers (everyone() cleans those).
-    redis.call('ZADD', kidx, next_seq(kseq), ARGV[i])
-    r = {ARGV[i + 2], ARGV[i + 3]}
-    redis.call('SADD', kpo, ARGV[i])
+    redis.call('ZADD', kidx, next_seq(kseq), v[i])
+    r = {v[i + 2], v[i + 3]}
+    redis.call('SADD', kpo, v[i])
   end
-  index_seen(kp, string.match(kp, '^[^{]*{[^}]*}:') .. 'ls', ARGV[i], r[4], now)
-  if ARGV[i + 6] ~= '0' then
-    redis.call('PEXPIRE', kp, ARGV[i + 6])
+  index_seen(kp, string.match(kp, '^[^{]*{[^}]*}:') .. 'ls', v[i], r[4], now)
+  if v[i + 6] ~= '0' then
+    redis.call('PEXPIRE', kp, v[i + 6])
   end
   local rsh = krsh and table.concat(redis.call('ZRANGE', krsh, 0, -1), ' ')
   if cond then
@@ -166,7 +166,7 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, i, now)
     return {'lastSeenAt', now}
   end
   if rsh then
-    return {'runnerId', ARGV[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now, 'rsh', rsh}
+    return {'runnerId', v[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now, 'rsh', rsh}
   end
-  return {'runnerId', ARGV[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now}
+  return {'runnerId', v[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now}
 end

@@ -8,9 +8,9 @@
 -- key parts the member does not name (eO, eK, eA, ecr, ero) so that scripts
 -- can rebuild every index key of a job they discovered without a base64
 -- encoder. Scripts read and answer ids, owners, kinds and audiences in
--- these encoded forms only (Go decodes what it shows): records since
--- layout v4 keep no raw id, site, owner, kind or audience, which the
--- member, the encoded fields and the stub already say.
+-- these encoded forms only (Go decodes what it shows): records keep no raw
+-- id, site, owner, kind or audience, which the member, the encoded fields
+-- and the stub already say.
 
 local AWAITING_MS = 10000      -- AWAITING_PAYLOAD_MS
 local UNSEALED_PER_PAIR = 2
@@ -35,9 +35,6 @@ end
 local function announcing()
   return string.sub(ARGV[3], 2, 2) == '1'
 end
-local function v2_states()
-  return string.sub(ARGV[3], 3, 3) == '1'
-end
 
 -- announce(qk): a queue of this shard gained an entry. Replicas' work
 -- views (internal/store workView) learn it from the shard's channel
@@ -56,10 +53,8 @@ end
 
 -- The routing fields of a job: everything a transition reads. Blobs (stub,
 -- device, payload, result) stay in Valkey unless a reply needs them.
--- eS and eJ are not read: the member names them (layout v2 also stored
--- them), and a field a listpack lacks costs a scan of the whole record;
--- nor the raw id, site, owner, kind and audience that records before
--- layout v4 also hold.
+-- eS and eJ are not read: the member names them, and a field a listpack
+-- lacks costs a scan of the whole record.
 local CORE = {'state', 'dl', 'seq', 'au', 'ce', 'cl', 'cr', 'ecr', 'sa', 'ro', 'ero',
   'cx', 'bad', 'eO', 'eK', 'eA'}
 
@@ -166,13 +161,9 @@ end
 -- Jobs by state, for metrics only (no decision reads them): the shard's
 -- HASH stc, state -> count. Every state change of a job goes through here
 -- in the script that makes it, so the counts are exact by construction
--- (TestStateCountsMatchRecords). Before layout v3 they were sets of members
--- st:<state> (about 130 B a job); in a namespace moved from v2 (flag
--- v2_states()) a job still counted in such a set leaves it here instead of
--- the counter, so Counts (counter plus SCARD) stays exact while old jobs
--- drain. from or to may be nil (enqueue, forget).
+-- (TestStateCountsMatchRecords). from or to may be nil (enqueue, forget).
 local function move_state(m, from, to)
-  if from and not (v2_states() and redis.call('SREM', P .. 'st:' .. from, m) == 1) then
+  if from then
     redis.call('HINCRBY', P .. 'stc', from, -1)
   end
   if to then
@@ -220,9 +211,6 @@ local function drop_grant(m, h)
   if redis.call('HGET', P .. 'lease', h.cl) == m then
     redis.call('HDEL', P .. 'lease', h.cl)
   end
-  -- held:<eR> is no longer written (hid holds the same grants); a grant
-  -- made by a relay before 2026-12-01 may still have an entry there.
-  redis.call('ZREM', P .. 'held:' .. h.ecr, m)
   redis.call('ZREM', P .. 'cxl:' .. h.ecr, m)
   redis.call('ZREM', P .. 'hid:' .. h.ecr, h.eJ .. ':' .. h.eS)
 end
@@ -261,9 +249,6 @@ local function forget(m, h)
   leave_awaiting(h)
   redis.call('ZREM', P .. 'fin:' .. h.eS, h.eJ)
   redis.call('ZREM', P .. 'due', m)
-  -- 'all' indexed every job until 2026-12-01 (Jobs now scans 'due'); jobs
-  -- enqueued before still have an entry there, which goes with them.
-  redis.call('ZREM', P .. 'all', m)
   move_state(m, h.state, nil)
   drop_grant(m, h)
   local k = jkey(m)
