@@ -12,7 +12,7 @@ import (
 // in the script is what refuses.
 func TestApprovePairing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		target := ProjectionTarget{
 			Document: h.s.k.p + "projection", Approved: h.s.k.p + "projection:approved", Channel: h.s.k.p + "projection:changed",
 		}

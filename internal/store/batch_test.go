@@ -26,7 +26,7 @@ import (
 func TestHeartbeatBatch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const window = 300 * time.Millisecond
-		h := newH(t, b, Options{HeartbeatBatch: window})
+		h := newFixture(t, b, Options{HeartbeatBatch: window})
 		const n = beatBatchMax + 20 // two batches: one full, one of the rest
 		devs := make([]protocol.PublicIdentity, n)
 		for i := range n {
@@ -112,7 +112,7 @@ func TestHeartbeatBatch(t *testing.T) {
 // batch are.
 func TestHeartbeatBatchCallerGivesUp(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 200 * time.Millisecond})
+	h := newFixture(t, b, Options{HeartbeatBatch: 200 * time.Millisecond})
 	dev, dev2 := freshDevice(), freshDevice()
 	h.seen("runner_1", "alice", dev, `[]`, `[]`)
 	h.seen("runner_2", "alice", dev2, `[]`, `[]`)
@@ -144,7 +144,7 @@ func TestHeartbeatBatchCallerGivesUp(t *testing.T) {
 // new node) loads it and answers every heartbeat.
 func TestHeartbeatBatchAfterScriptFlush(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond})
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond})
 	dev := freshDevice()
 	h.seen("runner_1", "alice", dev, `[]`, `[]`)
 	if err := b.client.Do(h.ctx, b.client.B().ScriptFlush().Build()).Error(); err != nil {
@@ -176,7 +176,7 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
 	dev := freshDevice()
 	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
 	in := claimArgs(func(in *ClaimInput) {
@@ -207,7 +207,7 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 
 	// Work announced on the claim's routes: the claim reads, finds the
 	// record gone and grants nothing.
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	ho.enqueueStub(site, stub("queued-1", "alice"))
 	relaytest.WaitFor(t, 5*time.Second, "the claim sees the announced job", func() bool {
 		_, err := a.Claim(ha.ctx, in)
@@ -275,7 +275,7 @@ func shortBeatCall(t testing.TB, s *Store, p Presence, shards bool) *batchedCall
 // listed, and a record's shard list comes back only when asked for.
 func TestHeartbeatBatchGroupsByShard(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		same, other := sameShardRunners(h.s, "grp_", 3)
 		known, wrong, fresh := same[0], same[1], same[2]
 		devKnown, devWrong, devOther := freshDevice(), freshDevice(), freshDevice()
@@ -453,7 +453,7 @@ func TestSpread(t *testing.T) {
 // window, as does every heartbeat without Idle.
 func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: time.Hour})
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: time.Hour})
 	if !h.s.announce {
 		t.Fatal("the test server has no sharded pub/sub, so no work view")
 	}
@@ -556,7 +556,7 @@ func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
 func TestIdleHeartbeatWaitsOnce(t *testing.T) {
 	b := realBackend(t)
 	const idleWindow = 400 * time.Millisecond
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: idleWindow})
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: idleWindow})
 	withView(t, h.s)
 	dev := freshDevice()
 	h.seen("runner_idle", "alice", dev, `[]`, `[]`)

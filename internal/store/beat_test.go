@@ -20,7 +20,7 @@ import (
 func TestHeartbeatShortForm(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		beat := func(runner, owner string, dev protocol.PublicIdentity, caps string) (HeartbeatResult, error) {
 			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: runner, Owner: owner, Device: dev,
 				Capabilities: json.RawMessage(caps)}, RequirePresence: true, Cancels: true})
@@ -149,7 +149,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 func TestHeartbeatShardRecheck(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const recheck = 5_000
-		h := newH(t, b, Options{ShardRecheckMs: recheck})
+		h := newFixture(t, b, Options{ShardRecheckMs: recheck})
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)
 		beat := func() []protocol.GrantRef {
@@ -252,7 +252,7 @@ func TestHeartbeatDigest(t *testing.T) {
 // cluster.
 func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		var runners []string
 		shards := map[int]bool{}
 		for i := 0; len(runners) < 5; i++ {
@@ -313,7 +313,7 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		ld := func() string { return h.mustPresenceField("runner_1", "ld") }
 		mine, other := freshDevice(), freshDevice()
 		h.seen("runner_1", "alice", mine, `[]`, `[]`)

@@ -12,7 +12,7 @@ import (
 func TestPlacementCacheBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const limit = 4
-		h := newH(t, b, Options{PlacementCacheSites: limit})
+		h := newFixture(t, b, Options{PlacementCacheSites: limit})
 		shards := map[string]int{}
 		for i := range 25 {
 			s := fmt.Sprint("site-", i)

@@ -164,7 +164,7 @@ func monitorTokens(line string) []string {
 // released once, grants split across chunk boundaries handled alike.
 func TestLongGrantListsRunInBoundedChunks(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	m := startMonitor(t)
 
 	// Four real grants: two claims, the first pair sealed in between (the

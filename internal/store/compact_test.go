@@ -25,7 +25,7 @@ func blobOf(n int) json.RawMessage {
 // encoding.
 func TestBlobsRoundTripEverySize(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i, n := range []int{40, 64, 65, 128, 129, 1349, 4096, 4097, 20000} {
 			id := "blob-" + strings.Repeat("x", i)
 			st := stub(id, "alice")
@@ -81,7 +81,7 @@ func TestBlobsRoundTripEverySize(t *testing.T) {
 // every read, the site's stored bytes and the state counts stay exact.
 func TestLayoutV2RecordsStillRead(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	ctx, c := context.Background(), b.client
 	st := stub("old-job", "alice")
 	h.enqueueStub(site, st)
@@ -176,7 +176,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
 	b := realBackend(t)
 	ctx, c := context.Background(), b.client
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	h.enqueue("kept", "alice")
 	ns := h.s.opts.Namespace
 	if err := c.Do(ctx, c.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", "2").Build()).Error(); err != nil {

@@ -11,7 +11,7 @@ import (
 // complete, release (requeue), and removal at the deadline.
 func TestCountsFollowTransitions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		want := func(step string, q, aw, rd, rn, dn int64) {
 			t.Helper()
 			got, err := h.s.Counts(context.Background())

@@ -22,7 +22,7 @@ import (
 // without pause and a third reads only before and after.
 func TestResultCacheDoesNotOutliveDataLoss(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		// busy polls results through the loss; quiet reads before and after
 		// only, so its cache still holds what it read before.
 		var busy, quiet *Store
@@ -123,7 +123,7 @@ func describe(res []*ResultJob) string {
 func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
 	c := relaytest.Open(t, relaytest.StartServer(t).URL())
 	ctx := context.Background()
-	h := newH(t, backend{"private", c}, Options{})
+	h := newFixture(t, backend{"private", c}, Options{})
 
 	finish := func(result string) {
 		t.Helper()
@@ -183,7 +183,7 @@ func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
 func TestResultCacheKeepsSitesOfOtherShards(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		other := otherShardSite(h.s, site)
 		for _, st := range []string{site, other} {
 			j := h.enqueueStub(st, stub("j-"+st, "alice"))

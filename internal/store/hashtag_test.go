@@ -38,7 +38,7 @@ var derivedTag = regexp.MustCompile(`^[A-Za-z0-9_.\-/]+$`)
 func TestCraftedIDsCannotChooseTheHashTag(t *testing.T) {
 	hostile := []string{"{evil}", "x{evil}y", "{}evil", "}{evil}", "{", "}", "{{evil}}"}
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i, id := range hostile {
 			siteID, owner, runnerID, jobID := "site"+id, "owner"+id, "runner"+id, "job"+id
 			st := stub(jobID, owner)

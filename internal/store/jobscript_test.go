@@ -14,7 +14,7 @@ import (
 // ErrInvalidInput and changes nothing; a job that is not there is 0.
 func TestRunJobScript(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{MaxBlobBytes: 1024})
+		h := newFixture(t, b, Options{MaxBlobBytes: 1024})
 		h.enqueue("a", "alice")
 		before := dump(t, b, h.s)
 		for name, call := range map[string]func() (int64, error){

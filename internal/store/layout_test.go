@@ -44,7 +44,7 @@ func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
 // Shards spread over the slot space in equal ranges, so a cluster's
 // contiguous slot ranges give each primary its share of the shards.
 func TestShardsTileTheSlotSpace(t *testing.T) {
-	h := newH(t, realBackend(t), Options{})
+	h := newFixture(t, realBackend(t), Options{})
 	n := len(h.s.k.shards)
 	if n != DefaultShards {
 		t.Fatalf("%d shards, want %d", n, DefaultShards)
@@ -63,7 +63,7 @@ func TestShardsTileTheSlotSpace(t *testing.T) {
 // site's jobs create is on that site's shard.
 func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	slots := map[uint16]int{}
 	for i := range 64 {
 		id := fmt.Sprintf("{same}%d", i)
@@ -138,7 +138,7 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	b := realBackend(t)
 	m := startMonitor(t)
-	h := newH(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
+	h := newFixture(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
 	if h.s.RunsFunctions() == evalScripts {
 		t.Fatalf("RunsFunctions() = %v with EvalScripts %v", h.s.RunsFunctions(), evalScripts)
 	}
@@ -372,7 +372,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 // cannot take them all, the oldest job over all the routes is granted.
 func TestClaimAcrossShardsOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		a, c := site, otherShardSite(h.s, site)
 		team := func(id string) protocol.JobStub {
 			st := stub(id, "bob")

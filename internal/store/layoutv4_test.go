@@ -12,7 +12,7 @@ import (
 )
 
 // recordFields is the job record's field names.
-func recordFields(t *testing.T, h *h, siteID, jobID string) []string {
+func recordFields(t *testing.T, h *storeFixture, siteID, jobID string) []string {
 	t.Helper()
 	f, err := h.b.client.Do(h.ctx, h.b.client.B().Hkeys().Key(h.s.k.job(siteID, jobID)).Build()).AsStrSlice()
 	if err != nil {
@@ -43,7 +43,7 @@ func v3Slices(fields []string) []string {
 // answer from the member and the encoded fields.
 func TestCompactRecordsAnswerRawIDs(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		if h.s.Layout() != LayoutVersion {
 			t.Fatalf("a new namespace is layout %d", h.s.Layout())
 		}
@@ -136,7 +136,7 @@ func TestCompactRecordsAnswerRawIDs(t *testing.T) {
 func TestLayoutV3ServedThenMovedToV4(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, c := context.Background(), b.client
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ns := h.s.opts.Namespace
 		if err := c.Do(ctx, c.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", "3").Build()).Error(); err != nil {
 			t.Fatal(err)

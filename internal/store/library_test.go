@@ -108,7 +108,7 @@ func TestFunctionScript(t *testing.T) {
 // embedded server has none, and the same operations run as scripts.
 func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		want := b.name != "embedded"
 		if h.s.RunsFunctions() != want {
 			t.Fatalf("RunsFunctions() = %v on %s", h.s.RunsFunctions(), b.name)
@@ -125,7 +125,7 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 		if got := h.claim(routes([]string{site}, []string{"alice"})); len(got) != 1 {
 			t.Fatalf("claimed %d", len(got))
 		}
-		scripts := newH(t, b, Options{EvalScripts: true})
+		scripts := newFixture(t, b, Options{EvalScripts: true})
 		if scripts.s.RunsFunctions() {
 			t.Fatal("EvalScripts: true still runs functions")
 		}
@@ -154,7 +154,7 @@ func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := &h{t: t, s: s, ctx: ctx}
+	h := &storeFixture{t: t, s: s, ctx: ctx}
 	dev := freshDevice()
 
 	flush()

@@ -288,7 +288,7 @@ func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	h := &h{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+	h := &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
 	// A runner on the site's shard: every script below runs on one slot.
 	rid := ""
 	for i := 0; rid == ""; i++ {

@@ -25,7 +25,7 @@ func TestEveryScriptCallIsObserved(t *testing.T) {
 			}
 		}
 	}
-	h := newH(t, realBackend(t), Options{ObserveScript: obs})
+	h := newFixture(t, realBackend(t), Options{ObserveScript: obs})
 	h.enqueue("a", "alice")
 	h.enqueue("b", "alice")
 	got := h.claim(leaseMs(1))

@@ -14,7 +14,7 @@ import (
 // shards), sums the counts and bounds the jobs it lists over all of them.
 func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		a, c := site, otherShardSite(h.s, site)
 		h.enqueueStub(a, stub("a1", "alice"))
@@ -54,7 +54,7 @@ func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
 // several shards finds each of them, and leaves out runners without one.
 func TestOpsPresenceSpansShards(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		var rs []string
 		shards := map[int]bool{}
@@ -87,7 +87,7 @@ func TestOpsPresenceSpansShards(t *testing.T) {
 // entry goes with the grant.
 func TestOpsDeviceLeasesFromTheBareIDIndex(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("d", i), "alice")

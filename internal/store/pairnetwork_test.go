@@ -31,7 +31,7 @@ func TestSourceNetwork(t *testing.T) {
 // last fifth of the capacity goes only to networks holding no live code.
 func TestPairingPerNetworkAndReserve(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{PairingCapacity: 20, PairingsPerSource: 2, PairingsPerNetwork: 4})
+		h := newFixture(t, b, Options{PairingCapacity: 20, PairingsPerSource: 2, PairingsPerNetwork: 4})
 		exp := h.now() + PairingCodeTTLMs
 		n := 0
 		from := func(src string) PendingPairing {
@@ -111,7 +111,7 @@ func TestPairingPerNetworkAndReserve(t *testing.T) {
 	})
 }
 
-func (h *h) live() int {
+func (h *storeFixture) live() int {
 	h.t.Helper()
 	n, err := h.b.client.Do(h.ctx, h.b.client.B().Zcount().Key(h.s.k.pairing("x")).Min(fmt.Sprint("(", h.now())).Max("+inf").Build()).AsInt64()
 	if err != nil {

@@ -28,7 +28,7 @@ func twin(t *testing.T, b backend, s *Store) *Store {
 // claimed through the other.
 func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		sites := make([]string, 20)
 		want := map[string]int{}
 		for i := range sites {
@@ -74,7 +74,7 @@ func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
 // gets one shard, recorded once.
 func TestConcurrentPlacementOneShard(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		stores := []*Store{h.s, twin(t, b, h.s), twin(t, b, h.s), twin(t, b, h.s)}
 		const n = 24
 		got := make([][]int, len(stores))
@@ -140,7 +140,7 @@ func TestConcurrentPlacementOneShard(t *testing.T) {
 // primaries: 4 each), and round robin over the shards of a single node.
 func TestNewSitesBalance(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i := range 12 {
 			if err := h.s.placeSites(h.ctx, fmt.Sprint("bal_", i)); err != nil {
 				t.Fatal(err)
@@ -182,7 +182,7 @@ func TestNewSitesBalance(t *testing.T) {
 // nobody enqueued for answers empty and leaves the record as it was.
 func TestReadsDoNotPlace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		if j, err := h.s.Job(h.ctx, "never", "x"); err != nil || j != nil {
 			t.Fatalf("job: %v %v", j, err)
 		}
@@ -223,7 +223,7 @@ func asLayoutV2(t *testing.T, b backend, s *Store) {
 // and only new sites are then balanced.
 func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		asLayoutV2(t, b, h.s)
 		// "old": written by a v2 relay (its shard is the hash shard; no
 		// record). "both": placed by this version while in v2.
@@ -310,7 +310,7 @@ func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
 // site's jobs are: nothing moves to v3.
 func TestMigrateRefusesASplitSite(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	asLayoutV2(t, b, h.s)
 	v2 := twin(t, b, h.s)
 	v2.k.place.put("split", v2.k.siteHashShard("split"))
@@ -333,7 +333,7 @@ func TestMigrateRefusesASplitSite(t *testing.T) {
 // A relay meeting a layout newer than its own refuses to start, saying so.
 func TestNewerLayoutRefused(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", fmt.Sprint(LayoutVersion+1)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestNewerLayoutRefused(t *testing.T) {
 // running Store writes the layout record again and keeps placing sites.
 func TestPlacementAfterDataLoss(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.enqueueStub("before", stub("a", "alice"))
 		if _, err := relaytest.DeleteKeys(h.ctx, b.client, h.s.KeyPattern()); err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ func matrixOf(n int) json.RawMessage {
 // and changes nothing, exactly at it is stored.
 func TestPresenceRecordBound(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{MaxPresenceBytes: 1000})
+		h := newFixture(t, b, Options{MaxPresenceBytes: 1000})
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)
 		before := dump(t, b, h.s)
@@ -55,7 +55,7 @@ func TestPresenceRecordBound(t *testing.T) {
 // still answers the whole record (the contract's seen()).
 func TestSeenReplyOmitsLists(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		caps := string(matrixOf(5000))
 		h.seen("runner_1", "alice", dev, caps, `[]`)
@@ -96,7 +96,7 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 // the lists on every heartbeat.
 func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		caps := `[{"kind":"llm.chat"}]`
 		h.seen("runner_1", "alice", dev, caps, `[]`)
@@ -145,7 +145,7 @@ func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
 // lists), and Everyone still reads every record in first-seen order.
 func TestEveryonePagesByBytes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		// Five runners on one shard, so one shard's index pages them.
 		var want []string
 		for i := 0; len(want) < 5; i++ {
@@ -185,7 +185,7 @@ func TestEveryonePagesByBytes(t *testing.T) {
 // record is nil.
 func TestPresenceHead(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		if p, err := h.s.PresenceHead(h.ctx, "runner_1"); err != nil || p != nil {
 			t.Fatalf("no record: %+v %v", p, err)
@@ -212,7 +212,7 @@ func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {
-				h := newH(t, b, Options{HeartbeatBatch: batch})
+				h := newFixture(t, b, Options{HeartbeatBatch: batch})
 				dev, other := freshDevice(), freshDevice()
 				beat := func(owner string, d protocol.PublicIdentity, caps string, require bool) (HeartbeatResult, error) {
 					return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: owner, Device: d,
@@ -266,7 +266,7 @@ func TestHeartbeatAnswersCancelRequests(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {
-				h := newH(t, b, Options{HeartbeatBatch: batch})
+				h := newFixture(t, b, Options{HeartbeatBatch: batch})
 				far := otherShardSite(h.s, site)
 				h.enqueue("a", "alice")
 				h.enqueueStub(far, stub("b", "alice"))

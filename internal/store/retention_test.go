@@ -16,7 +16,7 @@ import (
 // deviceKeys is every key of the namespace that holds something of a
 // device: presence records, owner indexes, runner indexes, retention
 // indexes, records of shards, with the members of the indexes.
-func deviceKeys(t *testing.T, h *h) []string {
+func deviceKeys(t *testing.T, h *storeFixture) []string {
 	t.Helper()
 	var out []string
 	for _, k := range scanKeys(t, h.b.client, h.s.KeyPattern()) {
@@ -52,7 +52,7 @@ func deviceKeys(t *testing.T, h *h) []string {
 func TestReapForgetsSilentDevices(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		var reaps atomic.Int64
-		h := newH(t, b, Options{DeviceRetention: 24 * time.Hour, ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
+		h := newFixture(t, b, Options{DeviceRetention: 24 * time.Hour, ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
 			if name == scPresenceReap.Name {
 				reaps.Add(1)
 			}
@@ -130,7 +130,7 @@ func TestReapForgetsSilentDevices(t *testing.T) {
 // more may be due; further calls finish the work.
 func TestReapIsBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{DeviceRetention: time.Hour})
+		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		ids, _ := sameShardRunners(h.s, "batch_", 7)
 		for _, id := range ids {
 			h.seen(id, "o", freshDevice(), `[]`, `[]`)
@@ -166,7 +166,7 @@ func TestReapIsBounded(t *testing.T) {
 // unknown runners cost nothing, bad ids are refused with nothing written.
 func TestForgetDevices(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.seen("a_1", "ann", freshDevice(), `[{"kind":"generate"}]`, `[]`)
 		h.seen("a_2", "ann", freshDevice(), `[{"kind":"generate"}]`, `[]`)
 		before := dump(t, b, h.s)
@@ -201,7 +201,7 @@ func TestForgetDevices(t *testing.T) {
 // and reaped like any other; pidx entries of gone records are dropped.
 func TestBackfillIndexesOlderRecords(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{DeviceRetention: time.Hour})
+		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		c := b.client
 		for i := range 5 {
 			id := fmt.Sprint("old_", i)
@@ -270,7 +270,7 @@ func TestBackfillIndexesOlderRecords(t *testing.T) {
 // once an hour (lx), so an idle tick adds no write to the index.
 func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		h.seen("r_1", "o", dev, `[]`, `[]`)
 		score := func() float64 {
@@ -308,7 +308,7 @@ func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 // forgotten while a claim was being made.
 func TestRunnerShardsExpire(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		now := h.now()
 		st := stub("j1", "alice")
 		st.DeadlineAt = now + 5000

@@ -34,8 +34,8 @@ func TestClaimCostIgnoresForeignJobs(t *testing.T) {
 		if b.name == "embedded" {
 			foreign = 10_000
 		}
-		setup := func(withForeign bool) (*h, claimStats, []string, time.Duration) {
-			h := newH(t, b, Options{})
+		setup := func(withForeign bool) (*storeFixture, claimStats, []string, time.Duration) {
+			h := newFixture(t, b, Options{})
 			if withForeign {
 				start := time.Now()
 				enqueueMany(t, h.s, b.client, "site_theirs", foreignStubs(foreign, 1000))
@@ -67,7 +67,7 @@ func TestClaimCostIgnoresForeignJobs(t *testing.T) {
 // without granting; the scan budget bounds them.
 func TestClaimScanBudget(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{ClaimScanBudget: 5})
+		h := newFixture(t, b, Options{ClaimScanBudget: 5})
 		for i := range 8 {
 			h.enqueue(fmt.Sprint("r", i), "alice")
 		}
@@ -86,7 +86,7 @@ func TestClaimScanBudget(t *testing.T) {
 		if len(got) != 0 || !stats.Truncated || stats.Scanned != 5 {
 			t.Fatalf("got %q stats %+v", ids(got), stats)
 		}
-		h2 := newH(t, b, Options{})
+		h2 := newFixture(t, b, Options{})
 		for i := range 8 {
 			h2.enqueue(fmt.Sprint("r", i), "alice")
 		}
@@ -114,7 +114,7 @@ func equalIDs(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 // claim script writes nothing, Go sweeps in batches, and the claim reruns.
 func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{ClaimSettleBudget: 10, SweepBatch: 7})
+		h := newFixture(t, b, Options{ClaimSettleBudget: 10, SweepBatch: 7})
 		var stubs []protocol.JobStub
 		for i := range 45 {
 			st := stub(fmt.Sprint("old", i), fmt.Sprint("o", i))
@@ -142,7 +142,7 @@ func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
 // An idle sweep over a large store is one short script that finds nothing.
 func TestIdleSweepOverLargeStore(t *testing.T) {
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	enqueueMany(t, h.s, b.client, site, foreignStubs(20_000, 500))
 	jobs, more, err := h.s.SweepBatch(h.ctx, 100)
 	if err != nil || more || len(jobs) != 0 {
@@ -161,7 +161,7 @@ func TestClaimContinuesAcrossCalls(t *testing.T) {
 		calls   int
 	}
 	run := func(t *testing.T, b backend, slice int) outcome {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.s.limits.claimScan = slice
 		for i := range 8 {
 			h.enqueue(fmt.Sprint("r", i), "alice")
@@ -219,18 +219,18 @@ func TestClaimRequirePresence(t *testing.T) {
 	dev, other := freshDevice(), freshDevice()
 	cases := []struct {
 		name   string
-		record func(h *h)
+		record func(h *storeFixture)
 		want   bool
 	}{
-		{"no record", func(*h) {}, false},
-		{"same owner and device", func(h *h) { h.seen("runner_1", "alice", dev, "[]", "[]") }, true},
-		{"other device", func(h *h) { h.seen("runner_1", "alice", other, "[]", "[]") }, false},
-		{"other owner", func(h *h) { h.seen("runner_1", "bob", dev, "[]", "[]") }, false},
+		{"no record", func(*storeFixture) {}, false},
+		{"same owner and device", func(h *storeFixture) { h.seen("runner_1", "alice", dev, "[]", "[]") }, true},
+		{"other device", func(h *storeFixture) { h.seen("runner_1", "alice", other, "[]", "[]") }, false},
+		{"other owner", func(h *storeFixture) { h.seen("runner_1", "bob", dev, "[]", "[]") }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				h := newH(t, b, Options{})
+				h := newFixture(t, b, Options{})
 				h.enqueue("j1", "alice")
 				tc.record(h)
 				before := dump(t, b, h.s)

@@ -60,7 +60,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 		t.Skip("the server has no sharded pub/sub")
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
 	c := otherShardSite(a, site)
 	both := routes([]string{site, c}, []string{"alice"})
 
@@ -80,7 +80,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 	}
 
 	// Another replica enqueues: the announcement reaches a's view.
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	ho.enqueueStub(c, stub("from-b", "alice"))
 	var held []ClaimedStub
 	relaytest.WaitFor(t, 5*time.Second, "the announced job is claimed", func() bool {
@@ -136,8 +136,8 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	sh := placedShard(a, site)
 	busy := sameShardSite(a, site)
 	d1 := []func(*ClaimInput){runner("d1"), routes([]string{site}, []string{"alice"})}
@@ -207,8 +207,8 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 	}
 	silent.announce = false // its enqueue publishes nothing: the announcement is lost
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
-	hs := &h{t: t, b: b, s: silent, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
+	hs := &storeFixture{t: t, b: b, s: silent, ctx: context.Background()}
 	if got := ha.claim(); len(got) != 0 {
 		t.Fatalf("claimed %v from an empty store", ids(got))
 	}
