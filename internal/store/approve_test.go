@@ -11,6 +11,7 @@ import (
 // it directly, without the lookup the admin API makes first, so each check
 // in the script is what refuses.
 func TestApprovePairing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		target := ProjectionTarget{

@@ -13,6 +13,7 @@ import (
 // Stored stubs that fail the strict 0.1.1 schema (§3.5) are never granted,
 // stay queued and readable byte for byte, and do not block good jobs.
 func TestMalformedStubsAreQuarantined(t *testing.T) {
+	t.Parallel()
 	const good = `{"id":"old","kind":"llm.generate","owner":"alice","site":"K","audience":"private","sizeClass":"small","streaming":false,"deadlineAt":4102444800000}`
 	bad := map[string]string{
 		"not json":          `{"id":"old",`,
@@ -89,6 +90,7 @@ func TestMalformedStubsAreQuarantined(t *testing.T) {
 
 // Refused input changes nothing: the namespace dumps equal before and after.
 func TestBadInputLeavesStoreUnchanged(t *testing.T) {
+	t.Parallel()
 	nul := "bad\x00id"
 	long := strings.Repeat("x", 1025)
 	cases := []struct {
@@ -215,6 +217,7 @@ func TestBadInputLeavesStoreUnchanged(t *testing.T) {
 // Ids holding the key separators and hash-tag braces are ordinary ids: they
 // never collide, never leave the namespace's slot, and round-trip exactly.
 func TestHostileIdentifiers(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		pairs := [][2]string{{"x:y", "z"}, {"x", "y:z"}, {"{x}", "}y{"}, {"x;", ":"}, {"", "empty site"}, {"ü{;}", "é:"}}

@@ -18,6 +18,7 @@ import (
 // these lists, and then only its lastSeenAt; anything else is sent again
 // in full (presence_seen), which decides it exactly as before.
 func TestHeartbeatShortForm(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
 		h := newFixture(t, b, Options{ObserveScript: counter.observe})
@@ -147,6 +148,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 // the next heartbeat; a grant written without clearing it (a relay older
 // than nr) is seen once the read lapses.
 func TestHeartbeatShardRecheck(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		const recheck = 5_000
 		h := newFixture(t, b, Options{ShardRecheckMs: recheck})
@@ -223,6 +225,7 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 // the form of the previous layout's digests (32 hex), so a record an
 // older relay wrote never matches it.
 func TestHeartbeatDigest(t *testing.T) {
+	t.Parallel()
 	inputs := [][4]string{
 		{"", "", "", ""}, {"a", "", "", ""}, {"", "a", "", ""}, {"", "", "a", ""}, {"", "", "", "a"},
 		{"ab", "c", "", ""}, {"a", "bc", "", ""}, {"", "ab", "c", ""}, {"", "a", "bc", ""}, {"", "", "ab", "c"}, {"", "", "a", "bc"},
@@ -251,6 +254,7 @@ func TestHeartbeatDigest(t *testing.T) {
 // they do on the embedded store, which valkey-go treats as a one-node
 // cluster.
 func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		var runners []string
@@ -311,6 +315,7 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 // heartbeat: neither device's next short beat is taken, and the record's
 // own device's full heartbeat gives it its digest back.
 func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
 		h := newFixture(t, b, Options{ObserveScript: counter.observe})

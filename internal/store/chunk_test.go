@@ -163,6 +163,7 @@ func monitorTokens(line string) []string {
 // would give: renewed and lost in input order, repeats renewed twice but
 // released once, grants split across chunk boundaries handled alike.
 func TestLongGrantListsRunInBoundedChunks(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	m := startMonitor(t)

@@ -12,6 +12,7 @@ import (
 // frozen at T: a private miniredis whose TIME stands still, so every
 // boundary can be hit to the millisecond.
 func TestFrozenClockArithmetic(t *testing.T) {
+	t.Parallel()
 	at := time.UnixMilli(1_900_000_000_123)
 	T := at.UnixMilli()
 	cases := []struct {
@@ -125,6 +126,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 // On a real server TIME moves, but one claim reads it once: the two instants
 // it stamps differ by exactly AWAITING_PAYLOAD_MS - leaseMs.
 func TestOneClockReadingPerClaim(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		h.enqueue("a", "alice")

@@ -24,6 +24,7 @@ func blobOf(n int) json.RawMessage {
 // record of a queued job with a sliced stub stays in Valkey's compact hash
 // encoding.
 func TestBlobsRoundTripEverySize(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		for i, n := range []int{40, 64, 65, 128, 129, 1349, 4096, 4097, 20000} {
@@ -80,6 +81,7 @@ func TestBlobsRoundTripEverySize(t *testing.T) {
 // through claim, seal, release (requeue), claim, take and complete, and
 // every read, the site's stored bytes and the state counts stay exact.
 func TestLayoutV2RecordsStillRead(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	ctx, c := context.Background(), b.client
@@ -174,6 +176,7 @@ func TestLayoutV2RecordsStillRead(t *testing.T) {
 // to move it; Migrate rewrites only the version, after which New starts
 // and the jobs written before are still there.
 func TestMigrateV2OnlyRewritesTheVersion(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	ctx, c := context.Background(), b.client
 	h := newFixture(t, b, Options{})

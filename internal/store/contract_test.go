@@ -434,6 +434,7 @@ var contractCases = []struct {
 }
 
 func TestStoreContract(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range contractCases {
 			t.Run(c.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 // server is shared, so never FLUSHALL), while two replicas read results
 // without pause and a third reads only before and after.
 func TestResultCacheDoesNotOutliveDataLoss(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		// busy polls results through the loss; quiet reads before and after
@@ -121,6 +122,7 @@ func describe(res []*ResultJob) string {
 // REPLICAOF NO ONE, which promotes the server under a new replication id
 // with its data kept.
 func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Open(t, relaytest.StartServer(t).URL())
 	ctx := context.Background()
 	h := newFixture(t, backend{"private", c}, Options{})
@@ -181,6 +183,7 @@ func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
 // a cache keeping one generation for every site, which refetched every
 // result on almost every read once a namespace had sites on two shards.
 func TestResultCacheKeepsSitesOfOtherShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
 		h := newFixture(t, b, Options{ObserveScript: counter.observe})

@@ -54,6 +54,7 @@ func (h *storeFixture) requeuedPlain(id string) {
 // later claim's grant of the same job, and a job the runner already
 // fetched, are never touched.
 func TestGiveBackReturnsAnUnansweredClaimsGrants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		for _, id := range []string{"j1", "j2", "j3"} {
@@ -110,6 +111,7 @@ func TestGiveBackReturnsAnUnansweredClaimsGrants(t *testing.T) {
 // later (still queued on another connection when the give-back ran) grants
 // nothing, so the order in which the two reach the server does not matter.
 func TestGiveBackRevokesTheClaimsLaterScripts(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		h.enqueue("j1", "alice")
@@ -143,6 +145,7 @@ func TestGiveBackRevokesTheClaimsLaterScripts(t *testing.T) {
 // Bad input is refused before anything is sent; a lease id that names no
 // shard, or another runner's grant, is left alone.
 func TestGiveBackInputs(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	h.enqueue("j1", "alice")
@@ -178,6 +181,7 @@ func TestGiveBackInputs(t *testing.T) {
 // runner claims it at once instead of after the lease. The server is this
 // test's own, frozen with SIGSTOP the moment the claim script is sent.
 func TestClaimAnswerLostAfterTheScriptRan(t *testing.T) {
+	t.Parallel()
 	srv := relaytest.StartServer(t)
 	c := relaytest.Open(t, srv.URL())
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })

@@ -13,6 +13,7 @@ import (
 // entered in "all" is listed once, and its "all" entry goes when the job
 // does.
 func TestJobsListsEveryJobOnceInEnqueueOrder(t *testing.T) {
+	t.Parallel()
 	limits := []struct {
 		name string
 		l    pageLimits

@@ -31,6 +31,7 @@ func keyHashSlot(key string) uint16 {
 // keySlot is CRC16/XMODEM mod 16384, as a cluster computes it (vectors from
 // the Redis cluster specification and its documentation).
 func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
+	t.Parallel()
 	if got := keySlot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("crc16(123456789) slot %d, want %d", got, 0x31C3%16384)
 	}
@@ -44,6 +45,7 @@ func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
 // Shards spread over the slot space in equal ranges, so a cluster's
 // contiguous slot ranges give each primary its share of the shards.
 func TestShardsTileTheSlotSpace(t *testing.T) {
+	t.Parallel()
 	h := newFixture(t, realBackend(t), Options{})
 	n := len(h.s.k.shards)
 	if n != DefaultShards {
@@ -62,6 +64,7 @@ func TestShardsTileTheSlotSpace(t *testing.T) {
 // otherwise alike, spread over the shards like any others, and every key a
 // site's jobs create is on that site's shard.
 func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	slots := map[uint16]int{}
@@ -128,6 +131,7 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 // keys on its runner's slot (groupByShard); on a cluster it is one call
 // per shard like the rest (TestShortBeatsOfEveryShardShareOneCallOnOneServer).
 func TestEveryScriptStaysOnOneSlot(t *testing.T) {
+	t.Parallel()
 	for _, evalScripts := range []bool{false, true} {
 		t.Run(map[bool]string{false: "functions", true: "scripts"}[evalScripts], func(t *testing.T) {
 			everyScriptStaysOnOneSlot(t, evalScripts)
@@ -371,6 +375,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 // and the answer is in first-enqueue order across shards; with a Max that
 // cannot take them all, the oldest job over all the routes is granted.
 func TestClaimAcrossShardsOrder(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		a, c := site, otherShardSite(h.s, site)
@@ -398,6 +403,7 @@ func TestClaimAcrossShardsOrder(t *testing.T) {
 // dropped) it keeps pairing codes, the projection and the policy, deletes
 // the v1 routing keys and lets the new store start.
 func TestLegacyLayoutRefusedThenMigrated(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		ns := relaytest.Namespace(t, b.client)

@@ -42,6 +42,7 @@ func v3Slices(fields []string) []string {
 // key-syntax characters included, because Go decodes what the scripts
 // answer from the member and the encoded fields.
 func TestCompactRecordsAnswerRawIDs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		if h.s.Layout() != LayoutVersion {
@@ -134,6 +135,7 @@ func TestCompactRecordsAnswerRawIDs(t *testing.T) {
 // through every step, a record holding both forms (a v3 stub, a v4
 // result) included; the site's byte count and the indexes end exact.
 func TestLayoutV3ServedThenMovedToV4(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, c := context.Background(), b.client
 		h := newFixture(t, b, Options{})

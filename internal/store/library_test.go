@@ -22,6 +22,7 @@ import (
 // exactly when the operation is read-only; its name follows its code and
 // nothing else, and a library file it does not know of is refused.
 func TestBuildLibrary(t *testing.T) {
+	t.Parallel()
 	lib, err := buildLibrary(lua.FS, Scripts)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestBuildLibrary(t *testing.T) {
 }
 
 func TestFunctionScript(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, op string
 		ok     bool
@@ -107,6 +109,7 @@ func TestFunctionScript(t *testing.T) {
 // On a server with FUNCTION the store loads the library and calls it; the
 // embedded server has none, and the same operations run as scripts.
 func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		want := b.name != "embedded"
@@ -141,6 +144,7 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 // heartbeat batch, and no call fails for it. A private server: the
 // shared one's library is in use by other tests.
 func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := relaytest.StartServer(t)
 	c := relaytest.Open(t, srv.URL())
@@ -257,6 +261,7 @@ func (c nodesClient) Nodes() map[string]valkey.Client { return c.nodes }
 // error, not errNoFunctions (a store would not silently fall back to
 // scripts because Valkey was down).
 func TestFunctionsLoadPastAnUnreachableNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	live := relaytest.Open(t, relaytest.StartServer(t).URL())
 	downSrv := relaytest.StartServer(t)

@@ -12,6 +12,7 @@ import (
 // sweep with something due (as the background sweeper runs it) and a call
 // on a cancelled context.
 func TestEveryScriptCallIsObserved(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := map[string]int{}
 	var failed []error

@@ -13,6 +13,7 @@ import (
 // every shard of the runner's record (here two, jobs of sites on different
 // shards), sums the counts and bounds the jobs it lists over all of them.
 func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		ctx := context.Background()
@@ -53,6 +54,7 @@ func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
 // Presence records live on their runners' shards; one read of runners on
 // several shards finds each of them, and leaves out runners without one.
 func TestOpsPresenceSpansShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		ctx := context.Background()
@@ -86,6 +88,7 @@ func TestOpsPresenceSpansShards(t *testing.T) {
 // relay before that also entered in held is counted once, and its held
 // entry goes with the grant.
 func TestOpsDeviceLeasesFromTheBareIDIndex(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		ctx := context.Background()

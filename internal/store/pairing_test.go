@@ -8,6 +8,7 @@ import (
 
 // PairingCodes (store.md §6) on both backends.
 func TestPairing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		run  func(h *storeFixture, exp int64)
@@ -138,6 +139,7 @@ func (h *storeFixture) put(p PendingPairing, want bool) {
 // The purge is bounded per call, yet expired codes never count against the
 // capacity and drain within a few calls.
 func TestPairingPurgeIsBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{PairingCapacity: 40})
 		exp := h.now() + PairingCodeTTLMs

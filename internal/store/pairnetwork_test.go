@@ -7,6 +7,7 @@ import (
 )
 
 func TestSourceNetwork(t *testing.T) {
+	t.Parallel()
 	for src, want := range map[string]string{
 		"192.0.2.77":               "192.0.2.0/24",
 		"::ffff:192.0.2.77":        "192.0.2.0/24",
@@ -30,6 +31,7 @@ func TestSourceNetwork(t *testing.T) {
 // address; drops and expiry free the network, leaving no key behind; the
 // last fifth of the capacity goes only to networks holding no live code.
 func TestPairingPerNetworkAndReserve(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{PairingCapacity: 20, PairingsPerSource: 2, PairingsPerNetwork: 4})
 		exp := h.now() + PairingCodeTTLMs

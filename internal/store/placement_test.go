@@ -27,6 +27,7 @@ func twin(t *testing.T, b backend, s *Store) *Store {
 // site where the first put it, and a job enqueued through one is read and
 // claimed through the other.
 func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		sites := make([]string, 20)
@@ -73,6 +74,7 @@ func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
 // Replicas placing the same new sites at the same moment agree: each site
 // gets one shard, recorded once.
 func TestConcurrentPlacementOneShard(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		stores := []*Store{h.s, twin(t, b, h.s), twin(t, b, h.s), twin(t, b, h.s)}
@@ -139,6 +141,7 @@ func TestConcurrentPlacementOneShard(t *testing.T) {
 // New sites spread evenly: over the primaries of a cluster (12 sites on 3
 // primaries: 4 each), and round robin over the shards of a single node.
 func TestNewSitesBalance(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		for i := range 12 {
@@ -181,6 +184,7 @@ func TestNewSitesBalance(t *testing.T) {
 // Reads and writes to existing jobs never place a site: a read of a site
 // nobody enqueued for answers empty and leaves the record as it was.
 func TestReadsDoNotPlace(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		if j, err := h.s.Job(h.ctx, "never", "x"); err != nil || j != nil {
@@ -222,6 +226,7 @@ func asLayoutV2(t *testing.T, b backend, s *Store) {
 // there; `relay migrate` pins the sites with jobs, moves the record to v3,
 // and only new sites are then balanced.
 func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		asLayoutV2(t, b, h.s)
@@ -309,6 +314,7 @@ func TestLayoutV2NamespaceKeepsItsSites(t *testing.T) {
 // Migrate refuses to move a namespace whose record disagrees with where a
 // site's jobs are: nothing moves to v3.
 func TestMigrateRefusesASplitSite(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	asLayoutV2(t, b, h.s)
@@ -332,6 +338,7 @@ func TestMigrateRefusesASplitSite(t *testing.T) {
 
 // A relay meeting a layout newer than its own refuses to start, saying so.
 func TestNewerLayoutRefused(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	h := newFixture(t, b, Options{})
 	if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", fmt.Sprint(LayoutVersion+1)).Build()).Error(); err != nil {
@@ -346,6 +353,7 @@ func TestNewerLayoutRefused(t *testing.T) {
 // After Valkey loses the namespace (a restart without persistence), a
 // running Store writes the layout record again and keeps placing sites.
 func TestPlacementAfterDataLoss(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		h.enqueueStub("before", stub("a", "alice"))

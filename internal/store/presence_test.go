@@ -21,6 +21,7 @@ func matrixOf(n int) json.RawMessage {
 // (capabilities and withheld together): one byte past is ErrInvalidInput
 // and changes nothing, exactly at it is stored.
 func TestPresenceRecordBound(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{MaxPresenceBytes: 1000})
 		dev := freshDevice()
@@ -54,6 +55,7 @@ func TestPresenceRecordBound(t *testing.T) {
 // just written, so a heartbeat does not carry them back from Valkey; Seen
 // still answers the whole record (the contract's seen()).
 func TestSeenReplyOmitsLists(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		dev := freshDevice()
@@ -95,6 +97,7 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 // rewritten on its next heartbeat. Fails on a presence_seen that rewrites
 // the lists on every heartbeat.
 func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		dev := freshDevice()
@@ -144,6 +147,7 @@ func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
 // reaches it (a record may hold up to MaxPresenceBytes of a client's
 // lists), and Everyone still reads every record in first-seen order.
 func TestEveryonePagesByBytes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		// Five runners on one shard, so one shard's index pages them.
@@ -184,6 +188,7 @@ func TestEveryonePagesByBytes(t *testing.T) {
 // lists (what every daemon request's authentication reads); an absent
 // record is nil.
 func TestPresenceHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		dev := freshDevice()
@@ -209,6 +214,7 @@ func TestPresenceHead(t *testing.T) {
 // device or another owner answer ErrPresenceChanged and change nothing.
 // Without the condition it writes as Seen does.
 func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {
@@ -263,6 +269,7 @@ func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
 // runner's record of shards that the presence write returns: grants on two
 // shards, cancelled, come back in first-enqueue order.
 func TestHeartbeatAnswersCancelRequests(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {

@@ -50,6 +50,7 @@ func deviceKeys(t *testing.T, h *storeFixture) []string {
 // the retention (short-form heartbeats included) keeps everything, and
 // the reap reads nothing while nothing is due.
 func TestReapForgetsSilentDevices(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var reaps atomic.Int64
 		h := newFixture(t, b, Options{DeviceRetention: 24 * time.Hour, ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
@@ -129,6 +130,7 @@ func TestReapForgetsSilentDevices(t *testing.T) {
 // One reap examines at most its limit of entries per shard and says when
 // more may be due; further calls finish the work.
 func TestReapIsBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		ids, _ := sameShardRunners(h.s, "batch_", 7)
@@ -165,6 +167,7 @@ func TestReapIsBounded(t *testing.T) {
 // ForgetDevices drops named devices at once, whatever their last beat;
 // unknown runners cost nothing, bad ids are refused with nothing written.
 func TestForgetDevices(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		h.seen("a_1", "ann", freshDevice(), `[{"kind":"generate"}]`, `[]`)
@@ -200,6 +203,7 @@ func TestForgetDevices(t *testing.T) {
 // that never beat again are indexed by the backfill, once per namespace,
 // and reaped like any other; pidx entries of gone records are dropped.
 func TestBackfillIndexesOlderRecords(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		c := b.client
@@ -269,6 +273,7 @@ func TestBackfillIndexesOlderRecords(t *testing.T) {
 // Heartbeats index their record: a new one at once, a known one at most
 // once an hour (lx), so an idle tick adds no write to the index.
 func TestHeartbeatIndexesOncePerStep(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		dev := freshDevice()
@@ -307,6 +312,7 @@ func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 // deadline by itself, so it cannot outlive a presence record reaped or
 // forgotten while a claim was being made.
 func TestRunnerShardsExpire(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		now := h.now()

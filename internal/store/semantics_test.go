@@ -606,6 +606,7 @@ var semanticCases = []struct {
 func withChurn(c *churnLog) Options { return Options{OnChurn: c.add} }
 
 func TestStoreSemantics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range semanticCases {
 			t.Run(c.name, func(t *testing.T) {

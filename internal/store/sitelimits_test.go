@@ -63,6 +63,7 @@ const siteB = "site_other"
 // every way a job stops being live (complete, cancel, deadline, eviction)
 // frees its slot.
 func TestSiteJobsLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{SiteLimits: SiteLimits{Default: SiteLimit{Jobs: 100}, Sites: map[string]SiteLimit{site: {Jobs: 3}}}})
 		for i := range 3 {
@@ -117,6 +118,7 @@ func TestSiteJobsLimit(t *testing.T) {
 // awaiting its payload), results count but are never refused, and bytes
 // come back when the payload goes (requeue) and when the job goes.
 func TestSiteBytesLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		one := int64(len(protocol.MustMarshal(stub("a0", "alice"))))
 		limit := 2*one + int64(len(envelope)) + 10 // two stubs and one payload
@@ -163,6 +165,7 @@ func TestSiteBytesLimit(t *testing.T) {
 
 // The enqueue rate is a token bucket on the store's clock.
 func TestSiteEnqueueRate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		// One token per 100 s: the bucket also refills in real time, and
 		// at this rate the seconds a slow machine takes between steps are a
@@ -192,6 +195,7 @@ func TestSiteEnqueueRate(t *testing.T) {
 
 // Random operations over two sites keep the use exact.
 func TestSiteUseStaysExact(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		rng := rand.New(rand.NewPCG(7, 11))

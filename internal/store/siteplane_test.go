@@ -88,6 +88,7 @@ func (h *storeFixture) checkSitePlane(siteID string, wantPending, wantResults []
 // state the other jobs are in, and the results cache never serves a result
 // the store no longer holds.
 func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
+	t.Parallel()
 	limits := []struct {
 		name string
 		l    pageLimits
@@ -176,6 +177,7 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 // Other sites' jobs never show, and a cache too small for a site's results
 // still answers correctly (from Valkey every time).
 func TestResultJobsSitesAndCacheBound(t *testing.T) {
+	t.Parallel()
 	for _, cacheBytes := range []int{-1, 1, 0} {
 		t.Run(fmt.Sprint("cache=", cacheBytes), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {

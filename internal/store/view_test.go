@@ -49,6 +49,7 @@ func withView(t testing.TB, s *Store) {
 // next claim finds it; a job this replica requeues itself is claimable at
 // once.
 func TestWorkViewMakesIdleTicksFree(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -125,6 +126,7 @@ func waitView(t *testing.T, what string, cond func() bool) {
 // empty queues of that shard known: an idle device whose queues nobody
 // announced asks Valkey nothing once this replica's fence is back.
 func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -195,6 +197,7 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 // An announcement that never arrives costs at most workViewEmptyTTL: the
 // periodic re-check reads the queue again and the job is granted.
 func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -232,6 +235,7 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 // sent before this Store's own write is trusted only once the fence sent
 // after the write came back.
 func TestWorkViewOrdering(t *testing.T) {
+	t.Parallel()
 	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	at := time.Now()
@@ -278,6 +282,7 @@ func TestWorkViewOrdering(t *testing.T) {
 // busy replica does not send every concurrent request to Valkey at once.
 // A due instant the last reading shows passed is never hidden.
 func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
+	t.Parallel()
 	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	t0 := time.Now()
@@ -309,6 +314,7 @@ func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
 // most queues stay known empty, the newest reading always among them, and
 // a queue never read is never taken for empty (the names are hashed).
 func TestWorkViewBoundForgetsAShare(t *testing.T) {
+	t.Parallel()
 	const bound = 1024
 	v := newWorkView([]string{"p:"}, bound)
 	v.setLive(0, true)
