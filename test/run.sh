@@ -28,9 +28,9 @@
 # put them under load or faults, TEST_PROCESS_P packages at a time.
 #
 #   TEST_TIMEOUT   go test -timeout for each suite (default 30m)
-#   TEST_PROCESS_P how many process-tier packages run at once (default 1:
-#                  the chaos, cluster and lifecycle suites hold latency bounds
-#                  that a second suite's load on two cores would eat)
+#   TEST_PROCESS_P how many process-tier packages run at once (default 1,
+#                  as before: the chaos, cluster and lifecycle suites hold
+#                  latency bounds, and 2 is not yet measured on two cores)
 #   TEST_SKIP_FUZZ set to 1 to skip the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
