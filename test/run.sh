@@ -17,11 +17,20 @@
 #     (TestPeers) run on it too.
 #
 # Whoever already has servers running can skip all this and use plain
-# `go test ./...`: it reads RELAY_TEST_VALKEY_URL (default
+# `go test ./...` (or one tier of it): it reads RELAY_TEST_VALKEY_URL (default
 # redis://127.0.0.1:6379/0) and RELAY_TEST_VALKEY_CLUSTER_URL (unset: the
 # cluster tests skip).
 #
+# Two tiers (test/README.md): the unit tier, ./internal/... ./cmd/...
+# ./lua/..., every package at once (go test's default -p, one per core; the
+# tests own their namespaces and run in parallel), and the process tier,
+# ./test/..., the suites that start replicas, servers, node and chromium and
+# put them under load or faults, TEST_PROCESS_P packages at a time.
+#
 #   TEST_TIMEOUT   go test -timeout for each suite (default 30m)
+#   TEST_PROCESS_P how many process-tier packages run at once (default 1,
+#                  as before: the chaos, cluster and lifecycle suites hold
+#                  latency bounds, and 2 is not yet measured on two cores)
 #   TEST_SKIP_FUZZ set to 1 to skip the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -122,20 +131,22 @@ start=$SECONDS
 failed=()
 go vet ./... || failed+=(vet)
 
-say "== every package, on $(basename "$main_server") ($(server_line "$main_url"))"
-RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$main_cluster_url" \
-  RELAY_TEST_REDIS_SERVER="$main_server" \
-  go test -p 1 -count=1 -timeout "$timeout" ./... || failed+=("main suite")
-say "main suite done at $((SECONDS - start))s"
+on_main() { RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$main_cluster_url" RELAY_TEST_REDIS_SERVER="$main_server" "$@"; }
+say "== unit tier (./internal/... ./cmd/... ./lua/...), on $(basename "$main_server") ($(server_line "$main_url"))"
+on_main go test -count=1 -timeout "$timeout" ./internal/... ./cmd/... ./lua/... || failed+=("unit tier")
+say "unit tier done at $((SECONDS - start))s"
+say "== process tier (./test/...), on $(basename "$main_server"), ${TEST_PROCESS_P:-1} package(s) at a time"
+on_main go test -p "${TEST_PROCESS_P:-1}" -count=1 -timeout "$timeout" ./test/... || failed+=("process tier")
+say "process tier done at $((SECONDS - start))s"
 
 say "== compatibility: connection, store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
 compat() { env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" "$@"; }
-compat go test -p 1 -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ||
+compat go test -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ ||
   failed+=("compatibility suites")
 # The peers' own suite (the real daemon and cloud lane through three
 # replicas); its grant variants exercise the relay, not the server, and run
-# in the main suite.
-compat go test -p 1 -count=1 -timeout "$timeout" -run '^TestPeers$' ./test/peers/ || failed+=("compatibility peers")
+# in the process tier.
+compat go test -count=1 -timeout "$timeout" -run '^TestPeers$' ./test/peers/ || failed+=("compatibility peers")
 say "compatibility suites done at $((SECONDS - start))s"
 
 if [ "${TEST_SKIP_FUZZ:-}" != 1 ]; then

@@ -12,6 +12,7 @@ import (
 // TestHelpListsEverySubcommand: relay -h names every subcommand, not the
 // stale "(projection, later metrics/health)", and exits 0.
 func TestHelpListsEverySubcommand(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"-h", "--help"} {
 		code, stdout, stderr := runBinary(t, nil, arg)
 		out := stdout + stderr
@@ -32,6 +33,7 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 // TestSubcommandHelp: each subcommand's -h is its own usage (not the
 // server's option list) and exits 0.
 func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
 	for _, sub := range []string{"projection", "policy", "pairing", "migrate", "healthcheck"} {
 		for _, h := range []string{"-h", "--help"} {
 			code, stdout, stderr := runBinary(t, nil, sub, h)
@@ -54,6 +56,7 @@ func TestSubcommandHelp(t *testing.T) {
 // embedded store, which it says), and durations in its JSON start line read
 // as Go durations.
 func TestUnknownVariableWarned(t *testing.T) {
+	t.Parallel()
 	r := start(t, map[string]string{"RELAY_VALKEY_URI": relaytest.ValkeyURL()})
 	log := r.Log()
 	if !strings.Contains(log, "RELAY_VALKEY_URI is not a relay setting and is ignored; did you mean RELAY_VALKEY_URL?") {
@@ -86,6 +89,7 @@ func readyLine(t *testing.T, log string) map[string]any {
 // its fsync policy; the shared test server (Valkey 8 or Redis 7.0) is
 // reported as its CONFIG GET says.
 func TestDurableSaysWhatTheServerDoes(t *testing.T) {
+	t.Parallel()
 	off := relaytest.StartServer(t, "--appendonly", "no")
 	on := relaytest.StartServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
 	shared := relaytest.Client(t)

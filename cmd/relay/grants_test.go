@@ -67,6 +67,7 @@ func grantRun(t *testing.T, replicas ...*relaytest.Relay) *loadgen.Report {
 // replica carries a grant signed with that key, for the policy pushed
 // through the admin listener.
 func TestBuiltinGrants(t *testing.T) {
+	t.Parallel()
 	file, priv := grantKey(t)
 	ns := namespace(t)
 	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
@@ -99,6 +100,7 @@ func TestBuiltinGrants(t *testing.T) {
 // a small one in the test, standing in for a KMS front); the relay never
 // reads a key file.
 func TestSignerGrants(t *testing.T) {
+	t.Parallel()
 	_, priv := grantKey(t)
 	var signed atomic.Int64
 	signer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -127,6 +129,7 @@ func TestSignerGrants(t *testing.T) {
 // RELAY_CONTROL_PLANE_PUBLIC, or with a remote authority, stops the start
 // with what to change; nothing is served.
 func TestBuiltinGrantRefusals(t *testing.T) {
+	t.Parallel()
 	file, priv := grantKey(t)
 	_, other := grantKey(t)
 	for name, tc := range map[string]struct {

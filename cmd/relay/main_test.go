@@ -90,6 +90,7 @@ func fixture(owners ...string) string {
 // TestTwoReplicas: two processes share a namespace; a projection pushed
 // with the CLI through one is in force on the other within a second.
 func TestTwoReplicas(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token}
 	a, b := start(t, env), start(t, env)
@@ -146,6 +147,7 @@ func TestTwoReplicas(t *testing.T) {
 // TestProjectionFile: a replica started with RELAY_PROJECTION_FILE pushes it,
 // and edits reach a replica without the file.
 func TestProjectionFile(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	file := filepath.Join(t.TempDir(), "projection.json")
 	os.WriteFile(file, []byte(fixture("alice")), 0o600)
@@ -173,6 +175,7 @@ func TestProjectionFile(t *testing.T) {
 }
 
 func TestStartRefusals(t *testing.T) {
+	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"consents":[{"owner":1,"siteId":"s"}]}`), 0o600)
 	keyFile, _ := grantKey(t)
@@ -205,6 +208,7 @@ func TestStartRefusals(t *testing.T) {
 // TestEmbeddedDefault: with no Valkey configured the relay starts on the
 // embedded store and says so.
 func TestEmbeddedDefault(t *testing.T) {
+	t.Parallel()
 	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token})
 	// stderr is copied on its own goroutine: give it a moment to catch up
 	// with the ready line.
@@ -245,6 +249,7 @@ func rawAnswer(t *testing.T, addr, req string) (int, string) {
 // internal/httpserve: Go-level errors answer in JSON and the connection cap
 // holds.
 func TestBoundedListeners(t *testing.T) {
+	t.Parallel()
 	p := start(t, map[string]string{"RELAY_ADMIN_TOKEN": token, "RELAY_MAX_CONNS": "2"})
 	for _, addr := range []string{p.Listen, p.Admin} {
 		if code, body := rawAnswer(t, addr, "GET / HTTP/3.0\r\nHost: x\r\n\r\n"); code != 505 ||
@@ -269,6 +274,7 @@ func TestBoundedListeners(t *testing.T) {
 // TestTLSListener: with RELAY_TLS_CERT_FILE/KEY_FILE the public listener
 // serves only TLS; plaintext is redirected to https.
 func TestTLSListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	cert := writeCert(t, certFile, keyFile)

@@ -19,6 +19,7 @@ import (
 // through the other's admin listener, and polled back as approved on the
 // first.
 func TestPairingCommand(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	env := map[string]string{"RELAY_VALKEY_URL": relaytest.ValkeyURL(), "RELAY_NAMESPACE": ns, "RELAY_ADMIN_TOKEN": token,
 		"RELAY_VERIFICATION_URL": "https://example.test/device"}

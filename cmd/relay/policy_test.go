@@ -15,6 +15,7 @@ import (
 // `relay policy push` writes through another replica's admin listener, and a
 // bad policy file stops the start naming the field.
 func TestPolicyFileAndCLI(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "policy.json")

@@ -28,6 +28,7 @@ func stampedRelay(t *testing.T) string {
 // in `relay version` and `--version`, on its start line, on the operations
 // view's fleet page and as relay_build_info.
 func TestVersionStamped(t *testing.T) {
+	t.Parallel()
 	bin := stampedRelay(t)
 	for _, arg := range []string{"version", "--version", "-version"} {
 		var out, errb bytes.Buffer

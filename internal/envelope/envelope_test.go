@@ -92,6 +92,7 @@ func loadVectors(t *testing.T) (vectors, *Identity, *Identity) {
 }
 
 func TestKeysMatchVectors(t *testing.T) {
+	t.Parallel()
 	v, device, site := loadVectors(t)
 	for _, tc := range []struct {
 		name  string
@@ -133,6 +134,7 @@ func TestKeysMatchVectors(t *testing.T) {
 }
 
 func TestParseStoredKeysRefuses(t *testing.T) {
+	t.Parallel()
 	v, _, _ := loadVectors(t)
 	good, _ := json.Marshal(v.Keys.Device)
 	for _, tc := range []struct {
@@ -157,6 +159,7 @@ func TestParseStoredKeysRefuses(t *testing.T) {
 }
 
 func TestVerifyPublicIdentityRefuses(t *testing.T) {
+	t.Parallel()
 	_, device, site := loadVectors(t)
 	for _, tc := range []struct {
 		name string
@@ -176,6 +179,7 @@ func TestVerifyPublicIdentityRefuses(t *testing.T) {
 }
 
 func TestSignedBodyMatchesVectors(t *testing.T) {
+	t.Parallel()
 	v, _, site := loadVectors(t)
 	for _, tc := range []struct {
 		name      string
@@ -213,6 +217,7 @@ func TestSignedBodyMatchesVectors(t *testing.T) {
 }
 
 func TestOpenRecordedEnvelopes(t *testing.T) {
+	t.Parallel()
 	v, device, site := loadVectors(t)
 	for _, tc := range []struct {
 		name      string
@@ -249,6 +254,7 @@ func TestOpenRecordedEnvelopes(t *testing.T) {
 }
 
 func TestOpenRefusals(t *testing.T) {
+	t.Parallel()
 	v, device, site := loadVectors(t)
 	env := v.Payload.Envelope
 	exp := v.Payload.Context.expected()
@@ -309,6 +315,7 @@ func TestOpenRefusals(t *testing.T) {
 }
 
 func TestSealRoundTrip(t *testing.T) {
+	t.Parallel()
 	v, device, site := loadVectors(t)
 	for _, tc := range []struct {
 		name      string
@@ -340,6 +347,7 @@ func TestSealRoundTrip(t *testing.T) {
 }
 
 func TestBytesAndQuoting(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		env  protocol.SealedEnvelope
 		want int
@@ -366,6 +374,7 @@ func TestBytesAndQuoting(t *testing.T) {
 // TestNodeInterop seals in Go and opens with the real @byollm/protocol, and
 // the other way round.
 func TestNodeInterop(t *testing.T) {
+	t.Parallel()
 	_, device, site := loadVectors(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

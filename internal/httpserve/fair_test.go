@@ -62,6 +62,7 @@ func request(src string, body string) *http.Request {
 // are busy (retryable) while another client's are still read; a body that
 // alone could never fit in a share is too large, not busy.
 func TestBudgetClientShare(t *testing.T) {
+	t.Parallel()
 	b := NewBudget(4 << 20)
 	b.SetClientShare(1 << 20)
 	first, err := b.ReadRequest(request("10.0.0.1", strings.Repeat("a", 600_000)), 2<<20)
@@ -105,6 +106,7 @@ func TestBudgetClientShare(t *testing.T) {
 // IPv6 clients are their /64; behind a trusted proxy the client is the
 // first untrusted X-Forwarded-For hop from the right.
 func TestClientAddress(t *testing.T) {
+	t.Parallel()
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	for _, tt := range []struct{ peer, xff, want string }{
 		{"[2001:db8:1:2:3:4:5:6]:1", "", "2001:db8:1:2::/64"},
@@ -128,6 +130,7 @@ func TestClientAddress(t *testing.T) {
 // whole chunk; the old rule (BodyTimeout plus one second per 64 KiB
 // received) let a 1 MiB start buy 16 more seconds.
 func TestTrickleAfterBurstCut(t *testing.T) {
+	t.Parallel()
 	budget := NewBudget(8 << 20)
 	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 4<<20)})
 	c := dialFrom(t, "127.0.0.1", addr)
@@ -160,6 +163,7 @@ func TestTrickleAfterBurstCut(t *testing.T) {
 // on a listener whose BodyTimeout is the default 10 s (net/http would
 // otherwise wait that long to discard the unread body).
 func TestOverCapContentLengthAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
 	budget := NewBudget(8 << 20)
 	_, addr := serve(t, Options{Handler: readRequestBody(budget, 1000)})
 	for _, declared := range []int{2000, 100_000, 20 << 20} {
@@ -187,6 +191,7 @@ func TestOverCapContentLengthAnsweredAtOnce(t *testing.T) {
 // One address holds at most MaxConnsPerAddress; another address is still
 // served, and a trusted proxy is not counted per address.
 func TestConnectionsPerAddress(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	s, addr := serve(t, Options{MaxConns: 20, MaxConnsPerAddress: 3, Handler: ok})
 	for range 3 {
@@ -222,6 +227,7 @@ func TestConnectionsPerAddress(t *testing.T) {
 // client instead of the newcomer being refused for as long as idle
 // keep-alives stay (IdleTimeout, two minutes).
 func TestIdleConnectionMakesRoomAtCap(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	s, addr := serve(t, Options{MaxConns: 2, MaxConnsPerAddress: 2, Handler: ok})
 	for range 2 {
@@ -252,6 +258,7 @@ func TestIdleConnectionMakesRoomAtCap(t *testing.T) {
 // buffers fill, so the handler's write fails and its memory is released;
 // one read steadily is delivered whole however long it takes.
 func TestUnreadAnswerCut(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("r"), 64<<20)
 	var failed atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +307,7 @@ func TestUnreadAnswerCut(t *testing.T) {
 // instead of after IdleTimeout (two minutes), until the listener is under
 // the mark again.
 func TestIdleClosedSoonerNearCap(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	s, addr := serve(t, Options{MaxConns: 4, MaxConnsPerAddress: 4, Handler: ok})
 	for range 3 {

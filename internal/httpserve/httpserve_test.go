@@ -90,6 +90,7 @@ func readAnswer(t *testing.T, r *bufio.Reader) (*http.Response, string) {
 // net/http answers these before any handler runs; each must come back as
 // the protocol's JSON error with a correct Content-Length.
 func TestGoErrorsAnswerJSON(t *testing.T) {
+	t.Parallel()
 	_, addr := serve(t, Options{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})})
@@ -154,6 +155,7 @@ func TestGoErrorsAnswerJSON(t *testing.T) {
 
 // A handler's own plain-text error must pass through untouched.
 func TestHandlerAnswersNotRewritten(t *testing.T) {
+	t.Parallel()
 	_, addr := serve(t, Options{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 Bad Request", http.StatusBadRequest)
 	})})
@@ -164,6 +166,7 @@ func TestHandlerAnswersNotRewritten(t *testing.T) {
 }
 
 func TestCannedErrorRecogniser(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		in     string
 		status int
@@ -186,6 +189,7 @@ func TestCannedErrorRecogniser(t *testing.T) {
 }
 
 func TestConnectionCap(t *testing.T) {
+	t.Parallel()
 	s, addr := serve(t, Options{MaxConns: 3, MaxConnsPerAddress: 3, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})})
@@ -229,6 +233,7 @@ func TestConnectionCap(t *testing.T) {
 // A body that stops arriving is cut off at BodyTimeout, far sooner than the
 // two minutes the old server allowed; one that trickles is too.
 func TestSlowBodies(t *testing.T) {
+	t.Parallel()
 	budget := NewBudget(4 << 20)
 	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 2<<20)})
 	for _, tt := range []struct {
@@ -276,6 +281,7 @@ func TestSlowBodies(t *testing.T) {
 // A body arriving steadily faster than MinBodyChunk per BodyTimeout may take longer than
 // BodyTimeout in all.
 func TestSteadyBodyOutlastsTimeout(t *testing.T) {
+	t.Parallel()
 	budget := NewBudget(4 << 20)
 	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: echoBody(budget, 2<<20)})
 	c, err := net.Dial("tcp", addr)
@@ -307,6 +313,7 @@ func TestSteadyBodyOutlastsTimeout(t *testing.T) {
 // Once the body is read the deadline is gone: a handler that takes longer
 // than BodyTimeout afterwards keeps its context and answers.
 func TestBodyDeadlineClearedAfterBody(t *testing.T) {
+	t.Parallel()
 	budget := NewBudget(1 << 20)
 	_, addr := serve(t, Options{BodyTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, release, err := budget.ReadAll(r.Body, r.ContentLength, 1<<20)
@@ -329,6 +336,7 @@ func TestBodyDeadlineClearedAfterBody(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	t.Run("declared over max is refused unread", func(t *testing.T) {
 		b := NewBudget(1 << 20)
 		r := &countingReader{r: strings.NewReader("x")}
@@ -403,6 +411,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestReserve(t *testing.T) {
+	t.Parallel()
 	b := NewBudget(1000)
 	if _, err := b.Reserve(1001); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("more than the budget: %v", err)

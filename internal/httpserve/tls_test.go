@@ -93,6 +93,7 @@ func servedCert(t *testing.T, addr string, trust *x509.Certificate) (*x509.Certi
 }
 
 func TestTLSServesAndReloads(t *testing.T) {
+	t.Parallel()
 	addr, certFile, keyFile, reloader, first := tlsServer(t)
 	reloader.mu.Lock()
 	reloader.every = 0 // look at the files on every handshake
@@ -134,6 +135,7 @@ func TestTLSServesAndReloads(t *testing.T) {
 }
 
 func TestTLSRefusesOldVersions(t *testing.T) {
+	t.Parallel()
 	addr, _, _, _, first := tlsServer(t)
 	pool := x509.NewCertPool()
 	pool.AddCert(first)
@@ -153,6 +155,7 @@ func TestTLSRefusesOldVersions(t *testing.T) {
 // same URL over https (which the deployment audit's D007 accepts), and
 // anything that is not HTTP is just closed.
 func TestPlaintextToTLSPort(t *testing.T) {
+	t.Parallel()
 	addr, _, _, _, _ := tlsServer(t)
 	resp, body := rawExchange(t, addr, "GET /healthz?x=1 HTTP/1.1\r\nHost: relay.example:8443\r\n\r\n")
 	if resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != "https://relay.example:8443/healthz?x=1" {

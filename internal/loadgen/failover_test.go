@@ -18,6 +18,7 @@ import (
 // A progress line comes every ProgressEvery, one per line (a log, not a
 // terminal).
 func TestFailoverPastADeadReplica(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	live := startGoRelays(t, 1)[0]

@@ -8,6 +8,7 @@ import (
 )
 
 func TestFinalOps(t *testing.T) {
+	t.Parallel()
 	at := time.Unix(100, 0)
 	enq := func(id string) Op { return Op{Kind: OpEnqueue, JobID: id, Site: "s"} }
 	for _, tc := range []struct {
@@ -37,6 +38,7 @@ func TestFinalOps(t *testing.T) {
 }
 
 func TestBackgroundWait(t *testing.T) {
+	t.Parallel()
 	// A run that fails at once: Wait hands its error back.
 	if rep, err := Start(context.Background(), Config{}).Wait(context.Background()); err == nil || rep != nil || !strings.Contains(err.Error(), "no admin token") {
 		t.Fatalf("invalid run: %v %v", rep, err)

@@ -15,6 +15,7 @@ import (
 // refuses every way a grant can be wrong, so a -grants run's "grants
 // verified" counts only grants a daemon would take.
 func TestCheckGrant(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
 	const now = int64(1_800_000_000_000)

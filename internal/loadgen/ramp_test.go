@@ -12,6 +12,7 @@ import (
 // the asked one, everything collected); with a limit no run can meet it,
 // it stops after the first step and says why.
 func TestRampAgainstRelay(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	servers := startGoRelays(t, 1)
@@ -65,6 +66,7 @@ func abs(x int) int {
 }
 
 func TestRampRefusesBadRates(t *testing.T) {
+	t.Parallel()
 	for _, rates := range [][]float64{nil, {0}, {10, 5}, {10, 10}, {-1}} {
 		if _, err := Ramp(context.Background(), Config{}, rates, time.Second, nil); err == nil {
 			t.Fatalf("rates %v accepted", rates)
@@ -77,6 +79,7 @@ func TestRampRefusesBadRates(t *testing.T) {
 
 // Sustained names every reason a step fails, and none for a clean one.
 func TestSustained(t *testing.T) {
+	t.Parallel()
 	clean := func() *Report {
 		return &Report{
 			Settings:         Settings{Rate: 100},
@@ -116,6 +119,7 @@ func TestSustained(t *testing.T) {
 // pollDelay keeps the Runner's ladder: each rung's share of the heartbeat
 // plus 200-500 ms below the top, ±15% at the top.
 func TestPollDelay(t *testing.T) {
+	t.Parallel()
 	hb := 10 * time.Second
 	for step := range 9 {
 		rung := pollLadder[min(step, len(pollLadder)-1)]

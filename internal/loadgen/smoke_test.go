@@ -19,6 +19,7 @@ const smokeToken = "smoke-admin-token-0123456789"
 // the reference relay under Node) with full signing and sealing, and
 // requires every job to be collected exactly once.
 func TestSmokeAgainstRelay(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
@@ -88,6 +89,7 @@ func startGoRelays(t *testing.T, n int) []*relaytest.Relay {
 func TestMain(m *testing.M) { relaytest.Main(m) }
 
 func TestValidateRefusesRemoteTargets(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -117,6 +119,7 @@ func TestValidateRefusesRemoteTargets(t *testing.T) {
 }
 
 func TestSummarise(t *testing.T) {
+	t.Parallel()
 	var v []time.Duration
 	for i := 1; i <= 100; i++ {
 		v = append(v, time.Duration(i)*time.Millisecond)
@@ -132,6 +135,7 @@ func TestSummarise(t *testing.T) {
 }
 
 func TestOutcomeRoundTrip(t *testing.T) {
+	t.Parallel()
 	want := resultText("job-1", "a prompt")
 	for _, tc := range []struct {
 		name        string

@@ -61,6 +61,7 @@ func slowServer(t *testing.T, c *health.Checker, release <-chan struct{}) (srv *
 }
 
 func TestDrainServesThenShutsDown(t *testing.T) {
+	t.Parallel()
 	c := health.New(health.Options{Logger: quiet()})
 	admin := serveHealth(c)
 	defer admin.Close()
@@ -137,6 +138,7 @@ func TestDrainServesThenShutsDown(t *testing.T) {
 }
 
 func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
+	t.Parallel()
 	c := health.New(health.Options{Logger: quiet()})
 	release := make(chan struct{}) // never closed: the request is stuck
 	srv, base, arrived := slowServer(t, c, release)
@@ -171,6 +173,7 @@ func TestDrainDeadlineClosesStuckRequests(t *testing.T) {
 }
 
 func TestDrainCutShortByContext(t *testing.T) {
+	t.Parallel()
 	c := health.New(health.Options{Logger: quiet()})
 	srv, _, _ := slowServer(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -20,6 +20,7 @@ import (
 // a site with none gets zero, a failed read keeps the last value, and a
 // site that left the projection is dropped.
 func TestQueueAgeReadsOldestQueuedAndDropsLeftSites(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	opt, err := valkey.ParseURL(relaytest.ValkeyURL())

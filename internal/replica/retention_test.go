@@ -11,6 +11,7 @@ import (
 // or revoked, once each; the first projection a replica sees names none
 // (it cannot know what was there before).
 func TestRemovedDevices(t *testing.T) {
+	t.Parallel()
 	dev := func(id string, revoked bool) projection.DeviceRecord {
 		return projection.DeviceRecord{Owner: "o", RunnerID: id, Revoked: revoked}
 	}

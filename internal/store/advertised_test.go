@@ -13,6 +13,7 @@ import (
 // heartbeats (capabilities replaced), and forgets a dropped record; owners
 // whose ids differ only in where ':' or '{' falls are kept apart.
 func TestAdvertisedByOwner(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := newStore(t, b, Options{})
 		ctx := context.Background()

@@ -11,8 +11,9 @@ import (
 // it directly, without the lookup the admin API makes first, so each check
 // in the script is what refuses.
 func TestApprovePairing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		target := ProjectionTarget{
 			Document: h.s.k.p + "projection", Approved: h.s.k.p + "projection:approved", Channel: h.s.k.p + "projection:changed",
 		}

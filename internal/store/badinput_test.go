@@ -13,6 +13,7 @@ import (
 // Stored stubs that fail the strict 0.1.1 schema (§3.5) are never granted,
 // stay queued and readable byte for byte, and do not block good jobs.
 func TestMalformedStubsAreQuarantined(t *testing.T) {
+	t.Parallel()
 	const good = `{"id":"old","kind":"llm.generate","owner":"alice","site":"K","audience":"private","sizeClass":"small","streaming":false,"deadlineAt":4102444800000}`
 	bad := map[string]string{
 		"not json":          `{"id":"old",`,
@@ -47,7 +48,7 @@ func TestMalformedStubsAreQuarantined(t *testing.T) {
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		check := func(t *testing.T, raw string, wantGranted bool) {
-			h := newH(t, b, Options{})
+			h := newFixture(t, b, Options{})
 			h.enqueue("good", "alice")
 			h.enqueue("old", "alice")
 			if err := h.writeRawStub(site, "old", raw); err != nil {
@@ -89,100 +90,101 @@ func TestMalformedStubsAreQuarantined(t *testing.T) {
 
 // Refused input changes nothing: the namespace dumps equal before and after.
 func TestBadInputLeavesStoreUnchanged(t *testing.T) {
+	t.Parallel()
 	nul := "bad\x00id"
 	long := strings.Repeat("x", 1025)
 	cases := []struct {
 		name    string
-		call    func(h *h) error
+		call    func(h *storeFixture) error
 		invalid bool // want ErrInvalidInput; otherwise a refusal answer
 	}{
-		{"enqueue with NUL in the job id", func(h *h) error {
+		{"enqueue with NUL in the job id", func(h *storeFixture) error {
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: nul, SiteID: site, Stub: stub(nul, "alice")})
 			return err
 		}, true},
-		{"enqueue with NUL in the site id", func(h *h) error {
+		{"enqueue with NUL in the site id", func(h *storeFixture) error {
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: "n", SiteID: nul, Stub: stub("n", "alice")})
 			return err
 		}, true},
-		{"enqueue with NUL in the owner", func(h *h) error {
+		{"enqueue with NUL in the owner", func(h *storeFixture) error {
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: "n", SiteID: site, Stub: stub("n", nul)})
 			return err
 		}, true},
-		{"enqueue with an oversized job id", func(h *h) error {
+		{"enqueue with an oversized job id", func(h *storeFixture) error {
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: long, SiteID: site, Stub: stub(long, "alice")})
 			return err
 		}, true},
-		{"enqueue with an oversized purpose", func(h *h) error {
+		{"enqueue with an oversized purpose", func(h *storeFixture) error {
 			st := stub("p", "alice")
 			st.Purpose = long
 			_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: "p", SiteID: site, Stub: st})
 			return err
 		}, true},
-		{"seal with an oversized envelope", func(h *h) error {
+		{"seal with an oversized envelope", func(h *storeFixture) error {
 			_, err := h.s.Seal(h.ctx, site, "a", json.RawMessage(`"`+strings.Repeat("A", 5000)+`"`))
 			return err
 		}, true},
-		{"seal with an envelope that is not JSON", func(h *h) error {
+		{"seal with an envelope that is not JSON", func(h *storeFixture) error {
 			_, err := h.s.Seal(h.ctx, site, "a", json.RawMessage(`{"ciphertext":`))
 			return err
 		}, true},
-		{"complete with an oversized envelope", func(h *h) error {
+		{"complete with an oversized envelope", func(h *storeFixture) error {
 			_, err := h.s.Complete(h.ctx, CompleteInput{JobID: "a", RunnerID: "runner_1", LeaseID: "x",
 				Envelope: json.RawMessage(`"` + strings.Repeat("A", 5000) + `"`), Disposition: "ok"})
 			return err
 		}, true},
-		{"claim with NUL in a route", func(h *h) error {
+		{"claim with NUL in a route", func(h *storeFixture) error {
 			_, err := h.s.Claim(h.ctx, claimArgs(routes([]string{nul}, []string{"alice"})))
 			return err
 		}, true},
-		{"claim with a negative lease", func(h *h) error {
+		{"claim with a negative lease", func(h *storeFixture) error {
 			_, err := h.s.Claim(h.ctx, claimArgs(leaseMs(-1)))
 			return err
 		}, true},
-		{"take with an unknown lease for a job the runner holds", func(h *h) error {
+		{"take with an unknown lease for a job the runner holds", func(h *storeFixture) error {
 			if r := h.take("a", "runner_1", "no-such-lease"); r.Refused != RefusedStaleLease {
 				h.t.Fatalf("take = %+v", r)
 			}
 			return nil
 		}, false},
-		{"take with an unknown lease for a job the runner does not hold", func(h *h) error {
+		{"take with an unknown lease for a job the runner does not hold", func(h *storeFixture) error {
 			if r := h.take("b", "runner_1", "no-such-lease"); r.Refused != RefusedNotFound {
 				h.t.Fatalf("take = %+v", r)
 			}
 			return nil
 		}, false},
-		{"complete with an unknown lease", func(h *h) error {
+		{"complete with an unknown lease", func(h *storeFixture) error {
 			if r := h.complete("a", "runner_1", "no-such-lease", "ok"); r.Refused != RefusedStaleLease {
 				h.t.Fatalf("complete = %+v", r)
 			}
 			return nil
 		}, false},
-		{"a stranger completing with the holder's lease", func(h *h) error {
+		{"a stranger completing with the holder's lease", func(h *storeFixture) error {
 			if r := h.complete("a", "runner_2", h.job(site, "a").ClaimedBy.LeaseID, "ok"); r.Refused != RefusedNotHolder {
 				h.t.Fatalf("complete = %+v", r)
 			}
 			return nil
 		}, false},
-		{"release of an unknown lease", func(h *h) error {
+		{"release of an unknown lease", func(h *storeFixture) error {
 			if got := h.release("runner_1", []protocol.GrantRef{{JobID: "a", LeaseID: "no-such-lease"}}, ReasonRefused, nil); len(got) != 0 {
 				h.t.Fatalf("released %q", got)
 			}
 			return nil
 		}, false},
-		{"renew of an unknown lease", func(h *h) error {
+		{"renew of an unknown lease", func(h *storeFixture) error {
 			r, err := h.s.RenewLeases(h.ctx, RenewInput{RunnerID: "runner_1", Leases: []protocol.GrantRef{{JobID: "a", LeaseID: "no-such-lease"}}, LeaseMs: 1})
 			if len(r.Lost) != 1 || len(r.Renewed) != 0 {
 				h.t.Fatalf("renew = %+v", r)
 			}
 			return err
 		}, false},
-		{"seal of another site's job", func(h *h) error {
+		{"seal of another site's job", func(h *storeFixture) error {
 			if r, _ := h.s.Seal(h.ctx, "site_other", "a", envelope); r.Refused != RefusedNotFound {
 				h.t.Fatalf("seal = %+v", r)
 			}
 			return nil
 		}, false},
-		{"cancel of another site's job", func(h *h) error {
+		{"cancel of another site's job", func(h *storeFixture) error {
 			if ok, _ := h.s.Cancel(h.ctx, "site_other", "a"); ok {
 				h.t.Fatal("cancel answered true")
 			}
@@ -192,7 +194,7 @@ func TestBadInputLeavesStoreUnchanged(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				h := newH(t, b, Options{MaxIDBytes: 1024, MaxBlobBytes: 4096})
+				h := newFixture(t, b, Options{MaxIDBytes: 1024, MaxBlobBytes: 4096})
 				h.enqueue("a", "alice")
 				h.enqueue("b", "alice")
 				h.claim(maxJobs(1))
@@ -215,8 +217,9 @@ func TestBadInputLeavesStoreUnchanged(t *testing.T) {
 // Ids holding the key separators and hash-tag braces are ordinary ids: they
 // never collide, never leave the namespace's slot, and round-trip exactly.
 func TestHostileIdentifiers(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		pairs := [][2]string{{"x:y", "z"}, {"x", "y:z"}, {"{x}", "}y{"}, {"x;", ":"}, {"", "empty site"}, {"ü{;}", "é:"}}
 		for _, p := range pairs {
 			h.enqueueStub(p[0], stub(p[1], "o:{w}n"))
@@ -265,7 +268,7 @@ func TestHostileIdentifiers(t *testing.T) {
 	})
 }
 
-func (h *h) seal2(siteID, id string) SealResult {
+func (h *storeFixture) seal2(siteID, id string) SealResult {
 	h.t.Helper()
 	r, err := h.s.Seal(h.ctx, siteID, id, envelope)
 	if err != nil {

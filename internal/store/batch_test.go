@@ -24,9 +24,10 @@ import (
 // changed lists) is sent again in full in a later batch, where a refused
 // one (wrong device) is refused alone and changes nothing.
 func TestHeartbeatBatch(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		const window = 300 * time.Millisecond
-		h := newH(t, b, Options{HeartbeatBatch: window})
+		h := newFixture(t, b, Options{HeartbeatBatch: window})
 		const n = beatBatchMax + 20 // two batches: one full, one of the rest
 		devs := make([]protocol.PublicIdentity, n)
 		for i := range n {
@@ -111,8 +112,9 @@ func TestHeartbeatBatch(t *testing.T) {
 // context's error and its heartbeat is not written; the others of the
 // batch are.
 func TestHeartbeatBatchCallerGivesUp(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 200 * time.Millisecond})
+	h := newFixture(t, b, Options{HeartbeatBatch: 200 * time.Millisecond})
 	dev, dev2 := freshDevice(), freshDevice()
 	h.seen("runner_1", "alice", dev, `[]`, `[]`)
 	h.seen("runner_2", "alice", dev2, `[]`, `[]`)
@@ -141,10 +143,12 @@ func TestHeartbeatBatchCallerGivesUp(t *testing.T) {
 }
 
 // A batch sent to a server that has forgotten the script (a restart, a
-// new node) loads it and answers every heartbeat.
+// new node) loads it and answers every heartbeat. A private server: SCRIPT
+// FLUSH on the shared one would reach the tests running beside this one.
 func TestHeartbeatBatchAfterScriptFlush(t *testing.T) {
-	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond})
+	t.Parallel()
+	b := backend{"private", relaytest.Open(t, relaytest.StartServer(t).URL())}
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond})
 	dev := freshDevice()
 	h.seen("runner_1", "alice", dev, `[]`, `[]`)
 	if err := b.client.Do(h.ctx, b.client.B().ScriptFlush().Build()).Error(); err != nil {
@@ -165,6 +169,7 @@ func TestHeartbeatBatchAfterScriptFlush(t *testing.T) {
 // presence included, and a record that no longer holds the device is
 // refused before any grant.
 func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -176,7 +181,7 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
 	dev := freshDevice()
 	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
 	in := claimArgs(func(in *ClaimInput) {
@@ -207,7 +212,7 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 
 	// Work announced on the claim's routes: the claim reads, finds the
 	// record gone and grants nothing.
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	ho.enqueueStub(site, stub("queued-1", "alice"))
 	relaytest.WaitFor(t, 5*time.Second, "the claim sees the announced job", func() bool {
 		_, err := a.Claim(ha.ctx, in)
@@ -274,8 +279,9 @@ func shortBeatCall(t testing.TB, s *Store, p Presence, shards bool) *batchedCall
 // device is refused and changes nothing, a new record is created and
 // listed, and a record's shard list comes back only when asked for.
 func TestHeartbeatBatchGroupsByShard(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		same, other := sameShardRunners(h.s, "grp_", 3)
 		known, wrong, fresh := same[0], same[1], same[2]
 		devKnown, devWrong, devOther := freshDevice(), freshDevice(), freshDevice()
@@ -343,6 +349,7 @@ func TestHeartbeatBatchGroupsByShard(t *testing.T) {
 // A shard's group holds at most beatGroupMax heartbeats and, past its
 // first, beatGroupBytes of arguments; groups keep arrival order.
 func TestHeartbeatGroupBounds(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	s := newStore(t, b, Options{Logger: relaytest.Discard()})
 	same, other := sameShardRunners(s, "bnd_", beatGroupMax+6)
@@ -378,6 +385,7 @@ func TestHeartbeatGroupBounds(t *testing.T) {
 // after the entries they share, and fails the whole group on a reply of
 // the wrong shape (real replies of a real server, built by EVAL).
 func TestSpread(t *testing.T) {
+	t.Parallel()
 	c := realBackend(t).client
 	ctx := context.Background()
 	reply := func(lua string) valkey.ValkeyMessage {
@@ -452,8 +460,9 @@ func TestSpread(t *testing.T) {
 // on its routes, a site never placed, a view not live) goes in the short
 // window, as does every heartbeat without Idle.
 func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: time.Hour})
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: time.Hour})
 	if !h.s.announce {
 		t.Fatal("the test server has no sharded pub/sub, so no work view")
 	}
@@ -554,9 +563,10 @@ func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
 // short window, so both fit in the store timeout plus one idle window,
 // which is all the relay gives such a call.
 func TestIdleHeartbeatWaitsOnce(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	const idleWindow = 400 * time.Millisecond
-	h := newH(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: idleWindow})
+	h := newFixture(t, b, Options{HeartbeatBatch: 20 * time.Millisecond, HeartbeatIdleBatch: idleWindow})
 	withView(t, h.s)
 	dev := freshDevice()
 	h.seen("runner_idle", "alice", dev, `[]`, `[]`)

@@ -18,9 +18,10 @@ import (
 // these lists, and then only its lastSeenAt; anything else is sent again
 // in full (presence_seen), which decides it exactly as before.
 func TestHeartbeatShortForm(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		beat := func(runner, owner string, dev protocol.PublicIdentity, caps string) (HeartbeatResult, error) {
 			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: runner, Owner: owner, Device: dev,
 				Capabilities: json.RawMessage(caps)}, RequirePresence: true, Cancels: true})
@@ -147,9 +148,10 @@ func TestHeartbeatShortForm(t *testing.T) {
 // the next heartbeat; a grant written without clearing it (a relay older
 // than nr) is seen once the read lapses.
 func TestHeartbeatShardRecheck(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		const recheck = 5_000
-		h := newH(t, b, Options{ShardRecheckMs: recheck})
+		h := newFixture(t, b, Options{ShardRecheckMs: recheck})
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)
 		beat := func() []protocol.GrantRef {
@@ -223,6 +225,7 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 // the form of the previous layout's digests (32 hex), so a record an
 // older relay wrote never matches it.
 func TestHeartbeatDigest(t *testing.T) {
+	t.Parallel()
 	inputs := [][4]string{
 		{"", "", "", ""}, {"a", "", "", ""}, {"", "a", "", ""}, {"", "", "a", ""}, {"", "", "", "a"},
 		{"ab", "c", "", ""}, {"a", "bc", "", ""}, {"", "ab", "c", ""}, {"", "a", "bc", ""}, {"", "", "ab", "c"}, {"", "", "a", "bc"},
@@ -251,8 +254,9 @@ func TestHeartbeatDigest(t *testing.T) {
 // they do on the embedded store, which valkey-go treats as a one-node
 // cluster.
 func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		var runners []string
 		shards := map[int]bool{}
 		for i := 0; len(runners) < 5; i++ {
@@ -311,9 +315,10 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 // heartbeat: neither device's next short beat is taken, and the record's
 // own device's full heartbeat gives it its digest back.
 func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		ld := func() string { return h.mustPresenceField("runner_1", "ld") }
 		mine, other := freshDevice(), freshDevice()
 		h.seen("runner_1", "alice", mine, `[]`, `[]`)

@@ -10,9 +10,10 @@ import (
 // record (by a placing call, a reading call, and siteShard itself), and
 // lands on the shard it was placed on, with its jobs.
 func TestPlacementCacheBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		const limit = 4
-		h := newH(t, b, Options{PlacementCacheSites: limit})
+		h := newFixture(t, b, Options{PlacementCacheSites: limit})
 		shards := map[string]int{}
 		for i := range 25 {
 			s := fmt.Sprint("site-", i)
@@ -52,6 +53,7 @@ func TestPlacementCacheBounded(t *testing.T) {
 // The results cache counts each site's entry against its byte bound,
 // results or none, so sites that come and go cannot grow it.
 func TestResultCacheCountsSites(t *testing.T) {
+	t.Parallel()
 	c := resultCache{limit: 64 << 10}
 	for i := range 10_000 {
 		c.put(fmt.Sprint("site-", i), "epoch", map[string]*ResultJob{})

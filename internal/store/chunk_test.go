@@ -163,8 +163,9 @@ func monitorTokens(line string) []string {
 // would give: renewed and lost in input order, repeats renewed twice but
 // released once, grants split across chunk boundaries handled alike.
 func TestLongGrantListsRunInBoundedChunks(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	m := startMonitor(t)
 
 	// Four real grants: two claims, the first pair sealed in between (the

@@ -12,13 +12,14 @@ import (
 // frozen at T: a private miniredis whose TIME stands still, so every
 // boundary can be hit to the millisecond.
 func TestFrozenClockArithmetic(t *testing.T) {
+	t.Parallel()
 	at := time.UnixMilli(1_900_000_000_123)
 	T := at.UnixMilli()
 	cases := []struct {
 		name string
-		run  func(h *h)
+		run  func(h *storeFixture)
 	}{
-		{"now is TIME in ms plus the offset", func(h *h) {
+		{"now is TIME in ms plus the offset", func(h *storeFixture) {
 			if n := h.now(); n != T {
 				h.t.Fatalf("now %d, want %d", n, T)
 			}
@@ -27,7 +28,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatalf("now %d, want %d", n, T-123)
 			}
 		}},
-		{"lease.expiresAt is T+leaseMs and awaitingUntil is T+10000", func(h *h) {
+		{"lease.expiresAt is T+leaseMs and awaitingUntil is T+10000", func(h *storeFixture) {
 			h.enqueue("a", "alice")
 			g := h.claim(leaseMs(45000))[0]
 			j := h.job(site, "a")
@@ -38,12 +39,12 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatalf("lease runner %s", g.Lease.RunnerID)
 			}
 		}},
-		{"lastSeenAt is T", func(h *h) {
+		{"lastSeenAt is T", func(h *storeFixture) {
 			if p := h.seen("runner_1", "alice", freshDevice(), "[]", "[]"); p.LastSeenAt != T {
 				h.t.Fatalf("lastSeenAt %d", p.LastSeenAt)
 			}
 		}},
-		{"the window is due at awaitingUntil, not a millisecond before", func(h *h) {
+		{"the window is due at awaitingUntil, not a millisecond before", func(h *storeFixture) {
 			h.enqueue("a", "alice")
 			h.claim()
 			h.s.SetClockOffset(AwaitingPayloadMs - 1)
@@ -56,7 +57,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatalf("at awaitingUntil: %+v", swept)
 			}
 		}},
-		{"the lease is due at leaseExpiresAt", func(h *h) {
+		{"the lease is due at leaseExpiresAt", func(h *storeFixture) {
 			h.enqueue("a", "alice")
 			h.claim(leaseMs(1000))
 			h.seal("a")
@@ -69,7 +70,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatal("not requeued at expiry")
 			}
 		}},
-		{"the deadline is due at deadlineAt", func(h *h) {
+		{"the deadline is due at deadlineAt", func(h *storeFixture) {
 			st := stub("a", "alice")
 			st.DeadlineAt = T + 100
 			h.enqueueStub(site, st)
@@ -82,7 +83,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatalf("at deadline: %+v", swept)
 			}
 		}},
-		{"retryAfter blocks while strictly later than now", func(h *h) {
+		{"retryAfter blocks while strictly later than now", func(h *storeFixture) {
 			h.enqueue("a", "alice")
 			g := h.claim()[0]
 			ra := T + 500
@@ -96,7 +97,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 				h.t.Fatal("not granted at retryAfter")
 			}
 		}},
-		{"a pairing is live while expiresAt is later than now", func(h *h) {
+		{"a pairing is live while expiresAt is later than now", func(h *storeFixture) {
 			p := pending("dc1", "ABCD-EFGH", "id1", T+PairingCodeTTLMs)
 			if ok, err := h.s.PutPairing(h.ctx, p); ok != PairingStored || err != nil {
 				h.t.Fatalf("put %v %v", ok, err)
@@ -117,7 +118,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b, _ := frozenBackend(t, at)
-			c.run(newH(t, b, Options{}))
+			c.run(newFixture(t, b, Options{}))
 		})
 	}
 }
@@ -125,8 +126,9 @@ func TestFrozenClockArithmetic(t *testing.T) {
 // On a real server TIME moves, but one claim reads it once: the two instants
 // it stamps differ by exactly AWAITING_PAYLOAD_MS - leaseMs.
 func TestOneClockReadingPerClaim(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.enqueue("a", "alice")
 		before := h.now()
 		g := h.claim(leaseMs(45000))[0]

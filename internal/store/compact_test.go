@@ -21,8 +21,9 @@ func blobOf(n int) json.RawMessage {
 // record of a queued job with a sliced stub stays in Valkey's compact hash
 // encoding.
 func TestBlobsRoundTripEverySize(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i, n := range []int{40, 64, 65, 128, 129, 1349, 4096, 4097, 20000} {
 			id := "blob-" + strings.Repeat("x", i)
 			st := stub(id, "alice")

@@ -203,8 +203,9 @@ func claimAtomicRace(t *testing.T, url string) {
 
 // The unsealed cap cannot be overrun by concurrent claims for one pair.
 func TestUnsealedCapUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		other := newStore(t, b, Options{Namespace: h.s.Namespace()})
 		var stubs []protocol.JobStub
 		for i := range 100 {

@@ -15,15 +15,15 @@ import (
 
 var contractCases = []struct {
 	name string
-	run  func(h *h)
+	run  func(h *storeFixture)
 }{
-	{"01 is idempotent by job id", func(h *h) {
+	{"01 is idempotent by job id", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		h.claim()
 		h.enqueue("a", "alice")
 		h.mustState("a", StateAwaitingPayload)
 	}},
-	{"02 hands one pair at most two unsealed grants at a time", func(h *h) {
+	{"02 hands one pair at most two unsealed grants at a time", func(h *storeFixture) {
 		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
 			h.enqueue(id, "alice")
 		}
@@ -31,7 +31,7 @@ var contractCases = []struct {
 			h.t.Fatalf("grants = %d, want 2", len(got))
 		}
 	}},
-	{"03 counts the cap per owner, not per site", func(h *h) {
+	{"03 counts the cap per owner, not per site", func(h *storeFixture) {
 		for _, id := range []string{"a1", "a2", "a3"} {
 			h.enqueue(id, "alice")
 		}
@@ -44,7 +44,7 @@ var contractCases = []struct {
 			h.t.Fatalf("grants = %d and %d, want 2 and 2", len(first), len(second))
 		}
 	}},
-	{"04 re-offers an abandoned grant only to the device that abandoned it", func(h *h) {
+	{"04 re-offers an abandoned grant only to the device that abandoned it", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		if got := h.claim(); len(got) != 1 {
 			h.t.Fatalf("first claim = %d", len(got))
@@ -57,13 +57,13 @@ var contractCases = []struct {
 			h.t.Fatalf("runner_1 got %d", len(got))
 		}
 	}},
-	{"05 leaves an unabandoned job free for whoever asks", func(h *h) {
+	{"05 leaves an unabandoned job free for whoever asks", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		if got := h.claim(runner("runner_9")); len(got) != 1 {
 			h.t.Fatalf("grants = %d", len(got))
 		}
 	}},
-	{"06 lets a sealing site keep working, which is every honest one", func(h *h) {
+	{"06 lets a sealing site keep working, which is every honest one", func(h *storeFixture) {
 		for _, id := range []string{"a", "b", "c", "d"} {
 			h.enqueue(id, "alice")
 		}
@@ -80,7 +80,7 @@ var contractCases = []struct {
 			h.t.Fatalf("second = %d", len(got))
 		}
 	}},
-	{"07 gives two sites the same id without either seeing the other", func(h *h) {
+	{"07 gives two sites the same id without either seeing the other", func(h *storeFixture) {
 		h.enqueueStub(site, stub("shared", "alice"))
 		h.enqueueStub("site_other", stub("shared", "bob"))
 		got := h.claim()
@@ -102,12 +102,12 @@ var contractCases = []struct {
 			h.t.Fatalf("re-enqueue should show the claimed job: %+v", again)
 		}
 	}},
-	{"08 grants only what the owners set allows", func(h *h) {
+	{"08 grants only what the owners set allows", func(h *storeFixture) {
 		h.enqueue("mine", "alice")
 		h.enqueue("theirs", "mallory")
 		equalStrings(h.t, "ids", ids(h.claim()), []string{"mine"})
 	}},
-	{"09 refuses a stale lease and honours the current one", func(h *h) {
+	{"09 refuses a stale lease and honours the current one", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.seal("a")
@@ -118,7 +118,7 @@ var contractCases = []struct {
 			h.t.Fatalf("take = %+v", r)
 		}
 	}},
-	{"10 will not answer for one job with another job's lease", func(h *h) {
+	{"10 will not answer for one job with another job's lease", func(h *storeFixture) {
 		h.enqueue("mine", "alice")
 		h.enqueue("other", "alice")
 		got := h.claim()
@@ -134,7 +134,7 @@ var contractCases = []struct {
 			h.t.Fatalf("own take = %+v", r)
 		}
 	}},
-	{"11 renews a grant it still holds, and extends the sweep with it", func(h *h) {
+	{"11 renews a grant it still holds, and extends the sweep with it", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim(leaseMs(1000))[0]
 		r, err := h.s.RenewLeases(h.ctx, RenewInput{RunnerID: "runner_1", Leases: []protocol.GrantRef{grant(g)}, LeaseMs: 60000})
@@ -151,7 +151,7 @@ var contractCases = []struct {
 			h.t.Fatalf("stored expiry %d != %d", got, r.Renewed[0].ExpiresAt)
 		}
 	}},
-	{"12 reports a lease the runner no longer holds as lost, and renews nothing", func(h *h) {
+	{"12 reports a lease the runner no longer holds as lost, and renews nothing", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim(leaseMs(1000))[0]
 		r, err := h.s.RenewLeases(h.ctx, RenewInput{RunnerID: "runner_1",
@@ -167,7 +167,7 @@ var contractCases = []struct {
 			h.t.Fatalf("claimedBy changed: %+v", cb)
 		}
 	}},
-	{"13 does not hand out a stub it cannot parse", func(h *h) {
+	{"13 does not hand out a stub it cannot parse", func(h *storeFixture) {
 		h.enqueue("good", "alice")
 		h.enqueue("old", "alice")
 		raw := `{"id":"old","kind":"llm.generate","owner":"alice","audience":"private","sizeClass":"small","streaming":false,"deadlineAt":4102444800000}`
@@ -177,7 +177,7 @@ var contractCases = []struct {
 		equalStrings(h.t, "ids", ids(h.claim(maxJobs(10))), []string{"good"})
 		h.mustState("old", StateQueued)
 	}},
-	{"14 honours a self job's audience", func(h *h) {
+	{"14 honours a self job's audience", func(h *storeFixture) {
 		h.enqueue("private", "alice")
 		got := h.claim(deviceOwner("owner"), routes([]string{site}, []string{"owner", "alice"}))
 		if len(got) != 0 {
@@ -185,11 +185,11 @@ var contractCases = []struct {
 		}
 		h.mustState("private", StateQueued)
 	}},
-	{"15 still offers that job to its owner's own machine", func(h *h) {
+	{"15 still offers that job to its owner's own machine", func(h *storeFixture) {
 		h.enqueue("private", "alice")
 		equalStrings(h.t, "ids", ids(h.claim(deviceOwner("alice"), routes([]string{site}, []string{"alice"}))), []string{"private"})
 	}},
-	{"16 does not offer a job back to the runner that refused it", func(h *h) {
+	{"16 does not offer a job back to the runner that refused it", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.release("runner_1", []protocol.GrantRef{grant(g)}, ReasonRefused, nil)
@@ -199,7 +199,7 @@ var contractCases = []struct {
 		h.mustState("a", StateQueued)
 		equalStrings(h.t, "runner_2", ids(h.claim(runner("runner_2"))), []string{"a"})
 	}},
-	{"17 does not offer a job back to a runner before its not-before", func(h *h) {
+	{"17 does not offer a job back to a runner before its not-before", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		ra := hostNow() + 600000
@@ -210,14 +210,14 @@ var contractCases = []struct {
 		h.mustState("a", StateQueued)
 		equalStrings(h.t, "runner_2", ids(h.claim(runner("runner_2"))), []string{"a"})
 	}},
-	{"18 offers it again once the not-before has passed", func(h *h) {
+	{"18 offers it again once the not-before has passed", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		ra := hostNow() - 1000
 		h.release("runner_1", []protocol.GrantRef{grant(g)}, "", &ra)
 		equalStrings(h.t, "runner_1", ids(h.claim()), []string{"a"})
 	}},
-	{"19 will not un-finish a job that is already done", func(h *h) {
+	{"19 will not un-finish a job that is already done", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.take("a", "runner_1", g.Lease.ID)
@@ -235,13 +235,13 @@ var contractCases = []struct {
 			h.t.Fatalf("runner_2 got %q", ids(got))
 		}
 	}},
-	{"20 keeps a job claimable by a runner that only went away", func(h *h) {
+	{"20 keeps a job claimable by a runner that only went away", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.release("runner_1", []protocol.GrantRef{grant(g)}, ReasonShutdown, nil)
 		equalStrings(h.t, "runner_1", ids(h.claim()), []string{"a"})
 	}},
-	{"21 stops offering a job past its deadline, and drops the ciphertext", func(h *h) {
+	{"21 stops offering a job past its deadline, and drops the ciphertext", func(h *storeFixture) {
 		st := stub("late", "alice")
 		st.DeadlineAt = hostNow() - 1000
 		h.enqueueStub(site, st)
@@ -252,7 +252,7 @@ var contractCases = []struct {
 			h.t.Fatalf("late job still there: %+v", j)
 		}
 	}},
-	{"22 reports what a sweep removed, not only what it requeued (B096)", func(h *h) {
+	{"22 reports what a sweep removed, not only what it requeued (B096)", func(h *storeFixture) {
 		st := stub("expired", "alice")
 		st.DeadlineAt = hostNow() - 1000
 		h.enqueueStub(site, st)
@@ -265,7 +265,7 @@ var contractCases = []struct {
 			h.t.Fatal("alive job gone")
 		}
 	}},
-	{"23 names a cancelled job to the device holding it, and offers it to nobody", func(h *h) {
+	{"23 names a cancelled job to the device holding it, and offers it to nobody", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		ok, err := h.s.Cancel(h.ctx, site, "a")
@@ -283,7 +283,7 @@ var contractCases = []struct {
 			h.t.Fatal("foreign cancel answered true")
 		}
 	}},
-	{"24 records a result once", func(h *h) {
+	{"24 records a result once", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		if r := h.complete("a", "runner_1", g.Lease.ID, "ok"); r != (CompleteResult{Accepted: true, State: StateDone}) {
@@ -298,7 +298,7 @@ var contractCases = []struct {
 			h.t.Fatalf("job %+v", j)
 		}
 	}},
-	{"25 answers the device that finished it with duplicate", func(h *h) {
+	{"25 answers the device that finished it with duplicate", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.complete("a", "runner_1", g.Lease.ID, "ok")
@@ -312,7 +312,7 @@ var contractCases = []struct {
 			h.t.Fatalf("disposition %s", j.Disposition)
 		}
 	}},
-	{"26 refuses a result produced under a grant that ended", func(h *h) {
+	{"26 refuses a result produced under a grant that ended", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		h.claim()
 		if r := h.complete("a", "runner_1", "a-grant-that-ended", "ok"); r.Refused != RefusedStaleLease {
@@ -323,7 +323,7 @@ var contractCases = []struct {
 			h.t.Fatalf("job %+v", j)
 		}
 	}},
-	{"27 refuses a payload for a job that already finished (V1-6)", func(h *h) {
+	{"27 refuses a payload for a job that already finished (V1-6)", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.seal("a")
@@ -334,7 +334,7 @@ var contractCases = []struct {
 		}
 		h.mustState("a", StateDone)
 	}},
-	{"28 tells a runner nothing about another site's job id (V1-8)", func(h *h) {
+	{"28 tells a runner nothing about another site's job id (V1-8)", func(h *storeFixture) {
 		h.enqueueStub("site_somebody_else", stub("secret", "alice"))
 		h.enqueue("mine", "alice")
 		g := h.claim()[0]
@@ -344,17 +344,17 @@ var contractCases = []struct {
 			h.t.Fatalf("answers %+v and %+v", a, b)
 		}
 	}},
-	{"29 offers a job to any device that serves its kind", func(h *h) {
+	{"29 offers a job to any device that serves its kind", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		equalStrings(h.t, "ids", ids(h.claim(runner("runner_any"), kinds(protocol.KindGenerate))), []string{"a"})
 	}},
-	{"30 does not offer a job to a device that serves a different kind", func(h *h) {
+	{"30 does not offer a job to a device that serves a different kind", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		if got := h.claim(kinds(protocol.KindChat)); len(got) != 0 {
 			h.t.Fatalf("got %q", ids(got))
 		}
 	}},
-	{"31 remembers a device, and what it says it can run", func(h *h) {
+	{"31 remembers a device, and what it says it can run", func(h *storeFixture) {
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, caps("llama3"), "[]")
 		p := h.presence("runner_1")
@@ -363,13 +363,13 @@ var contractCases = []struct {
 		}
 		equalStrings(h.t, "models", models(h.t, p), []string{"llama3"})
 	}},
-	{"32 replaces the matrix rather than merging it", func(h *h) {
+	{"32 replaces the matrix rather than merging it", func(h *storeFixture) {
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, caps("llama3"), "[]")
 		h.seen("runner_1", "alice", dev, caps("mistral"), "[]")
 		equalStrings(h.t, "models", models(h.t, h.presence("runner_1")), []string{"mistral"})
 	}},
-	{"33 keeps an empty matrix, because empty is an answer", func(h *h) {
+	{"33 keeps an empty matrix, because empty is an answer", func(h *storeFixture) {
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, caps("llama3"), "[]")
 		h.seen("runner_1", "alice", dev, "[]", "[]")
@@ -377,7 +377,7 @@ var contractCases = []struct {
 			h.t.Fatalf("capabilities %s", got)
 		}
 	}},
-	{"34 remembers which kinds are withheld, and drops them when resolved", func(h *h) {
+	{"34 remembers which kinds are withheld, and drops them when resolved", func(h *storeFixture) {
 		dev := freshDevice()
 		withheld := `[{"kind":"llm.generate","claimants":[{"service":"ollama","offer":"team"},{"service":"mlx","offer":"private"}]}]`
 		h.seen("runner_1", "alice", dev, "[]", withheld)
@@ -394,7 +394,7 @@ var contractCases = []struct {
 			h.t.Fatalf("withheld %s", got)
 		}
 	}},
-	{"35 stamps presence from its own clock, and moves it on the next beat", func(h *h) {
+	{"35 stamps presence from its own clock, and moves it on the next beat", func(h *storeFixture) {
 		before := h.now()
 		dev := freshDevice()
 		first := h.seen("runner_1", "alice", dev, "[]", "[]")
@@ -403,7 +403,7 @@ var contractCases = []struct {
 			h.t.Fatalf("before %d first %d later %d", before, first.LastSeenAt, later.LastSeenAt)
 		}
 	}},
-	{"36 lists everyone it has seen", func(h *h) {
+	{"36 lists everyone it has seen", func(h *storeFixture) {
 		h.seen("runner_5", "alice", freshDevice(), "[]", "[]")
 		h.seen("runner_6", "bob", freshDevice(), "[]", "[]")
 		all, err := h.s.Everyone(h.ctx)
@@ -416,13 +416,13 @@ var contractCases = []struct {
 		}
 		equalStrings(h.t, "everyone", got, []string{"runner_5", "runner_6"})
 	}},
-	{"37 does not know a runner it has never seen", func(h *h) {
+	{"37 does not know a runner it has never seen", func(h *storeFixture) {
 		p, err := h.s.Presence(h.ctx, "runner_never")
 		if err != nil || p != nil {
 			h.t.Fatalf("presence = %+v %v", p, err)
 		}
 	}},
-	{"38 stamps deadlines from its own clock", func(h *h) {
+	{"38 stamps deadlines from its own clock", func(h *storeFixture) {
 		h.enqueue("a", "alice")
 		before := h.now()
 		g := h.claim(leaseMs(45000))[0]
@@ -434,10 +434,11 @@ var contractCases = []struct {
 }
 
 func TestStoreContract(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range contractCases {
 			t.Run(c.name, func(t *testing.T) {
-				c.run(newH(t, b, Options{}))
+				c.run(newFixture(t, b, Options{}))
 			})
 		}
 	})
@@ -466,7 +467,7 @@ func models(t *testing.T, p *Presence) []string {
 	return out
 }
 
-func (h *h) seen(runnerID, owner string, dev protocol.PublicIdentity, caps, withheld string) Presence {
+func (h *storeFixture) seen(runnerID, owner string, dev protocol.PublicIdentity, caps, withheld string) Presence {
 	h.t.Helper()
 	p, err := h.s.Seen(h.ctx, Presence{RunnerID: runnerID, Owner: owner, Device: dev,
 		Capabilities: json.RawMessage(caps), Withheld: json.RawMessage(withheld)})
@@ -476,7 +477,7 @@ func (h *h) seen(runnerID, owner string, dev protocol.PublicIdentity, caps, with
 	return p
 }
 
-func (h *h) presence(runnerID string) *Presence {
+func (h *storeFixture) presence(runnerID string) *Presence {
 	h.t.Helper()
 	p, err := h.s.Presence(h.ctx, runnerID)
 	if err != nil || p == nil {

@@ -10,8 +10,9 @@ import (
 // The state counts follow every transition: enqueue, claim, seal, take,
 // complete, release (requeue), and removal at the deadline.
 func TestCountsFollowTransitions(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		want := func(step string, q, aw, rd, rn, dn int64) {
 			t.Helper()
 			got, err := h.s.Counts(context.Background())

@@ -21,8 +21,9 @@ import (
 // server is shared, so never FLUSHALL), while two replicas read results
 // without pause and a third reads only before and after.
 func TestResultCacheDoesNotOutliveDataLoss(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		// busy polls results through the loss; quiet reads before and after
 		// only, so its cache still holds what it read before.
 		var busy, quiet *Store
@@ -121,9 +122,10 @@ func describe(res []*ResultJob) string {
 // REPLICAOF NO ONE, which promotes the server under a new replication id
 // with its data kept.
 func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Open(t, relaytest.StartServer(t).URL())
 	ctx := context.Background()
-	h := newH(t, backend{"private", c}, Options{})
+	h := newFixture(t, backend{"private", c}, Options{})
 
 	finish := func(result string) {
 		t.Helper()
@@ -181,9 +183,10 @@ func TestResultCacheDoesNotOutliveFailover(t *testing.T) {
 // a cache keeping one generation for every site, which refetched every
 // result on almost every read once a namespace had sites on two shards.
 func TestResultCacheKeepsSitesOfOtherShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
-		h := newH(t, b, Options{ObserveScript: counter.observe})
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
 		other := otherShardSite(h.s, site)
 		for _, st := range []string{site, other} {
 			j := h.enqueueStub(st, stub("j-"+st, "alice"))

@@ -16,6 +16,7 @@ import (
 // "unavailable" (retry), a reply of the wrong type and a script error are
 // "bug" (no retry helps), a store limit is the caller's.
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// A server of this test only (the shared one is never made busy or
 	// killed), with a 10 ms script time limit so that a looping script makes

@@ -14,7 +14,7 @@ import (
 
 // lostClaim is a claim made and then treated as unanswered: its grants are
 // real, the caller is taken to have never seen them.
-func (h *h) lostClaim(mods ...func(*ClaimInput)) (UnansweredClaim, []ClaimedStub) {
+func (h *storeFixture) lostClaim(mods ...func(*ClaimInput)) (UnansweredClaim, []ClaimedStub) {
 	h.t.Helper()
 	token, err := newClaimToken()
 	if err != nil {
@@ -29,7 +29,7 @@ func (h *h) lostClaim(mods ...func(*ClaimInput)) (UnansweredClaim, []ClaimedStub
 	return *u, got
 }
 
-func (h *h) giveBack(u UnansweredClaim) []string {
+func (h *storeFixture) giveBack(u UnansweredClaim) []string {
 	h.t.Helper()
 	got, err := h.s.GiveBack(h.ctx, u)
 	if err != nil {
@@ -40,7 +40,7 @@ func (h *h) giveBack(u UnansweredClaim) []string {
 
 // requeuedPlain: queued, nobody's grant, no trace of an unsealed expiry
 // (which would make the job sticky to the lost runner, §17.23).
-func (h *h) requeuedPlain(id string) {
+func (h *storeFixture) requeuedPlain(id string) {
 	h.t.Helper()
 	j := h.job(site, id)
 	if j == nil || j.State != StateQueued || j.ClaimedBy != nil || j.SealAttempts != 0 || j.ReofferTo != "" || len(j.RefusedBy) != 0 {
@@ -54,8 +54,9 @@ func (h *h) requeuedPlain(id string) {
 // later claim's grant of the same job, and a job the runner already
 // fetched, are never touched.
 func TestGiveBackReturnsAnUnansweredClaimsGrants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for _, id := range []string{"j1", "j2", "j3"} {
 			h.enqueue(id, "alice")
 		}
@@ -110,8 +111,9 @@ func TestGiveBackReturnsAnUnansweredClaimsGrants(t *testing.T) {
 // later (still queued on another connection when the give-back ran) grants
 // nothing, so the order in which the two reach the server does not matter.
 func TestGiveBackRevokesTheClaimsLaterScripts(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.enqueue("j1", "alice")
 		token, err := newClaimToken()
 		if err != nil {
@@ -143,8 +145,9 @@ func TestGiveBackRevokesTheClaimsLaterScripts(t *testing.T) {
 // Bad input is refused before anything is sent; a lease id that names no
 // shard, or another runner's grant, is left alone.
 func TestGiveBackInputs(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	h.enqueue("j1", "alice")
 	got := h.claim(runner("runner_2"))
 	for name, u := range map[string]UnansweredClaim{
@@ -178,11 +181,12 @@ func TestGiveBackInputs(t *testing.T) {
 // runner claims it at once instead of after the lease. The server is this
 // test's own, frozen with SIGSTOP the moment the claim script is sent.
 func TestClaimAnswerLostAfterTheScriptRan(t *testing.T) {
+	t.Parallel()
 	srv := relaytest.StartServer(t)
 	c := relaytest.Open(t, srv.URL())
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 	var armed atomic.Bool
-	h := newH(t, backend{"private", c}, Options{
+	h := newFixture(t, backend{"private", c}, Options{
 		ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
 			if name != "claim" || !armed.CompareAndSwap(true, false) {
 				return ctx, func(error) {}

@@ -36,9 +36,10 @@ var derivedTag = regexp.MustCompile(`^[A-Za-z0-9_.\-/]+$`)
 // backend, the keys live where those derived tags say. The ids' own tag
 // text ("evil") never becomes a hash tag.
 func TestCraftedIDsCannotChooseTheHashTag(t *testing.T) {
+	t.Parallel()
 	hostile := []string{"{evil}", "x{evil}y", "{}evil", "}{evil}", "{", "}", "{{evil}}"}
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i, id := range hostile {
 			siteID, owner, runnerID, jobID := "site"+id, "owner"+id, "runner"+id, "job"+id
 			st := stub(jobID, owner)
@@ -97,6 +98,7 @@ func TestCraftedIDsCannotChooseTheHashTag(t *testing.T) {
 // A namespace is a tag itself, so one that could open or close a tag is
 // refused before anything is written.
 func TestNamespaceWithBracesRefused(t *testing.T) {
+	t.Parallel()
 	b := allBackends(t)[0]
 	for _, ns := range []string{"{x}", "a{b", "a}b", "{}"} {
 		if _, err := New(t.Context(), b.client, Options{Namespace: ns, Logger: relaytest.Discard()}); err == nil {

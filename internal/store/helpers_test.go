@@ -148,19 +148,20 @@ func freshDevice() protocol.PublicIdentity {
 	return protocol.PublicIdentity{Identity: "id-" + x, Encryption: "enc-" + x, EncryptionSig: "sig-" + x}
 }
 
-// h bundles a store and the test for terse case bodies.
-type h struct {
+// storeFixture bundles a store and the test for terse case bodies; tests
+// name theirs h.
+type storeFixture struct {
 	t   *testing.T
 	b   backend
 	s   *Store
 	ctx context.Context
 }
 
-func newH(t *testing.T, b backend, opts Options) *h {
-	return &h{t: t, b: b, s: newStore(t, b, opts), ctx: context.Background()}
+func newFixture(t *testing.T, b backend, opts Options) *storeFixture {
+	return &storeFixture{t: t, b: b, s: newStore(t, b, opts), ctx: context.Background()}
 }
 
-func (h *h) enqueueStub(siteID string, st protocol.JobStub) Job {
+func (h *storeFixture) enqueueStub(siteID string, st protocol.JobStub) Job {
 	h.t.Helper()
 	j, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: st.ID, SiteID: siteID, Stub: st})
 	if err != nil {
@@ -169,7 +170,7 @@ func (h *h) enqueueStub(siteID string, st protocol.JobStub) Job {
 	return j
 }
 
-func (h *h) enqueue(id, owner string) Job { return h.enqueueStub(site, stub(id, owner)) }
+func (h *storeFixture) enqueue(id, owner string) Job { return h.enqueueStub(site, stub(id, owner)) }
 
 func claimArgs(mods ...func(*ClaimInput)) ClaimInput {
 	in := ClaimInput{RunnerID: "runner_1", Owner: "alice", Device: freshDevice(),
@@ -196,7 +197,7 @@ func routes(sites, owners []string) func(*ClaimInput) {
 	}
 }
 
-func (h *h) claim(mods ...func(*ClaimInput)) []ClaimedStub {
+func (h *storeFixture) claim(mods ...func(*ClaimInput)) []ClaimedStub {
 	h.t.Helper()
 	out, err := h.s.Claim(h.ctx, claimArgs(mods...))
 	if err != nil {
@@ -233,7 +234,7 @@ func jobIDs(js []Job) []string {
 	return out
 }
 
-func (h *h) job(siteID, id string) *Job {
+func (h *storeFixture) job(siteID, id string) *Job {
 	h.t.Helper()
 	j, err := h.s.Job(h.ctx, siteID, id)
 	if err != nil {
@@ -242,7 +243,7 @@ func (h *h) job(siteID, id string) *Job {
 	return j
 }
 
-func (h *h) mustState(id, want string) {
+func (h *storeFixture) mustState(id, want string) {
 	h.t.Helper()
 	j := h.job(site, id)
 	if j == nil {
@@ -253,7 +254,7 @@ func (h *h) mustState(id, want string) {
 	}
 }
 
-func (h *h) seal(id string) SealResult {
+func (h *storeFixture) seal(id string) SealResult {
 	h.t.Helper()
 	r, err := h.s.Seal(h.ctx, site, id, envelope)
 	if err != nil {
@@ -262,7 +263,7 @@ func (h *h) seal(id string) SealResult {
 	return r
 }
 
-func (h *h) take(id, runnerID, lease string) TakeResult {
+func (h *storeFixture) take(id, runnerID, lease string) TakeResult {
 	h.t.Helper()
 	r, err := h.s.TakePayload(h.ctx, HolderInput{JobID: id, RunnerID: runnerID, LeaseID: lease})
 	if err != nil {
@@ -271,7 +272,7 @@ func (h *h) take(id, runnerID, lease string) TakeResult {
 	return r
 }
 
-func (h *h) complete(id, runnerID, lease string, disp string) CompleteResult {
+func (h *storeFixture) complete(id, runnerID, lease string, disp string) CompleteResult {
 	h.t.Helper()
 	r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: runnerID, LeaseID: lease, Envelope: envelope, Disposition: disp})
 	if err != nil {
@@ -280,7 +281,7 @@ func (h *h) complete(id, runnerID, lease string, disp string) CompleteResult {
 	return r
 }
 
-func (h *h) release(runnerID string, grants []protocol.GrantRef, reason string, retryAfter *int64) []string {
+func (h *storeFixture) release(runnerID string, grants []protocol.GrantRef, reason string, retryAfter *int64) []string {
 	h.t.Helper()
 	r, err := h.s.ReleaseLeases(h.ctx, ReleaseInput{RunnerID: runnerID, Leases: grants, Reason: reason, RetryAfter: retryAfter})
 	if err != nil {
@@ -289,7 +290,7 @@ func (h *h) release(runnerID string, grants []protocol.GrantRef, reason string, 
 	return r
 }
 
-func (h *h) sweep() []Job {
+func (h *storeFixture) sweep() []Job {
 	h.t.Helper()
 	r, err := h.s.Sweep(h.ctx)
 	if err != nil {
@@ -298,7 +299,7 @@ func (h *h) sweep() []Job {
 	return r
 }
 
-func (h *h) now() int64 {
+func (h *storeFixture) now() int64 {
 	h.t.Helper()
 	n, err := h.s.Now(h.ctx)
 	if err != nil {
@@ -389,7 +390,7 @@ func otherShardSite(s *Store, site string) string {
 
 // writeRawStub overwrites a job's stored stub bytes as an older version
 // might have written them (the contract's test-only hook).
-func (h *h) writeRawStub(siteID, jobID, raw string) error {
+func (h *storeFixture) writeRawStub(siteID, jobID, raw string) error {
 	n, err := h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, siteID, jobID, raw)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("write raw stub: no job %q at site %q", jobID, siteID)
@@ -399,7 +400,7 @@ func (h *h) writeRawStub(siteID, jobID, raw string) error {
 
 // presenceField is one field of runner's presence record as stored, and
 // whether it is there.
-func (h *h) presenceField(runner, field string) (string, bool) {
+func (h *storeFixture) presenceField(runner, field string) (string, bool) {
 	h.t.Helper()
 	v, err := h.b.client.Do(h.ctx, h.b.client.B().Hget().Key(h.s.k.presence(runner)).Field(field).Build()).ToString()
 	if valkey.IsValkeyNil(err) {
@@ -412,7 +413,7 @@ func (h *h) presenceField(runner, field string) (string, bool) {
 }
 
 // mustPresenceField is presenceField of a field the record must hold.
-func (h *h) mustPresenceField(runner, field string) string {
+func (h *storeFixture) mustPresenceField(runner, field string) string {
 	h.t.Helper()
 	v, ok := h.presenceField(runner, field)
 	if !ok {

@@ -13,6 +13,7 @@ import (
 // entered in "all" is listed once, and its "all" entry goes when the job
 // does.
 func TestJobsListsEveryJobOnceInEnqueueOrder(t *testing.T) {
+	t.Parallel()
 	limits := []struct {
 		name string
 		l    pageLimits
@@ -24,7 +25,7 @@ func TestJobsListsEveryJobOnceInEnqueueOrder(t *testing.T) {
 	for _, tc := range limits {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				h := newH(t, b, Options{})
+				h := newFixture(t, b, Options{})
 				h.s.limits = tc.l
 				if jobs, err := h.s.Jobs(h.ctx); err != nil || len(jobs) != 0 {
 					t.Fatalf("empty store: %v %v", jobIDs(jobs), err)

@@ -13,8 +13,9 @@ import (
 // every store call: a bad id or an argument past the blob bound is
 // ErrInvalidInput and changes nothing; a job that is not there is 0.
 func TestRunJobScript(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{MaxBlobBytes: 1024})
+		h := newFixture(t, b, Options{MaxBlobBytes: 1024})
 		h.enqueue("a", "alice")
 		before := dump(t, b, h.s)
 		for name, call := range map[string]func() (int64, error){

@@ -30,6 +30,7 @@ func keyHashSlot(key string) uint16 {
 // keySlot is CRC16/XMODEM mod 16384, as a cluster computes it (vectors from
 // the Redis cluster specification and its documentation).
 func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
+	t.Parallel()
 	if got := keySlot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("crc16(123456789) slot %d, want %d", got, 0x31C3%16384)
 	}
@@ -43,7 +44,8 @@ func TestKeySlotMatchesTheClusterSpec(t *testing.T) {
 // Shards spread over the slot space in equal ranges, so a cluster's
 // contiguous slot ranges give each primary its share of the shards.
 func TestShardsTileTheSlotSpace(t *testing.T) {
-	h := newH(t, realBackend(t), Options{})
+	t.Parallel()
+	h := newFixture(t, realBackend(t), Options{})
 	n := len(h.s.k.shards)
 	if n != DefaultShards {
 		t.Fatalf("%d shards, want %d", n, DefaultShards)
@@ -61,8 +63,9 @@ func TestShardsTileTheSlotSpace(t *testing.T) {
 // otherwise alike, spread over the shards like any others, and every key a
 // site's jobs create is on that site's shard.
 func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	slots := map[uint16]int{}
 	for i := range 64 {
 		id := fmt.Sprintf("{same}%d", i)
@@ -127,6 +130,7 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 // keys on its runner's slot (groupByShard); on a cluster it is one call
 // per shard like the rest (TestShortBeatsOfEveryShardShareOneCallOnOneServer).
 func TestEveryScriptStaysOnOneSlot(t *testing.T) {
+	t.Parallel()
 	for _, evalScripts := range []bool{false, true} {
 		t.Run(map[bool]string{false: "functions", true: "scripts"}[evalScripts], func(t *testing.T) {
 			everyScriptStaysOnOneSlot(t, evalScripts)
@@ -137,7 +141,7 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	b := realBackend(t)
 	m := startMonitor(t)
-	h := newH(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
+	h := newFixture(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
 	if h.s.RunsFunctions() == evalScripts {
 		t.Fatalf("RunsFunctions() = %v with EvalScripts %v", h.s.RunsFunctions(), evalScripts)
 	}
@@ -370,8 +374,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 // and the answer is in first-enqueue order across shards; with a Max that
 // cannot take them all, the oldest job over all the routes is granted.
 func TestClaimAcrossShardsOrder(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		a, c := site, otherShardSite(h.s, site)
 		team := func(id string) protocol.JobStub {
 			st := stub(id, "bob")

@@ -9,7 +9,7 @@ import (
 )
 
 // recordFields is the job record's field names.
-func recordFields(t *testing.T, h *h, siteID, jobID string) []string {
+func recordFields(t *testing.T, h *storeFixture, siteID, jobID string) []string {
 	t.Helper()
 	f, err := h.b.client.Do(h.ctx, h.b.client.B().Hkeys().Key(h.s.k.job(siteID, jobID)).Build()).AsStrSlice()
 	if err != nil {
@@ -39,8 +39,9 @@ func v3Slices(fields []string) []string {
 // key-syntax characters included, because Go decodes what the scripts
 // answer from the member and the encoded fields.
 func TestCompactRecordsAnswerRawIDs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		if h.s.Layout() != LayoutVersion {
 			t.Fatalf("a new namespace is layout %d", h.s.Layout())
 		}

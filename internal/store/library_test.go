@@ -23,6 +23,7 @@ import (
 // exactly when the operation is read-only; its name follows its code and
 // nothing else, and a library file it does not know of is refused.
 func TestBuildLibrary(t *testing.T) {
+	t.Parallel()
 	lib, err := buildLibrary(lua.FS, Scripts)
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +84,7 @@ func TestBuildLibrary(t *testing.T) {
 }
 
 func TestFunctionScript(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, op string
 		ok     bool
@@ -108,8 +110,9 @@ func TestFunctionScript(t *testing.T) {
 // On a server with FUNCTION the store loads the library and calls it; the
 // embedded server has none, and the same operations run as scripts.
 func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		want := b.name != "embedded"
 		if h.s.RunsFunctions() != want {
 			t.Fatalf("RunsFunctions() = %v on %s", h.s.RunsFunctions(), b.name)
@@ -127,7 +130,7 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 		if got := h.claim(routes([]string{site}, []string{"alice"})); len(got) != 1 {
 			t.Fatalf("claimed %d", len(got))
 		}
-		scripts := newH(t, b, Options{EvalScripts: true})
+		scripts := newFixture(t, b, Options{EvalScripts: true})
 		if scripts.s.RunsFunctions() {
 			t.Fatal("EvalScripts: true still runs functions")
 		}
@@ -143,6 +146,7 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 // heartbeat batch, and no call fails for it. A private server: the
 // shared one's library is in use by other tests.
 func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := relaytest.StartServer(t)
 	c := relaytest.Open(t, srv.URL())
@@ -156,7 +160,7 @@ func TestFunctionsReloadWhereTheLibraryIsGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := &h{t: t, s: s, ctx: ctx}
+	h := &storeFixture{t: t, s: s, ctx: ctx}
 	dev := freshDevice()
 
 	flush()
@@ -249,6 +253,7 @@ func (c nodesClient) Nodes() map[string]valkey.Client { return c.nodes }
 // error, not errNoFunctions (a store would not silently fall back to
 // scripts because Valkey was down).
 func TestFunctionsLoadPastAnUnreachableNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	live := relaytest.Open(t, relaytest.StartServer(t).URL())
 	downSrv := relaytest.StartServer(t)

@@ -12,6 +12,7 @@ import (
 // the relay's start-up check says so, names the figures and the fix; a
 // limit that fits is quiet, and so is a server without maxmemory.
 func TestSiteLimitsOverMemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	capped := relaytest.StartServer(t, "--maxmemory", "64mb")
 	c, err := capped.Client()
@@ -70,6 +71,7 @@ func TestSiteLimitsOverMemory(t *testing.T) {
 
 // On a cluster every primary is read: the smallest capped one decides.
 func TestMaxMemoryCluster(t *testing.T) {
+	t.Parallel()
 	relaytest.RequireCluster(t)
 	c := relaytest.Cluster(t)
 	mem, err := MaxMemory(context.Background(), c)

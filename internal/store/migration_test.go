@@ -219,6 +219,7 @@ func (mc *migrationCluster) migrateBack(t *testing.T, slot int, home, away clust
 // touch, and its first write stays. Declaring a key that never exists
 // (GuardKey) makes the server refuse the same script before it starts.
 func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
+	t.Parallel()
 	mc := openMigrationCluster(t)
 	ctx := context.Background()
 	ns := relaytest.NewName()
@@ -282,13 +283,14 @@ func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
 // unavailable before it runs and the slot's keys on both nodes are exactly
 // as before; after the migration the same operations succeed.
 func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
+	t.Parallel()
 	mc := openMigrationCluster(t)
 	ctx := context.Background()
 	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	h := &h{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+	h := &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
 	// A runner on the site's shard: every script below runs on one slot.
 	rid := ""
 	for i := 0; rid == ""; i++ {

@@ -12,6 +12,7 @@ import (
 // sweep with something due (as the background sweeper runs it) and a call
 // on a cancelled context.
 func TestEveryScriptCallIsObserved(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := map[string]int{}
 	var failed []error
@@ -25,7 +26,7 @@ func TestEveryScriptCallIsObserved(t *testing.T) {
 			}
 		}
 	}
-	h := newH(t, realBackend(t), Options{ObserveScript: obs})
+	h := newFixture(t, realBackend(t), Options{ObserveScript: obs})
 	h.enqueue("a", "alice")
 	h.enqueue("b", "alice")
 	got := h.claim(leaseMs(1))

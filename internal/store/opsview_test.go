@@ -13,8 +13,9 @@ import (
 // every shard of the runner's record (here two, jobs of sites on different
 // shards), sums the counts and bounds the jobs it lists over all of them.
 func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		a, c := site, otherShardSite(h.s, site)
 		h.enqueueStub(a, stub("a1", "alice"))
@@ -53,8 +54,9 @@ func TestOpsDeviceLeasesSpanTheRunnersShards(t *testing.T) {
 // Presence records live on their runners' shards; one read of runners on
 // several shards finds each of them, and leaves out runners without one.
 func TestOpsPresenceSpansShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		var rs []string
 		shards := map[int]bool{}
@@ -84,8 +86,9 @@ func TestOpsPresenceSpansShards(t *testing.T) {
 // The device page counts a runner's grants from hid:⟨R⟩, done ones
 // included.
 func TestOpsDeviceLeasesFromTheBareIDIndex(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		ctx := context.Background()
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("d", i), "alice")

@@ -8,11 +8,12 @@ import (
 
 // PairingCodes (store.md §6) on both backends.
 func TestPairing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
-		run  func(h *h, exp int64)
+		run  func(h *storeFixture, exp int64)
 	}{
-		{"stores, finds by either code, and drops", func(h *h, exp int64) {
+		{"stores, finds by either code, and drops", func(h *storeFixture, exp int64) {
 			p := pending("dc-1", "ABCD-EFGH", "id-1", exp)
 			h.put(p, true)
 			got, err := h.s.PairingByDeviceCode(h.ctx, "dc-1")
@@ -33,7 +34,7 @@ func TestPairing(t *testing.T) {
 				h.t.Fatal("dropped user code still found")
 			}
 		}},
-		{"refuses at capacity", func(h *h, exp int64) {
+		{"refuses at capacity", func(h *storeFixture, exp int64) {
 			for i := range 3 {
 				h.put(pending(fmt.Sprint("dc-", i), fmt.Sprint("CODE-000", i), fmt.Sprint("id-", i), exp), true)
 			}
@@ -42,7 +43,7 @@ func TestPairing(t *testing.T) {
 				h.t.Fatal("refused pairing stored")
 			}
 		}},
-		{"expiry frees capacity: no latch", func(h *h, exp int64) {
+		{"expiry frees capacity: no latch", func(h *storeFixture, exp int64) {
 			for i := range 3 {
 				h.put(pending(fmt.Sprint("dc-", i), fmt.Sprint("CODE-000", i), fmt.Sprint("id-", i), exp), true)
 			}
@@ -52,7 +53,7 @@ func TestPairing(t *testing.T) {
 				h.t.Fatal("expired code found")
 			}
 		}},
-		{"one code per keypair: the old code disappears from both lookups", func(h *h, exp int64) {
+		{"one code per keypair: the old code disappears from both lookups", func(h *storeFixture, exp int64) {
 			h.put(pending("dc-old", "OLDC-ODE1", "id-1", exp), true)
 			h.put(pending("dc-new", "NEWC-ODE1", "id-1", exp), true)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-old"); got != nil {
@@ -65,7 +66,7 @@ func TestPairing(t *testing.T) {
 				h.t.Fatalf("new code %+v", got)
 			}
 		}},
-		{"a repeating device cannot use up the capacity; re-pairing needs no free slot", func(h *h, exp int64) {
+		{"a repeating device cannot use up the capacity; re-pairing needs no free slot", func(h *storeFixture, exp int64) {
 			h.put(pending("dc-a", "AAAA-AAAA", "id-a", exp), true)
 			h.put(pending("dc-b", "BBBB-BBBB", "id-b", exp), true)
 			for i := range 10 {
@@ -73,7 +74,7 @@ func TestPairing(t *testing.T) {
 			}
 			h.put(pending("dc-d", "DDDD-DDDD", "id-d", exp), false)
 		}},
-		{"one source holds at most PairingsPerSource live codes; drops and expiry free it", func(h *h, exp int64) {
+		{"one source holds at most PairingsPerSource live codes; drops and expiry free it", func(h *storeFixture, exp int64) {
 			h.s.opts.PairingCapacity = 10
 			from := func(dc, id, src string) PendingPairing {
 				p := pending(dc, "CODE-"+dc, id, exp)
@@ -101,14 +102,14 @@ func TestPairing(t *testing.T) {
 				h.t.Fatalf("after expiry, the limit still holds: %v", out)
 			}
 		}},
-		{"a colliding user code keeps the first live holder", func(h *h, exp int64) {
+		{"a colliding user code keeps the first live holder", func(h *storeFixture, exp int64) {
 			h.put(pending("dc-1", "SAME-CODE", "id-1", exp), true)
 			h.put(pending("dc-2", "SAME-CODE", "id-2", exp), true)
 			if got, _ := h.s.PairingByUserCode(h.ctx, "same-code"); got == nil || got.DeviceCode != "dc-1" {
 				h.t.Fatalf("got %+v", got)
 			}
 		}},
-		{"unknown codes answer nothing", func(h *h, exp int64) {
+		{"unknown codes answer nothing", func(h *storeFixture, exp int64) {
 			if got, err := h.s.PairingByDeviceCode(h.ctx, "never"); got != nil || err != nil {
 				h.t.Fatalf("%+v %v", got, err)
 			}
@@ -120,14 +121,14 @@ func TestPairing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				h := newH(t, b, Options{PairingCapacity: 3, PairingsPerSource: 2})
+				h := newFixture(t, b, Options{PairingCapacity: 3, PairingsPerSource: 2})
 				c.run(h, h.now()+PairingCodeTTLMs)
 			})
 		}
 	})
 }
 
-func (h *h) put(p PendingPairing, want bool) {
+func (h *storeFixture) put(p PendingPairing, want bool) {
 	h.t.Helper()
 	out, err := h.s.PutPairing(h.ctx, p)
 	if ok := out == PairingStored; err != nil || ok != want {
@@ -138,8 +139,9 @@ func (h *h) put(p PendingPairing, want bool) {
 // The purge is bounded per call, yet expired codes never count against the
 // capacity and drain within a few calls.
 func TestPairingPurgeIsBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{PairingCapacity: 40})
+		h := newFixture(t, b, Options{PairingCapacity: 40})
 		exp := h.now() + PairingCodeTTLMs
 		for i := range 40 {
 			h.put(pending(fmt.Sprint("dc-", i), fmt.Sprintf("CODE-%04d", i), fmt.Sprint("id-", i), exp), true)

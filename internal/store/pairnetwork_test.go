@@ -7,6 +7,7 @@ import (
 )
 
 func TestSourceNetwork(t *testing.T) {
+	t.Parallel()
 	for src, want := range map[string]string{
 		"192.0.2.77":               "192.0.2.0/24",
 		"::ffff:192.0.2.77":        "192.0.2.0/24",
@@ -30,8 +31,9 @@ func TestSourceNetwork(t *testing.T) {
 // address; drops and expiry free the network, leaving no key behind; the
 // last fifth of the capacity goes only to networks holding no live code.
 func TestPairingPerNetworkAndReserve(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{PairingCapacity: 20, PairingsPerSource: 2, PairingsPerNetwork: 4})
+		h := newFixture(t, b, Options{PairingCapacity: 20, PairingsPerSource: 2, PairingsPerNetwork: 4})
 		exp := h.now() + PairingCodeTTLMs
 		n := 0
 		from := func(src string) PendingPairing {
@@ -111,7 +113,7 @@ func TestPairingPerNetworkAndReserve(t *testing.T) {
 	})
 }
 
-func (h *h) live() int {
+func (h *storeFixture) live() int {
 	h.t.Helper()
 	n, err := h.b.client.Do(h.ctx, h.b.client.B().Zcount().Key(h.s.k.pairing("x")).Min(fmt.Sprint("(", h.now())).Max("+inf").Build()).AsInt64()
 	if err != nil {

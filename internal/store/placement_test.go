@@ -28,8 +28,9 @@ func twin(t *testing.T, b backend, s *Store) *Store {
 // site where the first put it, and a job enqueued through one is read and
 // claimed through the other.
 func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		sites := make([]string, 20)
 		want := map[string]int{}
 		for i := range sites {
@@ -74,8 +75,9 @@ func TestPlacementStableAcrossReplicasAndRestarts(t *testing.T) {
 // Replicas placing the same new sites at the same moment agree: each site
 // gets one shard, recorded once.
 func TestConcurrentPlacementOneShard(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		stores := []*Store{h.s, twin(t, b, h.s), twin(t, b, h.s), twin(t, b, h.s)}
 		const n = 24
 		got := make([][]int, len(stores))
@@ -140,8 +142,9 @@ func TestConcurrentPlacementOneShard(t *testing.T) {
 // New sites spread evenly: over the primaries of a cluster (12 sites on 3
 // primaries: 4 each), and round robin over the shards of a single node.
 func TestNewSitesBalance(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		for i := range 12 {
 			if err := h.s.placeSites(h.ctx, fmt.Sprint("bal_", i)); err != nil {
 				t.Fatal(err)
@@ -182,8 +185,9 @@ func TestNewSitesBalance(t *testing.T) {
 // Reads and writes to existing jobs never place a site: a read of a site
 // nobody enqueued for answers empty and leaves the record as it was.
 func TestReadsDoNotPlace(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		if j, err := h.s.Job(h.ctx, "never", "x"); err != nil || j != nil {
 			t.Fatalf("job: %v %v", j, err)
 		}
@@ -219,8 +223,9 @@ func asLayoutV2(t *testing.T, b backend, s *Store) {
 
 // A relay meeting a layout newer than its own refuses to start, saying so.
 func TestNewerLayoutRefused(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.layout()).FieldValue().FieldValue("version", fmt.Sprint(LayoutVersion+1)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -233,8 +238,9 @@ func TestNewerLayoutRefused(t *testing.T) {
 // After Valkey loses the namespace (a restart without persistence), a
 // running Store writes the layout record again and keeps placing sites.
 func TestPlacementAfterDataLoss(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.enqueueStub("before", stub("a", "alice"))
 		if _, err := relaytest.DeleteKeys(h.ctx, b.client, h.s.KeyPattern()); err != nil {
 			t.Fatal(err)

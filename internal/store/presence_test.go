@@ -21,8 +21,9 @@ func matrixOf(n int) json.RawMessage {
 // (capabilities and withheld together): one byte past is ErrInvalidInput
 // and changes nothing, exactly at it is stored.
 func TestPresenceRecordBound(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{MaxPresenceBytes: 1000})
+		h := newFixture(t, b, Options{MaxPresenceBytes: 1000})
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)
 		before := dump(t, b, h.s)
@@ -54,8 +55,9 @@ func TestPresenceRecordBound(t *testing.T) {
 // just written, so a heartbeat does not carry them back from Valkey; Seen
 // still answers the whole record (the contract's seen()).
 func TestSeenReplyOmitsLists(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		caps := string(matrixOf(5000))
 		h.seen("runner_1", "alice", dev, caps, `[]`)
@@ -95,8 +97,9 @@ func TestSeenReplyOmitsLists(t *testing.T) {
 // rewritten on its next heartbeat. Fails on a presence_seen that rewrites
 // the lists on every heartbeat.
 func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		caps := `[{"kind":"llm.chat"}]`
 		h.seen("runner_1", "alice", dev, caps, `[]`)
@@ -144,8 +147,9 @@ func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
 // reaches it (a record may hold up to MaxPresenceBytes of a client's
 // lists), and Everyone still reads every record in first-seen order.
 func TestEveryonePagesByBytes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		// Five runners on one shard, so one shard's index pages them.
 		var want []string
 		for i := 0; len(want) < 5; i++ {
@@ -184,8 +188,9 @@ func TestEveryonePagesByBytes(t *testing.T) {
 // lists (what every daemon request's authentication reads); an absent
 // record is nil.
 func TestPresenceHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		if p, err := h.s.PresenceHead(h.ctx, "runner_1"); err != nil || p != nil {
 			t.Fatalf("no record: %+v %v", p, err)
@@ -209,10 +214,11 @@ func TestPresenceHead(t *testing.T) {
 // device or another owner answer ErrPresenceChanged and change nothing.
 // Without the condition it writes as Seen does.
 func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {
-				h := newH(t, b, Options{HeartbeatBatch: batch})
+				h := newFixture(t, b, Options{HeartbeatBatch: batch})
 				dev, other := freshDevice(), freshDevice()
 				beat := func(owner string, d protocol.PublicIdentity, caps string, require bool) (HeartbeatResult, error) {
 					return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: owner, Device: d,
@@ -263,10 +269,11 @@ func TestHeartbeatRequiresTheRememberedRecord(t *testing.T) {
 // runner's record of shards that the presence write returns: grants on two
 // shards, cancelled, come back in first-enqueue order.
 func TestHeartbeatAnswersCancelRequests(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, batch := range []time.Duration{0, 5 * time.Millisecond} {
 			t.Run("batch="+batch.String(), func(t *testing.T) {
-				h := newH(t, b, Options{HeartbeatBatch: batch})
+				h := newFixture(t, b, Options{HeartbeatBatch: batch})
 				far := otherShardSite(h.s, site)
 				h.enqueue("a", "alice")
 				h.enqueueStub(far, stub("b", "alice"))

@@ -16,7 +16,7 @@ import (
 // deviceKeys is every key of the namespace that holds something of a
 // device: presence records, owner indexes, runner indexes, retention
 // indexes, records of shards, with the members of the indexes.
-func deviceKeys(t *testing.T, h *h) []string {
+func deviceKeys(t *testing.T, h *storeFixture) []string {
 	t.Helper()
 	var out []string
 	for _, k := range scanKeys(t, h.b.client, h.s.KeyPattern()) {
@@ -50,9 +50,10 @@ func deviceKeys(t *testing.T, h *h) []string {
 // the retention (short-form heartbeats included) keeps everything, and
 // the reap reads nothing while nothing is due.
 func TestReapForgetsSilentDevices(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var reaps atomic.Int64
-		h := newH(t, b, Options{DeviceRetention: 24 * time.Hour, ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
+		h := newFixture(t, b, Options{DeviceRetention: 24 * time.Hour, ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
 			if name == scPresenceReap.Name {
 				reaps.Add(1)
 			}
@@ -129,8 +130,9 @@ func TestReapForgetsSilentDevices(t *testing.T) {
 // One reap examines at most its limit of entries per shard and says when
 // more may be due; further calls finish the work.
 func TestReapIsBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{DeviceRetention: time.Hour})
+		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		ids, _ := sameShardRunners(h.s, "batch_", 7)
 		for _, id := range ids {
 			h.seen(id, "o", freshDevice(), `[]`, `[]`)
@@ -165,8 +167,9 @@ func TestReapIsBounded(t *testing.T) {
 // ForgetDevices drops named devices at once, whatever their last beat;
 // unknown runners cost nothing, bad ids are refused with nothing written.
 func TestForgetDevices(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.seen("a_1", "ann", freshDevice(), `[{"kind":"generate"}]`, `[]`)
 		h.seen("a_2", "ann", freshDevice(), `[{"kind":"generate"}]`, `[]`)
 		before := dump(t, b, h.s)
@@ -200,8 +203,9 @@ func TestForgetDevices(t *testing.T) {
 // that never beat again are indexed by the backfill, once per namespace,
 // and reaped like any other; pidx entries of gone records are dropped.
 func TestBackfillIndexesOlderRecords(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{DeviceRetention: time.Hour})
+		h := newFixture(t, b, Options{DeviceRetention: time.Hour})
 		c := b.client
 		for i := range 5 {
 			id := fmt.Sprint("old_", i)
@@ -269,8 +273,9 @@ func TestBackfillIndexesOlderRecords(t *testing.T) {
 // Heartbeats index their record: a new one at once, a known one at most
 // once an hour (lx), so an idle tick adds no write to the index.
 func TestHeartbeatIndexesOncePerStep(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		dev := freshDevice()
 		h.seen("r_1", "o", dev, `[]`, `[]`)
 		score := func() float64 {
@@ -307,8 +312,9 @@ func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 // deadline by itself, so it cannot outlive a presence record reaped or
 // forgotten while a claim was being made.
 func TestRunnerShardsExpire(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		now := h.now()
 		st := stub("j1", "alice")
 		st.DeadlineAt = now + 5000

@@ -24,18 +24,20 @@ func foreignStubs(n, owners int) []protocol.JobStub {
 	return out
 }
 
-// A claim's work does not depend on jobs queued on other routes: with 100k
-// foreign jobs (real server; 10k embedded) it examines exactly the entries it
+// A claim's work does not depend on jobs queued on other routes: with four
+// times its scan budget of foreign jobs queued (and a tenth as many again on
+// its own site, for other owners) it examines exactly the entries it
 // examines with none. Behavioural, not timed: the claim script counts the
-// queue entries it looked at.
+// queue entries it looked at. The budget is lowered so the foreign jobs
+// outnumber it on every backend without queueing 100k of them (which took
+// the unit tier 130 s).
 func TestClaimCostIgnoresForeignJobs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		foreign := 100_000
-		if b.name == "embedded" {
-			foreign = 10_000
-		}
-		setup := func(withForeign bool) (*h, claimStats, []string, time.Duration) {
-			h := newH(t, b, Options{})
+		const budget = 500
+		foreign := 4 * budget
+		setup := func(withForeign bool) (*storeFixture, claimStats, []string, time.Duration) {
+			h := newFixture(t, b, Options{ClaimScanBudget: budget})
 			if withForeign {
 				start := time.Now()
 				enqueueMany(t, h.s, b.client, "site_theirs", foreignStubs(foreign, 1000))
@@ -66,8 +68,9 @@ func TestClaimCostIgnoresForeignJobs(t *testing.T) {
 // Skipped entries (refusedBy, retryAfter) are the only ones that cost scans
 // without granting; the scan budget bounds them.
 func TestClaimScanBudget(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{ClaimScanBudget: 5})
+		h := newFixture(t, b, Options{ClaimScanBudget: 5})
 		for i := range 8 {
 			h.enqueue(fmt.Sprint("r", i), "alice")
 		}
@@ -86,7 +89,7 @@ func TestClaimScanBudget(t *testing.T) {
 		if len(got) != 0 || !stats.Truncated || stats.Scanned != 5 {
 			t.Fatalf("got %q stats %+v", ids(got), stats)
 		}
-		h2 := newH(t, b, Options{})
+		h2 := newFixture(t, b, Options{})
 		for i := range 8 {
 			h2.enqueue(fmt.Sprint("r", i), "alice")
 		}
@@ -113,8 +116,9 @@ func equalIDs(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 // Claim's settle-first is bounded: with more due than ClaimSettleBudget the
 // claim script writes nothing, Go sweeps in batches, and the claim reruns.
 func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{ClaimSettleBudget: 10, SweepBatch: 7})
+		h := newFixture(t, b, Options{ClaimSettleBudget: 10, SweepBatch: 7})
 		var stubs []protocol.JobStub
 		for i := range 45 {
 			st := stub(fmt.Sprint("old", i), fmt.Sprint("o", i))
@@ -141,8 +145,9 @@ func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
 
 // An idle sweep over a large store is one short script that finds nothing.
 func TestIdleSweepOverLargeStore(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
-	h := newH(t, b, Options{})
+	h := newFixture(t, b, Options{})
 	enqueueMany(t, h.s, b.client, site, foreignStubs(20_000, 500))
 	jobs, more, err := h.s.SweepBatch(h.ctx, 100)
 	if err != nil || more || len(jobs) != 0 {
@@ -155,13 +160,14 @@ func TestIdleSweepOverLargeStore(t *testing.T) {
 // one call examining everything would, in the same order, under the same
 // caps, and counts every examined entry once against ClaimScanBudget.
 func TestClaimContinuesAcrossCalls(t *testing.T) {
+	t.Parallel()
 	type outcome struct {
 		grants  []string
 		scanned int
 		calls   int
 	}
 	run := func(t *testing.T, b backend, slice int) outcome {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		h.s.limits.claimScan = slice
 		for i := range 8 {
 			h.enqueue(fmt.Sprint("r", i), "alice")
@@ -216,21 +222,22 @@ func TestClaimContinuesAcrossCalls(t *testing.T) {
 // record holds exactly the claim's owner and device; otherwise nothing is
 // written at all.
 func TestClaimRequirePresence(t *testing.T) {
+	t.Parallel()
 	dev, other := freshDevice(), freshDevice()
 	cases := []struct {
 		name   string
-		record func(h *h)
+		record func(h *storeFixture)
 		want   bool
 	}{
-		{"no record", func(*h) {}, false},
-		{"same owner and device", func(h *h) { h.seen("runner_1", "alice", dev, "[]", "[]") }, true},
-		{"other device", func(h *h) { h.seen("runner_1", "alice", other, "[]", "[]") }, false},
-		{"other owner", func(h *h) { h.seen("runner_1", "bob", dev, "[]", "[]") }, false},
+		{"no record", func(*storeFixture) {}, false},
+		{"same owner and device", func(h *storeFixture) { h.seen("runner_1", "alice", dev, "[]", "[]") }, true},
+		{"other device", func(h *storeFixture) { h.seen("runner_1", "alice", other, "[]", "[]") }, false},
+		{"other owner", func(h *storeFixture) { h.seen("runner_1", "bob", dev, "[]", "[]") }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				h := newH(t, b, Options{})
+				h := newFixture(t, b, Options{})
 				h.enqueue("j1", "alice")
 				tc.record(h)
 				before := dump(t, b, h.s)

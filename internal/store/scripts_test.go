@@ -15,6 +15,7 @@ import (
 // header declares, and every operation file in lua/ (other than the policy
 // store's) is one of them.
 func TestScriptsMatchTheirHeaders(t *testing.T) {
+	t.Parallel()
 	declared := map[string]bool{}
 	for _, sc := range Scripts {
 		declared[sc.Name] = true
@@ -48,6 +49,7 @@ func TestScriptsMatchTheirHeaders(t *testing.T) {
 // The routing constants are written twice, in api.go and lib/store.lua;
 // they must agree.
 func TestLuaConstantsMatchGo(t *testing.T) {
+	t.Parallel()
 	body, err := fs.ReadFile(lua.FS, "lib/store.lua")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +84,7 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 // them in one table constructor by position: both lists must be the same
 // fields in the same order.
 func TestCoreConstructorFollowsCORE(t *testing.T) {
+	t.Parallel()
 	body, err := fs.ReadFile(lua.FS, "lib/store.lua")
 	if err != nil {
 		t.Fatal(err)

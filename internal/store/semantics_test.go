@@ -13,11 +13,11 @@ import (
 // §10, on both backends. Time moves with AdvanceClock.
 
 // timeout moves the clock past every awaiting-payload window granted so far.
-func (h *h) timeout() { h.s.AdvanceClock(AwaitingPayloadMs + 1) }
+func (h *storeFixture) timeout() { h.s.AdvanceClock(AwaitingPayloadMs + 1) }
 
 // turn is one round of a site that claims and never seals: two fresh jobs,
 // one claim (the cap makes it two grants), the window passes, a sweep.
-func (h *h) turn(n int) {
+func (h *storeFixture) turn(n int) {
 	h.enqueue(fmt.Sprintf("t%d-a", n), "alice")
 	h.enqueue(fmt.Sprintf("t%d-b", n), "alice")
 	if got := h.claim(); len(got) != 2 {
@@ -30,9 +30,9 @@ func (h *h) turn(n int) {
 var semanticCases = []struct {
 	name string
 	opts func(*churnLog) Options
-	run  func(h *h, churn *churnLog)
+	run  func(h *storeFixture, churn *churnLog)
 }{
-	{name: "lease expiry requeues ready and running jobs and drops the payload", run: func(h *h, _ *churnLog) {
+	{name: "lease expiry requeues ready and running jobs and drops the payload", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.enqueue("b", "alice")
 		got := h.claim(leaseMs(1000))
@@ -53,7 +53,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("take after requeue = %+v", r)
 		}
 	}},
-	{name: "a renewal keeps one lease for the life of the job while its expiry moves", run: func(h *h, _ *churnLog) {
+	{name: "a renewal keeps one lease for the life of the job while its expiry moves", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim(leaseMs(1000))[0]
 		h.seal("a")
@@ -76,7 +76,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("repeated fetch = %+v", r)
 		}
 	}},
-	{name: "a lease expiry never requeues an awaiting-payload job (trap 7)", run: func(h *h, _ *churnLog) {
+	{name: "a lease expiry never requeues an awaiting-payload job (trap 7)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim(leaseMs(1000))
 		h.s.AdvanceClock(5000)
@@ -85,7 +85,7 @@ var semanticCases = []struct {
 		}
 		h.mustState("a", StateAwaitingPayload)
 	}},
-	{name: "three consecutive timeouts evict the job and the sweep reports it", run: func(h *h, _ *churnLog) {
+	{name: "three consecutive timeouts evict the job and the sweep reports it", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		for attempt := 1; attempt <= 3; attempt++ {
 			if got := h.claim(); len(got) != 1 {
@@ -111,7 +111,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("evicted job still there: %+v", j)
 		}
 	}},
-	{name: "a seal resets the count: two more rounds after it do not evict", run: func(h *h, _ *churnLog) {
+	{name: "a seal resets the count: two more rounds after it do not evict", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim()
 		h.timeout()
@@ -142,7 +142,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("job after two rounds %+v", j)
 		}
 	}},
-	{name: "just before the window ends the job is still awaiting, at its end it is due", run: func(h *h, _ *churnLog) {
+	{name: "just before the window ends the job is still awaiting, at its end it is due", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim()
 		au := h.job(site, "a").AwaitingUntil
@@ -157,7 +157,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("not due at awaitingUntil: %+v", swept)
 		}
 	}},
-	{name: "six expiries inside the window produce one report", opts: withChurn, run: func(h *h, churn *churnLog) {
+	{name: "six expiries inside the window produce one report", opts: withChurn, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 3 {
 			h.turn(n)
 		}
@@ -170,7 +170,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("report %+v", r)
 		}
 	}},
-	{name: "18 turns produce exactly one report", opts: withChurn, run: func(h *h, churn *churnLog) {
+	{name: "18 turns produce exactly one report", opts: withChurn, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 18 {
 			h.turn(n)
 		}
@@ -178,7 +178,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("reports %+v", reports)
 		}
 	}},
-	{name: "turns spaced more than the window apart produce none", opts: withChurn, run: func(h *h, churn *churnLog) {
+	{name: "turns spaced more than the window apart produce none", opts: withChurn, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 6 {
 			h.turn(n)
 			h.s.AdvanceClock(ChurnWindowMs + 1)
@@ -187,7 +187,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("reports %+v", reports)
 		}
 	}},
-	{name: "a site that seals produces none", opts: withChurn, run: func(h *h, churn *churnLog) {
+	{name: "a site that seals produces none", opts: withChurn, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 10 {
 			h.enqueue(fmt.Sprintf("s%d-a", n), "alice")
 			h.enqueue(fmt.Sprintf("s%d-b", n), "alice")
@@ -205,7 +205,7 @@ var semanticCases = []struct {
 	}},
 	{name: "a callback that panics does not break the sweep", opts: func(c *churnLog) Options {
 		return Options{OnChurn: func(r ChurnReport) { c.add(r); panic("callback bug") }}
-	}, run: func(h *h, churn *churnLog) {
+	}, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 3 {
 			h.turn(n)
 		}
@@ -216,7 +216,7 @@ var semanticCases = []struct {
 			h.t.Fatal("store stopped working after a panicking callback")
 		}
 	}},
-	{name: "without a callback no churn is recorded", run: func(h *h, _ *churnLog) {
+	{name: "without a callback no churn is recorded", run: func(h *storeFixture, _ *churnLog) {
 		for n := range 3 {
 			h.turn(n)
 		}
@@ -224,7 +224,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("churn keys %q", keys)
 		}
 	}},
-	{name: "max bounds the grants, oldest first across pairs", run: func(h *h, _ *churnLog) {
+	{name: "max bounds the grants, oldest first across pairs", run: func(h *storeFixture, _ *churnLog) {
 		for i := range 3 {
 			for _, owner := range []string{"alice", "bob", "carol"} {
 				st := stub(fmt.Sprintf("%s%d", owner, i), owner)
@@ -237,14 +237,14 @@ var semanticCases = []struct {
 		got = h.claim(runner("runner_2"), maxJobs(64), routes([]string{site}, []string{"carol", "bob", "alice"}))
 		equalStrings(h.t, "ids", ids(got), []string{"bob1", "carol1"})
 	}},
-	{name: "a requeued job keeps its first-enqueue position", run: func(h *h, _ *churnLog) {
+	{name: "a requeued job keeps its first-enqueue position", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.enqueue("b", "alice")
 		g := h.claim(maxJobs(1))[0]
 		h.release("runner_1", []protocol.GrantRef{grant(g)}, ReasonShutdown, nil)
 		equalStrings(h.t, "ids", ids(h.claim(maxJobs(1))), []string{"a"})
 	}},
-	{name: "max 0 grants nothing but still sweeps (trap 19)", run: func(h *h, _ *churnLog) {
+	{name: "max 0 grants nothing but still sweeps (trap 19)", run: func(h *storeFixture, _ *churnLog) {
 		st := stub("late", "alice")
 		st.DeadlineAt = hostNow() - 1000
 		h.enqueueStub(site, st)
@@ -257,7 +257,7 @@ var semanticCases = []struct {
 		}
 		h.mustState("a", StateQueued)
 	}},
-	{name: "two sites with the same id and owner are two jobs for one runner", run: func(h *h, _ *churnLog) {
+	{name: "two sites with the same id and owner are two jobs for one runner", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueueStub(site, stub("x", "alice"))
 		h.enqueueStub("site_two", stub("x", "alice"))
 		got := h.claim(routes([]string{site, "site_two"}, []string{"alice"}))
@@ -265,7 +265,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("grants %+v", got)
 		}
 	}},
-	{name: "take after a complete straight from awaiting answers not-ready (trap 1)", run: func(h *h, _ *churnLog) {
+	{name: "take after a complete straight from awaiting answers not-ready (trap 1)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		if r := h.complete("a", "runner_1", g.Lease.ID, "ok"); !r.Accepted {
@@ -275,7 +275,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("take = %+v", r)
 		}
 	}},
-	{name: "take guards: not-holder for a stranger's valid lease, not-ready before the seal", run: func(h *h, _ *churnLog) {
+	{name: "take guards: not-holder for a stranger's valid lease, not-ready before the seal", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		if r := h.take("a", "runner_2", g.Lease.ID); r.Refused != RefusedNotHolder {
@@ -286,7 +286,7 @@ var semanticCases = []struct {
 		}
 		h.mustState("a", StateAwaitingPayload)
 	}},
-	{name: "the bare-id fallback counts only jobs the caller holds now (traps 3, 4)", run: func(h *h, _ *churnLog) {
+	{name: "the bare-id fallback counts only jobs the caller holds now (traps 3, 4)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueueStub("site_other", stub("x", "alice"))
 		h.enqueue("x", "bob")
 		h.enqueue("y", "alice")
@@ -307,7 +307,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("formerly held = %+v", r)
 		}
 	}},
-	{name: "done keeps its grant (trap 5)", run: func(h *h, _ *churnLog) {
+	{name: "done keeps its grant (trap 5)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.seal("a")
@@ -339,7 +339,7 @@ var semanticCases = []struct {
 		fin, _ := h.s.Finished(h.ctx, site)
 		equalStrings(h.t, "finished", jobIDs(fin), []string{"a"})
 	}},
-	{name: "complete from awaiting frees the pair's unsealed slot (trap 6)", run: func(h *h, _ *churnLog) {
+	{name: "complete from awaiting frees the pair's unsealed slot (trap 6)", run: func(h *storeFixture, _ *churnLog) {
 		for _, id := range []string{"a", "b", "c"} {
 			h.enqueue(id, "alice")
 		}
@@ -352,7 +352,7 @@ var semanticCases = []struct {
 		aw, _ := h.s.Awaiting(h.ctx, site)
 		equalStrings(h.t, "awaiting", jobIDs(aw), []string{"b", "c"})
 	}},
-	{name: "a renewal replaces the expiry even with an earlier one (trap 8)", run: func(h *h, _ *churnLog) {
+	{name: "a renewal replaces the expiry even with an earlier one (trap 8)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.seal("a")
@@ -366,7 +366,7 @@ var semanticCases = []struct {
 		h.s.AdvanceClock(11)
 		equalStrings(h.t, "swept", jobIDs(h.sweep()), []string{"a"})
 	}},
-	{name: "a sticky job refused by its runner is stranded (trap 12)", run: func(h *h, _ *churnLog) {
+	{name: "a sticky job refused by its runner is stranded (trap 12)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim()
 		h.timeout()
@@ -381,7 +381,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("job %+v", j)
 		}
 	}},
-	{name: "refusedBy keeps refusal order and retryAfter is overwritten (traps 10, 11)", run: func(h *h, _ *churnLog) {
+	{name: "refusedBy keeps refusal order and retryAfter is overwritten (traps 10, 11)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		for _, r := range []string{"runner_z", "runner_a", "runner_m"} {
 			g := h.claim(runner(r))[0]
@@ -403,13 +403,13 @@ var semanticCases = []struct {
 			h.t.Fatalf("retryAfter %+v", j.RetryAfter)
 		}
 	}},
-	{name: "releasing one grant twice in a call releases it once", run: func(h *h, _ *churnLog) {
+	{name: "releasing one grant twice in a call releases it once", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		got := h.release("runner_1", []protocol.GrantRef{grant(g), grant(g), {JobID: "zz", LeaseID: "nope"}}, "", nil)
 		equalStrings(h.t, "released", got, []string{"a"})
 	}},
-	{name: "a cancelled job is never granted but can still be finished (trap 24)", run: func(h *h, _ *churnLog) {
+	{name: "a cancelled job is never granted but can still be finished (trap 24)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("q", "alice")
 		h.enqueue("held", "alice")
 		g := h.claim(maxJobs(1))
@@ -434,7 +434,7 @@ var semanticCases = []struct {
 			h.t.Fatal("cancel is not idempotent")
 		}
 	}},
-	{name: "a cancelled job released from a grant is not requeued into a queue", run: func(h *h, _ *churnLog) {
+	{name: "a cancelled job released from a grant is not requeued into a queue", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		g := h.claim()[0]
 		h.s.Cancel(h.ctx, site, "a")
@@ -447,7 +447,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("cancel requests after release %+v", reqs)
 		}
 	}},
-	{name: "the deadline removes running and done jobs; renew then reports lost", run: func(h *h, _ *churnLog) {
+	{name: "the deadline removes running and done jobs; renew then reports lost", run: func(h *storeFixture, _ *churnLog) {
 		for _, id := range []string{"run", "fin"} {
 			st := stub(id, "alice")
 			st.DeadlineAt = h.now() + 60_000
@@ -471,7 +471,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("finished %q", jobIDs(fin))
 		}
 	}},
-	{name: "settle on touch: a late seal is too-late once the window has passed", run: func(h *h, _ *churnLog) {
+	{name: "settle on touch: a late seal is too-late once the window has passed", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim()
 		h.timeout()
@@ -482,7 +482,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("job %+v", j)
 		}
 	}},
-	{name: "sweep returns the requeued jobs first, then the removed ones", run: func(h *h, _ *churnLog) {
+	{name: "sweep returns the requeued jobs first, then the removed ones", run: func(h *storeFixture, _ *churnLog) {
 		st := stub("gone", "alice")
 		st.DeadlineAt = h.now() + 5_000
 		h.enqueueStub(site, st)
@@ -494,7 +494,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("sweep %+v", swept)
 		}
 	}},
-	{name: "enqueue of a known id returns the stored job unchanged (trap 20)", run: func(h *h, _ *churnLog) {
+	{name: "enqueue of a known id returns the stored job unchanged (trap 20)", run: func(h *storeFixture, _ *churnLog) {
 		first := h.enqueue("a", "alice")
 		other := stub("a", "mallory")
 		other.Kind = protocol.KindChat
@@ -506,7 +506,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("refusedBy %#v", first.RefusedBy)
 		}
 	}},
-	{name: "seen keeps the first owner and device (trap 28)", run: func(h *h, _ *churnLog) {
+	{name: "seen keeps the first owner and device (trap 28)", run: func(h *storeFixture, _ *churnLog) {
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, "[]", "[]")
 		p := h.seen("runner_1", "mallory", freshDevice(), caps("x"), "[]")
@@ -514,7 +514,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("presence %+v", p)
 		}
 	}},
-	{name: "everyone skips lost records and lists a returning runner last", run: func(h *h, _ *churnLog) {
+	{name: "everyone skips lost records and lists a returning runner last", run: func(h *storeFixture, _ *churnLog) {
 		for _, r := range []string{"r1", "r2", "r3"} {
 			h.seen(r, "alice", freshDevice(), "[]", "[]")
 		}
@@ -538,7 +538,7 @@ var semanticCases = []struct {
 			h.t.Fatalf("lost record %+v", p)
 		}
 	}},
-	{name: "everyone reads in pages, in first-seen order", run: func(h *h, _ *churnLog) {
+	{name: "everyone reads in pages, in first-seen order", run: func(h *storeFixture, _ *churnLog) {
 		h.s.limits.presenceEntries = 2
 		var want []string
 		for i := range 7 {
@@ -565,7 +565,7 @@ var semanticCases = []struct {
 			equalStrings(h.t, "everyone", got, want)
 		}
 	}},
-	{name: "cancel requests read in pages, in insertion order", run: func(h *h, _ *churnLog) {
+	{name: "cancel requests read in pages, in insertion order", run: func(h *storeFixture, _ *churnLog) {
 		h.s.limits.cancelEntries = 2
 		var held []protocol.GrantRef
 		for i := range 5 {
@@ -606,6 +606,7 @@ var semanticCases = []struct {
 func withChurn(c *churnLog) Options { return Options{OnChurn: c.add} }
 
 func TestStoreSemantics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, c := range semanticCases {
 			t.Run(c.name, func(t *testing.T) {
@@ -614,7 +615,7 @@ func TestStoreSemantics(t *testing.T) {
 				if c.opts != nil {
 					opts = c.opts(churn)
 				}
-				c.run(newH(t, b, opts), churn)
+				c.run(newFixture(t, b, opts), churn)
 			})
 		}
 	})

@@ -13,7 +13,7 @@ import (
 // checkSiteUse compares SiteUse with what the jobs themselves say: live =
 // exists, not done, not cancelled; bytes = stub + payload + result of every
 // job of the site. This is the exactness the limits rely on.
-func (h *h) checkSiteUse(sites ...string) {
+func (h *storeFixture) checkSiteUse(sites ...string) {
 	h.t.Helper()
 	jobs, err := h.s.Jobs(h.ctx)
 	if err != nil {
@@ -44,7 +44,7 @@ func (h *h) checkSiteUse(sites ...string) {
 
 // refusedEnqueue enqueues and wants the named limit refused, with the store
 // left exactly as it was.
-func (h *h) refusedEnqueue(siteID string, st protocol.JobStub, limit string) {
+func (h *storeFixture) refusedEnqueue(siteID string, st protocol.JobStub, limit string) {
 	h.t.Helper()
 	before := dump(h.t, h.b, h.s)
 	_, err := h.s.Enqueue(h.ctx, EnqueueInput{ID: st.ID, SiteID: siteID, Stub: st})
@@ -63,8 +63,9 @@ const siteB = "site_other"
 // every way a job stops being live (complete, cancel, deadline, eviction)
 // frees its slot.
 func TestSiteJobsLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{SiteLimits: SiteLimits{Default: SiteLimit{Jobs: 100}, Sites: map[string]SiteLimit{site: {Jobs: 3}}}})
+		h := newFixture(t, b, Options{SiteLimits: SiteLimits{Default: SiteLimit{Jobs: 100}, Sites: map[string]SiteLimit{site: {Jobs: 3}}}})
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("a", i), "alice")
 		}
@@ -117,10 +118,11 @@ func TestSiteJobsLimit(t *testing.T) {
 // awaiting its payload), results count but are never refused, and bytes
 // come back when the payload goes (requeue) and when the job goes.
 func TestSiteBytesLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		one := int64(len(protocol.MustMarshal(stub("a0", "alice"))))
 		limit := 2*one + int64(len(envelope)) + 10 // two stubs and one payload
-		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Bytes: limit}}}})
+		h := newFixture(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Bytes: limit}}}})
 		h.enqueue("a0", "alice")
 		h.enqueue("a1", "bob")
 		h.checkSiteUse(site, siteB)
@@ -163,11 +165,12 @@ func TestSiteBytesLimit(t *testing.T) {
 
 // The enqueue rate is a token bucket on the store's clock.
 func TestSiteEnqueueRate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		// One token per 100 s: the bucket also refills in real time, and
 		// at this rate the seconds a slow machine takes between steps are a
 		// hundredth of a token, never a whole one.
-		h := newH(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 0.01, Burst: 3}}}})
+		h := newFixture(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 0.01, Burst: 3}}}})
 		h.s.SetClockOffset(0)
 		// Placed first: a site's first enqueue also places it (one script more).
 		placedShard(h.s, site)
@@ -192,8 +195,9 @@ func TestSiteEnqueueRate(t *testing.T) {
 
 // Random operations over two sites keep the use exact.
 func TestSiteUseStaysExact(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newH(t, b, Options{})
+		h := newFixture(t, b, Options{})
 		rng := rand.New(rand.NewPCG(7, 11))
 		grants := map[string]ClaimedStub{}
 		for step := range 300 {

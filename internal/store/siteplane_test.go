@@ -57,7 +57,7 @@ func sameJSON(t *testing.T, what string, got, want any) {
 
 // checkSitePlane compares the lean listings with the full ones, twice (the
 // second results read is served from the cache).
-func (h *h) checkSitePlane(siteID string, wantPending, wantResults []string) {
+func (h *storeFixture) checkSitePlane(siteID string, wantPending, wantResults []string) {
 	h.t.Helper()
 	aw, err := h.s.Awaiting(h.ctx, siteID)
 	if err != nil {
@@ -88,6 +88,7 @@ func (h *h) checkSitePlane(siteID string, wantPending, wantResults []string) {
 // state the other jobs are in, and the results cache never serves a result
 // the store no longer holds.
 func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
+	t.Parallel()
 	limits := []struct {
 		name string
 		l    pageLimits
@@ -99,7 +100,7 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 	for _, tc := range limits {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				h := newH(t, b, Options{})
+				h := newFixture(t, b, Options{})
 				h.s.limits = tc.l
 				h.checkSitePlane(site, nil, nil)
 				// Nine jobs over five owners (the unsealed cap is two per pair).
@@ -176,10 +177,11 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 // Other sites' jobs never show, and a cache too small for a site's results
 // still answers correctly (from Valkey every time).
 func TestResultJobsSitesAndCacheBound(t *testing.T) {
+	t.Parallel()
 	for _, cacheBytes := range []int{-1, 1, 0} {
 		t.Run(fmt.Sprint("cache=", cacheBytes), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				h := newH(t, b, Options{ResultCacheBytes: cacheBytes})
+				h := newFixture(t, b, Options{ResultCacheBytes: cacheBytes})
 				for _, siteID := range []string{site, "site_other"} {
 					h.enqueueStub(siteID, stub("x", "alice"))
 					g := h.claim(func(in *ClaimInput) { in.Routes = []Route{{SiteID: siteID, Owner: "alice"}} })

@@ -49,6 +49,7 @@ func withView(t testing.TB, s *Store) {
 // next claim finds it; a job this replica requeues itself is claimable at
 // once.
 func TestWorkViewMakesIdleTicksFree(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -60,7 +61,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 		t.Skip("the server has no sharded pub/sub")
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
 	c := otherShardSite(a, site)
 	both := routes([]string{site, c}, []string{"alice"})
 
@@ -80,7 +81,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 	}
 
 	// Another replica enqueues: the announcement reaches a's view.
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	ho.enqueueStub(c, stub("from-b", "alice"))
 	var held []ClaimedStub
 	relaytest.WaitFor(t, 5*time.Second, "the announced job is claimed", func() bool {
@@ -125,6 +126,7 @@ func waitView(t *testing.T, what string, cond func() bool) {
 // empty queues of that shard known: an idle device whose queues nobody
 // announced asks Valkey nothing once this replica's fence is back.
 func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -136,8 +138,8 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
-	ho := &h{t: t, b: b, s: other, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
 	sh := placedShard(a, site)
 	busy := sameShardSite(a, site)
 	d1 := []func(*ClaimInput){runner("d1"), routes([]string{site}, []string{"alice"})}
@@ -195,6 +197,7 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 // An announcement that never arrives costs at most workViewEmptyTTL: the
 // periodic re-check reads the queue again and the job is granted.
 func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
 	counter := &countingObserver{n: map[string]int{}}
 	a := newStore(t, b, Options{ObserveScript: counter.observe})
@@ -207,8 +210,8 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 	}
 	silent.announce = false // its enqueue publishes nothing: the announcement is lost
 	withView(t, a)
-	ha := &h{t: t, b: b, s: a, ctx: context.Background()}
-	hs := &h{t: t, b: b, s: silent, ctx: context.Background()}
+	ha := &storeFixture{t: t, b: b, s: a, ctx: context.Background()}
+	hs := &storeFixture{t: t, b: b, s: silent, ctx: context.Background()}
 	if got := ha.claim(); len(got) != 0 {
 		t.Fatalf("claimed %v from an empty store", ids(got))
 	}
@@ -232,6 +235,7 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 // sent before this Store's own write is trusted only once the fence sent
 // after the write came back.
 func TestWorkViewOrdering(t *testing.T) {
+	t.Parallel()
 	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	at := time.Now()
@@ -278,6 +282,7 @@ func TestWorkViewOrdering(t *testing.T) {
 // busy replica does not send every concurrent request to Valkey at once.
 // A due instant the last reading shows passed is never hidden.
 func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
+	t.Parallel()
 	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
 	v.setLive(0, true)
 	t0 := time.Now()
@@ -309,6 +314,7 @@ func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
 // most queues stay known empty, the newest reading always among them, and
 // a queue never read is never taken for empty (the names are hashed).
 func TestWorkViewBoundForgetsAShare(t *testing.T) {
+	t.Parallel()
 	const bound = 1024
 	v := newWorkView([]string{"p:"}, bound)
 	v.setLive(0, true)

@@ -12,6 +12,7 @@ import (
 // TestReadPersistence reads what private servers were started with: the
 // append-only file off, on with everysec, on with always.
 func TestReadPersistence(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name      string
 		args      []string
@@ -46,6 +47,7 @@ func TestReadPersistence(t *testing.T) {
 // Valkey 8 or Redis 7.0) answers, whatever it is configured with, and the
 // answer agrees with its own CONFIG GET appendonly.
 func TestReadPersistenceSharedServer(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Client(t)
 	p, err := valkeyconn.ReadPersistence(context.Background(), c)
 	if err != nil {
@@ -62,6 +64,7 @@ func TestReadPersistenceSharedServer(t *testing.T) {
 
 // TestReadPersistenceCluster asks every primary of the test cluster.
 func TestReadPersistenceCluster(t *testing.T) {
+	t.Parallel()
 	c := relaytest.Cluster(t)
 	p, err := valkeyconn.ReadPersistence(context.Background(), c)
 	if err != nil {

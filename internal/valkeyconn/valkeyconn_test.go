@@ -16,6 +16,7 @@ import (
 // Both backends answer TIME, and the Lua features the store relies on:
 // EVALSHA with NOSCRIPT reload, TIME inside a script, cjson, ZRANGEBYLEX.
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name         string
 		url          string
@@ -63,6 +64,7 @@ return {t[1], v.a[2], r[1], #r}`)
 }
 
 func TestOpenBadURL(t *testing.T) {
+	t.Parallel()
 	if _, _, _, err := valkeyconn.Open(context.Background(), "redis://127.0.0.1:1/0", slog.Default()); err == nil {
 		t.Fatal("connected to a closed port")
 	}
@@ -74,6 +76,7 @@ func TestOpenBadURL(t *testing.T) {
 // A cluster URL opens a cluster client; Keys reaches keys on every primary
 // (SCAN alone sees one node), once each.
 func TestOpenCluster(t *testing.T) {
+	t.Parallel()
 	u := relaytest.RequireCluster(t)
 	ctx := context.Background()
 	c, closeFn, embedded, err := valkeyconn.Open(ctx, u, slog.Default())
