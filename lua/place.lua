@@ -1,10 +1,11 @@
 -- place: the shard of each named site, placing the ones that have none.
--- A placement is written once and never changed (the record is the only
--- truth; replicas cache it for good), so a site's keys never split over
--- two shards.
+-- A placement is written once and never changed while the site is in use
+-- (the record is the only truth; replicas cache it), so a site's keys
+-- never split over two shards. With no layout record (Valkey lost its
+-- data) the reply is an error coded NOLAYOUT (scriptrun's table).
 --
 -- Fleet-wide: every key lives on "<ns>:{<ns>}:", beside the layout record
--- that says how new sites are placed (internal/store/placement.go).
+-- that says how new sites are placed (internal/layout placement.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
@@ -39,7 +40,7 @@ local most = tonumber(ARGV[6])
 local sites = tail(ARGV, 7)
 
 if redis.call('EXISTS', layout) == 0 then
-  return redis.error_reply('ERR relay: no layout record')
+  return redis.error_reply('NOLAYOUT relay: no layout record')
 end
 if tonumber(redis.call('HGET', layout, 'shards')) ~= n then
   return redis.error_reply('ERR relay: shard count differs from groups layout record')

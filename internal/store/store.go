@@ -19,6 +19,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/layout"
 	"github.com/byollm/relay-go/internal/scriptrun"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -255,8 +256,8 @@ type Store struct {
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
 	epochN    atomic.Uint64
-	// topo: the cluster slot map, as placement reads it (placement.go).
-	topo topology
+	// placer places sites on shards (internal/layout).
+	placer *layout.Placer
 	// layoutV is the namespace's layout version as read at start:
 	// LayoutVersion, except in Migrate's own Store while it moves one.
 	layoutV atomic.Int32
