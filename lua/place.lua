@@ -13,6 +13,9 @@
 -- KEYS[1]  layout       HASH  version, shards, salt
 -- KEYS[2]  place        HASH  site id (raw) -> shard index
 -- KEYS[3]  placen       HASH  shard index -> sites placed there
+-- KEYS[4]  placet       ZSET  site id (raw) -> its last read here (ms,
+--                             the store clock): place_reap.lua forgets a
+--                             site unread for longer than the retention
 -- ARGV[1..3] common  prefix, offset, flags (unused)
 -- ARGV[4]  n            shards (the layout record's count)
 -- ARGV[5]  groups       the primary each shard's slot is on, one small number
@@ -22,7 +25,8 @@
 -- ARGV[7..] sites       pairs: site id, pin ("" or a shard index the site
 --                       must take when it has none yet)
 -- Reply: {shard1, shard2, ...}: each site's shard, in ARGV order; -1 for a
---        site that has none and did not fit under most
+--        site that has none and did not fit under most. Every site
+--        answered has its last-read time in placet set to now.
 --
 -- How a site with no placement is placed:
 --   a pin                 -> the pinned shard (tests)
@@ -34,6 +38,7 @@
 local layout = KEYS[1]
 local place = KEYS[2]
 local placen = KEYS[3]
+local placet = KEYS[4]
 local n = tonumber(ARGV[4])
 local groups = ARGV[5]
 local most = tonumber(ARGV[6])
@@ -96,11 +101,13 @@ local function balanced()
 end
 
 local size = nil
+local now = clock()
 local out = {}
 for a = 1, #sites, 2 do
   local site, pin = sites[a], sites[a + 1]
   local got = redis.call('HGET', place, site)
   if got then
+    redis.call('ZADD', placet, fmt(now), site)
     out[#out + 1] = tonumber(got)
   else
     size = size or redis.call('HLEN', place)
@@ -118,6 +125,7 @@ for a = 1, #sites, 2 do
       end
       redis.call('HSET', place, site, s)
       redis.call('HINCRBY', placen, s, 1)
+      redis.call('ZADD', placet, fmt(now), site)
       local c = counts()
       c[s] = c[s] + 1
       size = size + 1

@@ -30,13 +30,13 @@ func TestRefusalNamesTheSteps(t *testing.T) {
 // moves the entry into the current one, so a site in use survives a turn.
 func TestPlaceCacheGenerations(t *testing.T) {
 	c := newPlaceCache(2)
-	c.put("a", 1)
-	c.put("b", 2)
-	c.put("c", 3) // "a", "b" become the previous generation
-	if sh, ok := c.get("a"); !ok || sh != 1 {
-		t.Fatalf("a from the previous generation: %d %v", sh, ok)
+	c.put("a", placed{shard: 1})
+	c.put("b", placed{shard: 2})
+	c.put("c", placed{shard: 3}) // "a", "b" become the previous generation
+	if e, ok := c.get("a"); !ok || e.shard != 1 {
+		t.Fatalf("a from the previous generation: %+v %v", e, ok)
 	}
-	c.put("d", 4) // current {c, a} full: it becomes the previous, b forgotten
+	c.put("d", placed{shard: 4}) // current {c, a} full: it becomes the previous, b forgotten
 	if _, ok := c.get("b"); ok {
 		t.Fatal("b outlived two generations")
 	}

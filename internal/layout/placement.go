@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/byollm/relay-go/internal/scriptrun"
@@ -38,51 +39,64 @@ const placeChunk = 256
 // placement less even, never wrong.
 const topologyTTL = 30 * time.Second
 
-// placeCache is this Store's copy of placement record entries. An entry
-// never goes stale (the record is written once per site), so the only
-// question is memory: sites come and go over the life of a hub, and the
-// cache keeps at most two generations of limit entries each. A lookup
-// finds the current generation or the previous one (and moves the entry
-// to the current); when the current one is full it becomes the previous,
-// and what the old previous held is forgotten: sites not used during a
-// whole generation. A miss reads the record again (placeSites, siteKeys;
-// siteShard reads through, so an entry forgotten between a call's
-// placement and its use is read back, never guessed).
+// DefaultRefreshAge is how long a replica trusts a cached placement
+// before it reads the record again (Config.RefreshAge).
+const DefaultRefreshAge = 10 * time.Minute
+
+// placeCache is this Placer's copy of placement record entries. Each entry
+// is trusted for the refresh age from the read that made it (see Placer),
+// and memory is bounded apart from that: sites come and go over the life
+// of a hub, and the cache keeps at most two generations of limit entries
+// each. A lookup finds the current generation or the previous one (and
+// moves the entry to the current); when the current one is full it
+// becomes the previous, and what the old previous held is forgotten:
+// sites not used during a whole generation. A miss reads the record again
+// (Ensure, Lookup; Read reads through, so an entry forgotten between a
+// call's placement and its use is read back, never guessed).
 type placeCache struct {
 	mu        sync.RWMutex
-	cur, prev map[string]int
+	cur, prev map[string]placed
 	limit     int
+}
+
+// placed is one cached entry: the site's shard, when the read that
+// found it started, and whether that read was place.lua's (which also
+// refreshed the site's last-read time in the record's index).
+type placed struct {
+	shard     int
+	at        time.Time
+	refreshed bool
 }
 
 // DefaultPlacementCacheSites is the default Options.PlacementCacheSites.
 const DefaultPlacementCacheSites = 65536
 
 func newPlaceCache(limit int) *placeCache {
-	return &placeCache{cur: map[string]int{}, limit: max(limit, 1)}
+	return &placeCache{cur: map[string]placed{}, limit: max(limit, 1)}
 }
 
-func (p *placeCache) get(site string) (int, bool) {
+func (p *placeCache) get(site string) (placed, bool) {
 	p.mu.RLock()
-	sh, ok := p.cur[site]
+	e, ok := p.cur[site]
 	if ok {
 		p.mu.RUnlock()
-		return sh, true
+		return e, true
 	}
-	sh, ok = p.prev[site]
+	e, ok = p.prev[site]
 	p.mu.RUnlock()
 	if ok {
-		p.put(site, sh)
+		p.put(site, e)
 	}
-	return sh, ok
+	return e, ok
 }
 
-func (p *placeCache) put(site string, sh int) {
+func (p *placeCache) put(site string, e placed) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.cur[site]; !ok && len(p.cur) >= p.limit {
-		p.prev, p.cur = p.cur, make(map[string]int, p.limit/4)
+		p.prev, p.cur = p.cur, make(map[string]placed, p.limit/4)
 	}
-	p.cur[site] = sh
+	p.cur[site] = e
 }
 
 // size is the entries held, both generations (tests).
@@ -98,6 +112,9 @@ type Keys struct {
 	Layout string // the layout record
 	Place  string // site id -> shard
 	PlaceN string // shard -> sites placed there
+	PlaceT string // ZSET site id -> its last read through place.lua (ms)
+	// PlaceTFill is place_backfill.lua's cursor over Place.
+	PlaceTFill string
 }
 
 // Config is what a Placer is built from.
@@ -107,6 +124,15 @@ type Config struct {
 	Slots []int
 	// CacheSites bounds the cache: two generations of this many sites.
 	CacheSites int
+	// RefreshAge is how long a cached entry is trusted (default
+	// DefaultRefreshAge); Retention, when positive, is how long after
+	// its last read through place.lua a site unused is forgotten (Reap).
+	// Retention must exceed RefreshAge (see Reap).
+	RefreshAge time.Duration
+	Retention  time.Duration
+	// Busy says which of the sites (site -> shard) still hold state on
+	// their shard (jobs, results, stored bytes): Reap keeps those.
+	Busy func(ctx context.Context, sites map[string]int) (map[string]bool, error)
 	// Scripts runs place.lua; Runner sends the plain reads (observed and
 	// bounded like every call).
 	Scripts Scripts
@@ -122,6 +148,8 @@ type Placer struct {
 	cfg   Config
 	cache *placeCache
 	topo  topology
+	// filled: the backfill of placet is done (place_backfill.lua).
+	filled atomic.Bool
 }
 
 // NewPlacer is a Placer for one namespace's layout.
@@ -129,13 +157,31 @@ func NewPlacer(cfg Config) *Placer {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.RefreshAge <= 0 {
+		cfg.RefreshAge = DefaultRefreshAge
+	}
 	return &Placer{cfg: cfg, cache: newPlaceCache(cfg.CacheSites)}
 }
 
 func (p *Placer) shards() int { return len(p.cfg.Slots) }
 
-// Cached is a site's shard if this Placer holds it, without asking Valkey.
-func (p *Placer) Cached(site string) (int, bool) { return p.cache.get(site) }
+// Cached is a site's shard if this Placer holds an entry younger than the
+// refresh age, without asking Valkey.
+func (p *Placer) Cached(site string) (int, bool) {
+	e, ok := p.cache.get(site)
+	if !ok || time.Since(e.at) >= p.cfg.RefreshAge {
+		return 0, false
+	}
+	return e.shard, true
+}
+
+// fresh says whether a call that may place can use the cached entry: one
+// place.lua read within the refresh age, which refreshed the site's
+// last-read time in the record, so the record keeps it (Reap).
+func (p *Placer) fresh(site string) bool {
+	e, ok := p.cache.get(site)
+	return ok && e.refreshed && time.Since(e.at) < p.cfg.RefreshAge
+}
 
 // CacheSize is the entries the cache holds, both generations.
 func (p *Placer) CacheSize() int { return p.cache.size() }
@@ -143,7 +189,7 @@ func (p *Placer) CacheSize() int { return p.cache.size() }
 // Forget empties the cache (tests: the next use reads the record).
 func (p *Placer) Forget() {
 	p.cache.mu.Lock()
-	p.cache.cur, p.cache.prev = map[string]int{}, nil
+	p.cache.cur, p.cache.prev = map[string]placed{}, nil
 	p.cache.mu.Unlock()
 }
 
@@ -153,6 +199,7 @@ func (p *Placer) Forget() {
 func (p *Placer) Read(site string) (int, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	at := time.Now()
 	v, err := p.cfg.Runner.Do(ctx, "place_get", p.cfg.Runner.Client().B().Hget().Key(p.cfg.Keys.Place).Field(site).Build()).ToString()
 	if err != nil {
 		return 0, false
@@ -161,16 +208,19 @@ func (p *Placer) Read(site string) (int, bool) {
 	if err != nil || sh < 0 || sh >= p.shards() {
 		return 0, false
 	}
-	p.cache.put(site, sh)
+	p.cache.put(site, placed{shard: sh, at: at})
 	return sh, true
 }
 
-// Ensure makes sure every named site has a shard in the cache, placing
-// those that have none. Callers have checked the ids.
+// Ensure makes sure every named site has a fresh shard in the cache,
+// placing those that have none: a site the cache lacks, or holds from a
+// read older than the refresh age or not made by place.lua, goes through
+// place.lua, which refreshes its last-read time. Callers have checked the
+// ids.
 func (p *Placer) Ensure(ctx context.Context, sites ...string) error {
 	var miss []string
 	for _, id := range sites {
-		if _, ok := p.cache.get(id); !ok && !slices.Contains(miss, id) {
+		if !p.fresh(id) && !slices.Contains(miss, id) {
 			miss = append(miss, id)
 		}
 	}
@@ -191,7 +241,7 @@ func (p *Placer) Place(ctx context.Context, sites []string, pins map[string]int)
 		primaries = make([]string, p.shards())
 	}
 	groups := shardGroups(primaries)
-	keys := []string{p.cfg.Keys.Layout, p.cfg.Keys.Place, p.cfg.Keys.PlaceN}
+	keys := []string{p.cfg.Keys.Layout, p.cfg.Keys.Place, p.cfg.Keys.PlaceN, p.cfg.Keys.PlaceT}
 	for len(sites) > 0 {
 		n := min(len(sites), placeChunk)
 		chunk := sites[:n]
@@ -204,6 +254,7 @@ func (p *Placer) Place(ctx context.Context, sites []string, pins map[string]int)
 			}
 			args = append(args, id, pin)
 		}
+		at := time.Now()
 		msg, err := p.cfg.Scripts.RunScript(ctx, "place", keys, args...)
 		if scriptrun.ReplyPrefix(err) == scriptrun.CodeNoLayout && p.cfg.Reload != nil {
 			// Valkey lost its data since this Placer started: write the
@@ -225,7 +276,7 @@ func (p *Placer) Place(ctx context.Context, sites []string, pins map[string]int)
 			if sh < 0 || sh >= p.shards() {
 				return fmt.Errorf("place site %q: %w: the placement record holds %d sites already", id, ErrFull, MaxPlacedSites)
 			}
-			p.cache.put(id, sh)
+			p.cache.put(id, placed{shard: sh, at: at, refreshed: true})
 		}
 	}
 	return nil
@@ -240,13 +291,14 @@ var ErrFull = errors.New("placement record full")
 func (p *Placer) Lookup(ctx context.Context, sites ...string) (unplaced []string, err error) {
 	var miss []string
 	for _, id := range sites {
-		if _, ok := p.cache.get(id); !ok && !slices.Contains(miss, id) {
+		if _, ok := p.Cached(id); !ok && !slices.Contains(miss, id) {
 			miss = append(miss, id)
 		}
 	}
 	if len(miss) == 0 {
 		return nil, nil
 	}
+	at := time.Now()
 	got, err := p.cfg.Runner.Do(ctx, "place_get", p.cfg.Runner.Client().B().Hmget().Key(p.cfg.Keys.Place).Field(miss...).Build()).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
@@ -254,7 +306,7 @@ func (p *Placer) Lookup(ctx context.Context, sites ...string) (unplaced []string
 	for i, id := range miss {
 		if v, err := got[i].ToString(); err == nil {
 			if sh, err := strconv.Atoi(v); err == nil && sh >= 0 && sh < p.shards() {
-				p.cache.put(id, sh)
+				p.cache.put(id, placed{shard: sh, at: at})
 				continue
 			}
 			return nil, fmt.Errorf("placement of site %q: %q is no shard of this namespace", id, v)
@@ -385,4 +437,99 @@ func (p *Placer) Report(ctx context.Context, withSites bool) (PlacementReport, e
 		}
 	}
 	return rep, nil
+}
+
+// ReapBatch is the most due entries one Reap call examines.
+const ReapBatch = 128
+
+// Reap forgets sites no replica has read through place.lua for longer than
+// Config.Retention and that hold no state on their shard (Busy): their
+// entry in the record and the index, and their count in placen
+// (lua/place_reap.lua). At most min(limit, ReapBatch) entries, from the
+// head of the index, never a scan. The first calls also index, a page a
+// call, entries placed before the index existed (place_backfill.lua).
+//
+// Why no site splits: a replica uses a cached entry only while it is
+// younger than RefreshAge, and a call that may place (Ensure) only one
+// read through place.lua, which set the site's last read then. So while
+// any replica may write with an entry, the site's last read is within
+// RefreshAge, and Reap, which forgets only sites whose last read is older
+// than Retention (> RefreshAge), re-checked inside the script, leaves it.
+// A site that returns after it was forgotten is placed anew, and every
+// replica follows the record, since no cached entry outlives RefreshAge.
+// Busy covers what a site's state may outlive: a job's deadline is the
+// client's to choose, so no retention alone could bound it.
+// more: more entries may be due.
+func (p *Placer) Reap(ctx context.Context, limit int) (forgotten int, more bool, err error) {
+	ret := p.cfg.Retention.Milliseconds()
+	if ret <= 0 {
+		return 0, false, nil
+	}
+	if p.cfg.Retention <= p.cfg.RefreshAge {
+		return 0, false, fmt.Errorf("reap sites: the retention %v must exceed the refresh age %v", p.cfg.Retention, p.cfg.RefreshAge)
+	}
+	limit = min(max(limit, 1), ReapBatch)
+	if !p.filled.Load() {
+		msg, err := p.cfg.Scripts.RunScript(ctx, "place_backfill", []string{p.cfg.Keys.Place, p.cfg.Keys.PlaceT, p.cfg.Keys.PlaceTFill}, strconv.Itoa(limit))
+		if err != nil {
+			return 0, false, fmt.Errorf("reap sites: backfill: %w", err)
+		}
+		if got, err := msg.AsIntSlice(); err == nil && len(got) == 2 && got[1] == 1 {
+			p.filled.Store(true)
+		}
+	}
+	keys := []string{p.cfg.Keys.Place, p.cfg.Keys.PlaceN, p.cfg.Keys.PlaceT}
+	args := []string{strconv.FormatInt(ret, 10), strconv.Itoa(limit), "0"}
+	due, _, err := p.reapCall(ctx, keys, args)
+	if err != nil || len(due) == 0 {
+		return 0, false, err
+	}
+	busy := map[string]bool{}
+	if p.cfg.Busy != nil {
+		if busy, err = p.cfg.Busy(ctx, due); err != nil {
+			return 0, false, fmt.Errorf("reap sites: %w", err)
+		}
+	}
+	var forget, keep []string
+	for site := range due {
+		if busy[site] {
+			keep = append(keep, site)
+		} else {
+			forget = append(forget, site)
+		}
+	}
+	args = append(append(append(args[:2], strconv.Itoa(len(forget))), forget...), keep...)
+	next, n, err := p.reapCall(ctx, keys, args)
+	if err != nil {
+		return 0, false, err
+	}
+	return n, len(next) > 0, nil
+}
+
+// reapCall runs place_reap.lua once: the sites it forgot and the next due
+// entries (site -> shard).
+func (p *Placer) reapCall(ctx context.Context, keys, args []string) (map[string]int, int, error) {
+	msg, err := p.cfg.Scripts.RunScript(ctx, "place_reap", keys, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reap sites: %w", err)
+	}
+	f, err := msg.ToArray()
+	if err != nil || len(f)%2 != 1 {
+		return nil, 0, fmt.Errorf("reap sites: reply %v (%v)", f, err)
+	}
+	n, err := f[0].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("reap sites: reply: %w", err)
+	}
+	due := make(map[string]int, len(f)/2)
+	for i := 1; i+1 < len(f); i += 2 {
+		site, err1 := f[i].ToString()
+		v, err2 := f[i+1].ToString()
+		sh, err3 := strconv.Atoi(v)
+		if err := errors.Join(err1, err2, err3); err != nil || sh < 0 || sh >= p.shards() {
+			return nil, 0, fmt.Errorf("reap sites: entry %d: %v (shard %q)", i, err, v)
+		}
+		due[site] = sh
+	}
+	return due, int(n), nil
 }

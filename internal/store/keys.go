@@ -187,6 +187,14 @@ func (k keys) siteLive(siteID string) string  { return k.sp(siteID) + "sl:" + en
 func (k keys) siteBytes(siteID string) string { return k.sp(siteID) + "sb:" + enc(siteID) }
 func (k keys) siteRate(siteID string) string  { return k.sp(siteID) + "sr:" + enc(siteID) }
 func (k keys) finished(siteID string) string  { return k.sp(siteID) + "fin:" + enc(siteID) }
+
+// siteState is every key that holds a site's state on shard (its live
+// jobs, awaiting, finished results, stored bytes): a site with none of
+// them has nothing to split, so its placement may end (ReapSites).
+func (k keys) siteState(shard int, siteID string) []string {
+	p, e := k.shards[shard], enc(siteID)
+	return []string{p + "sl:" + e, p + "aw:" + e, p + "fin:" + e, p + "sb:" + e}
+}
 func (k keys) heldIDs(shard int, runnerID string) string {
 	return k.shards[shard] + "hid:" + enc(runnerID)
 }

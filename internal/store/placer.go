@@ -2,12 +2,14 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -52,7 +54,8 @@ type placer interface {
 }
 
 // layoutScripts are the store's scripts internal/layout runs.
-var layoutScripts = map[string]Script{scLayout.Name: scLayout, scLayoutMove.Name: scLayoutMove, scPlace.Name: scPlace}
+var layoutScripts = map[string]Script{scLayout.Name: scLayout, scLayoutMove.Name: scLayoutMove, scPlace.Name: scPlace,
+	scPlaceBackfill.Name: scPlaceBackfill, scPlaceReap.Name: scPlaceReap}
 
 // layoutRunner runs internal/layout's scripts as the store runs its own.
 type layoutRunner struct{ s *Store }
@@ -95,10 +98,21 @@ func (s *Store) loadLayout(ctx context.Context) error {
 	for i, p := range s.k.shards {
 		slots[i] = int(keySlot(hashTagOf(p)))
 	}
+	refresh := cmp.Or(s.opts.PlacementRefresh, layout.DefaultRefreshAge)
+	var retention time.Duration
+	if s.opts.DeviceRetention > refresh {
+		// The same retention as a device's: a site unused that long (and
+		// holding no state) is forgotten.
+		retention = s.opts.DeviceRetention
+	}
 	s.placer = layout.NewPlacer(layout.Config{
-		Keys:       layout.Keys{Layout: s.k.layout(), Place: s.k.p + "place", PlaceN: s.k.p + "placen"},
+		Keys: layout.Keys{Layout: s.k.layout(), Place: s.k.p + "place", PlaceN: s.k.p + "placen",
+			PlaceT: s.k.p + "placet", PlaceTFill: s.k.p + "placetfill"},
 		Slots:      slots,
 		CacheSites: s.opts.PlacementCacheSites,
+		RefreshAge: refresh,
+		Retention:  retention,
+		Busy:       s.sitesBusy,
 		Scripts:    layoutRunner{s},
 		Runner:     s.runner,
 		Reload:     s.loadLayout,
@@ -232,4 +246,33 @@ func (m migrationNS) Record(ctx context.Context, s *Store, from, to int) error {
 	}
 	s.layoutV.Store(int32(to))
 	return nil
+}
+
+// ReapSites forgets sites no replica has used for longer than
+// Options.DeviceRetention and holding nothing on their shard (layout
+// Placer.Reap): at most limit (up to layout.ReapBatch) a call. more: more
+// may be due.
+func (s *Store) ReapSites(ctx context.Context, limit int) (forgotten int, more bool, err error) {
+	return s.placer.Reap(ctx, limit)
+}
+
+// sitesBusy says which sites (site -> shard) still hold state on their
+// shard: live jobs, finished results, jobs awaiting their payload, stored
+// bytes. One pipeline of EXISTS, one per site.
+func (s *Store) sitesBusy(ctx context.Context, sites map[string]int) (map[string]bool, error) {
+	ids := make([]string, 0, len(sites))
+	cmds := make([]valkey.Completed, 0, len(sites))
+	for id, sh := range sites {
+		ids = append(ids, id)
+		cmds = append(cmds, s.c.B().Exists().Key(s.k.siteState(sh, id)...).Build())
+	}
+	busy := make(map[string]bool, len(sites))
+	for i, r := range s.doMulti(ctx, "place_busy", cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("site state: %w", err)
+		}
+		busy[ids[i]] = n > 0
+	}
+	return busy, nil
 }

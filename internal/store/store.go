@@ -173,6 +173,11 @@ type Options struct {
 	// costs one read of the record when next used. Default
 	// DefaultPlacementCacheSites.
 	PlacementCacheSites int
+	// PlacementRefresh is how long a cached placement is trusted before
+	// the record is read again (default layout.DefaultRefreshAge). Sites
+	// no replica has read for DeviceRetention are forgotten (ReapSites)
+	// when DeviceRetention exceeds it, else kept.
+	PlacementRefresh time.Duration
 	// WorkViewQueues bounds the empty queues the work view remembers per
 	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
 	// more queues on a shard than this sends some empty claims to Valkey.
