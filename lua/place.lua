@@ -16,7 +16,7 @@
 -- KEYS[4]  placet       ZSET  site id (raw) -> its last read here (ms,
 --                             the store clock): place_reap.lua forgets a
 --                             site unread for longer than the retention
--- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[1..3] common  prefix, offset (unused: real time), flags (unused)
 -- ARGV[4]  n            shards (the layout record's count)
 -- ARGV[5]  groups       the primary each shard's slot is on, one small number
 --                       per shard, comma-separated ("0,0,1,..."; all "0" on
@@ -101,7 +101,10 @@ local function balanced()
 end
 
 local size = nil
-local now = clock()
+-- Real time (TIME), not the store clock with its test offset: replicas
+-- age their cached placements by their own clocks (internal/layout).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for a = 1, #sites, 2 do
   local site, pin = sites[a], sites[a + 1]

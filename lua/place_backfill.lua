@@ -11,7 +11,7 @@
 -- KEYS[1]  place       HASH  site id (raw) -> shard index
 -- KEYS[2]  placet      ZSET  site id (raw) -> its last read (ms)
 -- KEYS[3]  placetfill  STR   the HSCAN cursor, or "done"
--- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[1..3] common  prefix, offset (unused: real time), flags (unused)
 -- ARGV[4]  limit       HSCAN's COUNT (1..1000)
 -- Reply: {sites indexed, 1 when the record is done (now or before)}
 
@@ -27,7 +27,10 @@ local from = redis.call('GET', placetfill)
 if from == 'done' then
   return {0, 1}
 end
-local now = fmt(clock())
+-- Real time (TIME), not the store clock with its test offset: replicas
+-- age their cached placements by their own clocks (internal/layout).
+local t = redis.call('TIME')
+local now = fmt(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local page = redis.call('HSCAN', place, from or '0', 'COUNT', limit)
 local n = 0
 local fields = page[2]

@@ -14,7 +14,7 @@
 -- KEYS[1]  place       HASH  site id (raw) -> shard index
 -- KEYS[2]  placen      HASH  shard index -> sites placed there
 -- KEYS[3]  placet      ZSET  site id (raw) -> its last read through place.lua (ms)
--- ARGV[1..3] common  prefix, offset, flags (unused)
+-- ARGV[1..3] common  prefix, offset (unused: real time), flags (unused)
 -- ARGV[4]  retention   ms (> 0)
 -- ARGV[5]  limit       most due entries listed (1..128)
 -- ARGV[6]  nforget     how many of the sites that follow to forget
@@ -34,7 +34,10 @@ local sites = tail(ARGV, 7)
 if not retention or retention <= 0 or not limit or limit < 1 or limit > 128 or not nforget or nforget > #sites then
   return redis.error_reply('ERR relay: place_reap: retention must be positive, the limit 1..128 and nforget at most the sites')
 end
-local now = clock()
+-- Real time (TIME), not the store clock with its test offset: replicas
+-- age their cached placements by their own clocks (internal/layout).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cut = now - retention
 
 local gone = 0

@@ -49,7 +49,7 @@ const (
 // fixedFamilies are the keys a namespace keeps whatever its traffic: the
 // layout and placement records (fleet-wide) and per-shard counters (at
 // most one of each per shard).
-var fixedFamilies = []string{"layout", "place", "placen", "seq", "epoch", "stc", "pseq", "lsfill"}
+var fixedFamilies = []string{"layout", "place", "placen", "placet", "placetfill", "seq", "epoch", "stc", "pseq", "lsfill"}
 
 type sample struct {
 	keys       int64
