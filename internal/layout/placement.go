@@ -186,13 +186,6 @@ func (p *Placer) fresh(site string) bool {
 // CacheSize is the entries the cache holds, both generations.
 func (p *Placer) CacheSize() int { return p.cache.size() }
 
-// Forget empties the cache (tests: the next use reads the record).
-func (p *Placer) Forget() {
-	p.cache.mu.Lock()
-	p.cache.cur, p.cache.prev = map[string]placed{}, nil
-	p.cache.mu.Unlock()
-}
-
 // Read looks one placed site up in the record and caches it: the
 // read-through of a site placed by this call and forgotten by the bounded
 // cache before its use. It has no caller context, so its own deadline.
