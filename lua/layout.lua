@@ -1,5 +1,5 @@
 -- layout: read the namespace's layout record, or write it for a new
--- namespace (internal/store layout.go).
+-- namespace (internal/layout layout.go).
 --
 -- Every key is fleet-wide ("<ns>:{<ns>}:"): one slot.
 -- mode: write

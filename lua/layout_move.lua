@@ -1,6 +1,6 @@
 -- layout_move: move the namespace's layout record from one version to the
 -- next, only if it still says the first (relay migrate, after the step
--- that moved the data: internal/store layout.go).
+-- that moved the data: internal/layout layout.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

@@ -211,7 +211,7 @@ func (r *replica) startBackground() {
 	if cfg.SweepInterval > 0 {
 		removed := &removedDevices{current: r.proj.Current}
 		sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Batch: cfg.SweepBatch, Logger: r.log,
-			Devices: st, Removed: removed.take,
+			Devices: st, Sites: st, Removed: removed.take,
 			OnSweep: func(requeued, removed int) {
 				metrics.RecordSweep(r.bg, requeued, removed)
 				activity.Swept(requeued, removed)

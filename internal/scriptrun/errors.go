@@ -52,7 +52,15 @@ var replyClasses = map[string]replyClass{
 	"MASTERDOWN":  {"busy", true},
 	"READONLY":    {"busy", true},
 	"OOM":         {"full", true},
+	// The relay's own: place.lua found no layout record (Valkey lost its
+	// data since the relay started); the placer writes it again and
+	// retries, so the same call succeeds later.
+	CodeNoLayout: {"lost", true},
 }
+
+// CodeNoLayout is the code of lua/place.lua's reply when the namespace
+// has no layout record.
+const CodeNoLayout = "NOLAYOUT"
 
 // ReplyPrefix is the error code of err's Valkey error reply, its first
 // word ("NOSCRIPT", "CROSSSLOT"), or "" when err is not an error reply.

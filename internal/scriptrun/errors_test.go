@@ -30,6 +30,7 @@ func TestReplyClasses(t *testing.T) {
 	}{
 		{"CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT", "script", false},
 		{"OOM command not allowed when used memory > 'maxmemory'.", "OOM", "full", true},
+		{"NOLAYOUT relay: no layout record", "NOLAYOUT", "lost", true},
 		{"MOVED 3999 127.0.0.1:6381", "MOVED", "cluster", true},
 		{"TRYAGAIN Multiple keys request during rehashing of slot", "TRYAGAIN", "cluster", true},
 		{"BUSY Redis is busy running a script.", "BUSY", "busy", true},

@@ -19,7 +19,7 @@ func TestPlacementCacheBounded(t *testing.T) {
 			s := fmt.Sprint("site-", i)
 			h.enqueueStub(s, stub("j", "alice"))
 			shards[s] = placedShard(h.s, s)
-			if n := h.s.k.place.size(); n > 2*limit {
+			if n := h.s.placer.CacheSize(); n > 2*limit {
 				t.Fatalf("after %d sites the cache holds %d, bound %d", i+1, n, 2*limit)
 			}
 		}
@@ -35,16 +35,14 @@ func TestPlacementCacheBounded(t *testing.T) {
 			}
 		}
 		// siteShard itself reads through a miss (an entry forgotten between
-		// a call's placement and its use).
-		h.s.k.place.mu.Lock()
-		h.s.k.place.cur, h.s.k.place.prev = map[string]int{}, nil
-		h.s.k.place.mu.Unlock()
+		// a call's placement and its use): here a replica that holds none.
+		other := twin(t, b, h.s)
 		for s, sh := range shards {
-			if got := h.s.k.siteShard(s); got != sh {
+			if got := other.k.siteShard(s); got != sh {
 				t.Fatalf("siteShard(%s) read through as %d, placed on %d", s, got, sh)
 			}
 		}
-		if n := h.s.k.place.size(); n > 2*limit {
+		if n := other.placer.CacheSize(); n > 2*limit {
 			t.Fatalf("after reading through the cache holds %d, bound %d", n, 2*limit)
 		}
 	})

@@ -68,13 +68,17 @@
 // claimed from, by lua/place.lua on the fleet-wide slot: it reads the
 // fleet-wide "place" hash, and for a site not in it chooses a shard and
 // writes it there in the same script, so two replicas placing one site at
-// once get the one answer the first script wrote. Nothing deletes or
-// rewrites an entry while the namespace lives, so each Store keeps what it
-// has read in memory (a cache that cannot go stale): a request
-// never pays a round trip for placement except a replica's first meeting
-// with a site, one script for all the sites of that call (the cache is
-// bounded, Options.PlacementCacheSites; a site it forgot is read again).
-// Operations that
+// once get the one answer the first script wrote (internal/layout holds
+// the placer). Nothing rewrites an entry while a site is in use, so each
+// Store keeps what it has read in memory for the refresh age
+// (Options.PlacementRefresh, 10 minutes): a request pays a round trip for
+// placement only at a replica's first meeting with a site and once per
+// refresh age after, one script for all the sites of that call (the cache
+// is bounded, Options.PlacementCacheSites; a site it forgot is read
+// again). Each read through place.lua stamps the site's last read in
+// "placet", and the sweep forgets a site no replica has read for
+// Options.DeviceRetention that holds nothing on its shard (ReapSites,
+// lua/place_reap.lua; see "What ends each key"). Operations that
 // only read, or write to jobs that must exist (seal, cancel), never place:
 // on a cache miss they read the record (one HMGET, no script), and a site
 // it does not name has no keys yet, so they read its hash shard and find
@@ -95,9 +99,9 @@
 // store contract, tests, tools), a projection document is replaced whole
 // by admins (a site removed and added back must come back to its shard,
 // with its jobs), and data written before placement existed needs a home
-// that no projection names. A write-once record on the fleet-wide slot is
-// atomic with the choice, survives restarts, and is cached without a
-// staleness rule. It is bounded by MaxPlacedSites entries; an operator reads
+// that no projection names. A record on the fleet-wide slot is atomic
+// with the choice, survives restarts, and is cached with one staleness
+// rule (the refresh age). It is bounded by MaxPlacedSites entries; an operator reads
 // it through the admin API (GET /placement: sites per shard and per
 // primary, ?sites=1 for every site's shard) and no route changes it.
 //
@@ -262,9 +266,13 @@
 //
 //	key (fleet-wide)           ends by
 //	layout                     the namespace
-//	place placen               never: one entry per site ever placed (about
-//	                           100 B), bounded by MaxPlacedSites; a hub that
-//	                           churns through millions of sites grows it
+//	place placen placet        site disuse: ReapSites forgets a site (its
+//	                           entries, and its count in placen) once no
+//	                           replica has read it through place.lua for
+//	                           Options.DeviceRetention and its shard holds
+//	                           no live job, result, awaiting job or stored
+//	                           bytes for it; bounded by MaxPlacedSites
+//	placetfill                 fixed: the index backfill's cursor
 //	pc:* (pending pairings)    the code's expiresAt (purged after it), approval,
 //	                           denial; pc:a:⟨addr⟩ expires with its last code
 //	pc:ok                      with its code (purged at expiry)
@@ -292,8 +300,22 @@
 // Each Store remembers per shard when its index head can next be due, so
 // an idle sweep reads one ZRANGE per shard at most once a minute.
 //
+// A site's placement ends without a split: a replica trusts a cached entry
+// only for the refresh age, and a call that may place only an entry
+// place.lua read within it (which stamped placet), so while any replica
+// may write with an entry its site's last read is recent; ReapSites
+// forgets only sites whose last read is older than the retention (which
+// must exceed the refresh age; 24 h at least against 10 minutes),
+// re-checked in the script. A site that holds state is kept whatever its
+// last read (a job's deadline is its client's to choose), and one that
+// returns after it was forgotten is placed anew, every replica following
+// the record within a refresh age. Entries older relays placed are
+// indexed by place_backfill.lua (HSCAN pages, cursor placetfill). The
+// times are Valkey's TIME, without the store clock's test offset.
+//
 // A replica's own memory is bounded the same way: the placement cache
-// (Options.PlacementCacheSites, two generations), the work view
+// (Options.PlacementCacheSites, two generations, each entry trusted for
+// Options.PlacementRefresh), the work view
 // (Options.WorkViewQueues per shard), the results cache
 // (Options.ResultCacheBytes, each site's entry counted), the relay's
 // presence checks (100,000 runners), the operations view's activity (500

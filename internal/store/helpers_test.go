@@ -366,7 +366,7 @@ func placedShard(s *Store, site string) int {
 func pinnedSite(s *Store, prefix string, sh int) string {
 	for i := 0; ; i++ {
 		id := fmt.Sprint(prefix, i)
-		if _, ok := s.k.place.get(id); ok {
+		if _, ok := s.k.place.Cached(id); ok {
 			continue
 		}
 		if err := s.place(context.Background(), []string{id}, map[string]int{id: sh}); err != nil {

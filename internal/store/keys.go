@@ -27,21 +27,6 @@ func dec(what, e string) (string, error) {
 	return string(b), nil
 }
 
-// LayoutVersion is the key layout this store reads and writes (mode S,
-// sharded by site; doc.go), and the version its layout record says. A
-// namespace of any other version is refused at start (layout.go); a
-// layout change bumps it and registers the step that moves data from the
-// previous one (migrations).
-const LayoutVersion = 4
-
-// DefaultShards is the number of shards a new namespace is laid out over.
-// It is fixed for the life of the namespace (it is in the layout record):
-// every site, runner and lease maps to one of them.
-const DefaultShards = 16
-
-// maxShards keeps a shard index in the first byte of a lease id.
-const maxShards = 256
-
 // keys builds every key name of one namespace.
 //
 // Fleet-wide keys (pairing codes, the projection, the policy, the layout
@@ -51,7 +36,7 @@ const maxShards = 256
 // puts the tag's cluster slot in the i-th of Shards equal slot ranges, so the
 // shards spread over a cluster's primaries as evenly as its slot ranges do.
 // A runner's shard is an HMAC of its id under the namespace's salt, a
-// site's is chosen by the placement record (placement.go): derived, never
+// site's is chosen by the placement record (internal/layout): derived, never
 // taken from the id, so no id can be crafted to pick its slot.
 type keys struct {
 	p      string   // fleet-wide prefix "<ns>:{<ns>}:"
@@ -59,9 +44,9 @@ type keys struct {
 	shards []string // shard prefixes, by index
 	salt   []byte
 	macs   *sync.Pool // of *shardMAC keyed with salt (withLayout)
-	// place caches the placement record (site -> shard), which is written
-	// once per site and never changed, so an entry never goes stale.
-	place *placeCache
+	// place is where each site is: the placement record, cached
+	// (internal/layout).
+	place placer
 	// unplaced: for one call that must not place (Store.siteKeys), the
 	// sites the record does not name yet, read on their hash shard.
 	unplaced map[string]int
@@ -82,14 +67,13 @@ func newKeys(namespace string) (keys, error) {
 }
 
 // withLayout fixes the shard count and salt of the namespace's layout record.
-func (k keys) withLayout(shards int, salt []byte, placeLimit int) keys {
+func (k keys) withLayout(shards int, salt []byte) keys {
 	k.shards = make([]string, shards)
 	for i := range shards {
 		k.shards[i] = shardPrefix(k.ns, i, shards)
 	}
 	k.salt = salt
 	k.macs = &sync.Pool{New: func() any { return &shardMAC{h: hmac.New(sha256.New, salt)} }}
-	k.place = newPlaceCache(placeLimit)
 	return k
 }
 
@@ -141,12 +125,9 @@ func (k keys) siteShard(siteID string) int {
 		return sh
 	}
 	// Placed by this call, then forgotten by the bounded cache before its
-	// use (placeCache): the record has it.
-	if k.place.read != nil {
-		if sh, ok := k.place.read(siteID); ok {
-			k.place.put(siteID, sh)
-			return sh
-		}
+	// use (the placer's bounded cache): the record has it.
+	if sh, ok := k.place.Read(siteID); ok {
+		return sh
 	}
 	panic("store: site " + strconv.Quote(siteID) + " used before it was placed")
 }
@@ -154,7 +135,7 @@ func (k keys) siteShard(siteID string) int {
 // placedShard is a site's shard if this Store already knows it, without
 // asking Valkey.
 func (k keys) placedShard(siteID string) (int, bool) {
-	if sh, ok := k.place.get(siteID); ok {
+	if sh, ok := k.place.Cached(siteID); ok {
 		return sh, true
 	}
 	sh, ok := k.unplaced[siteID]
@@ -206,6 +187,14 @@ func (k keys) siteLive(siteID string) string  { return k.sp(siteID) + "sl:" + en
 func (k keys) siteBytes(siteID string) string { return k.sp(siteID) + "sb:" + enc(siteID) }
 func (k keys) siteRate(siteID string) string  { return k.sp(siteID) + "sr:" + enc(siteID) }
 func (k keys) finished(siteID string) string  { return k.sp(siteID) + "fin:" + enc(siteID) }
+
+// siteState is every key that holds a site's state on shard (its live
+// jobs, awaiting, finished results, stored bytes): a site with none of
+// them has nothing to split, so its placement may end (ReapSites).
+func (k keys) siteState(shard int, siteID string) []string {
+	p, e := k.shards[shard], enc(siteID)
+	return []string{p + "sl:" + e, p + "aw:" + e, p + "fin:" + e, p + "sb:" + e}
+}
 func (k keys) heldIDs(shard int, runnerID string) string {
 	return k.shards[shard] + "hid:" + enc(runnerID)
 }

@@ -250,6 +250,13 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	if v, err := h.s.run(ctx, scLayoutMove, []string{h.s.k.layout()}, "3", "4"); err != nil || v.String() == "" {
 		t.Fatalf("layout_move: %v %v", v, err) // relay migrate's step from v3 (here a no-op: the record says 4)
 	}
+	// Placement's end (ReapSites): the backfill of its index and a reap.
+	if _, err := h.s.run(ctx, scPlaceBackfill, []string{h.s.k.p + "place", h.s.k.p + "placet", h.s.k.p + "placetfill"}, "10"); err != nil {
+		t.Fatalf("place_backfill: %v", err)
+	}
+	if _, err := h.s.run(ctx, scPlaceReap, []string{h.s.k.p + "place", h.s.k.p + "placen", h.s.k.p + "placet"}, "1", "10", "0"); err != nil {
+		t.Fatalf("place_reap: %v", err)
+	}
 	// The operations view's reads and records (opsview.go).
 	_, _ = h.s.OpsSiteStates(ctx, a, 10, 2)
 	_, _ = h.s.OpsChurn(ctx, a, []string{"alice", "bob"})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byollm/relay-go/internal/layout"
+
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
@@ -57,14 +59,14 @@ func TestMigrationStepRunsAndRecordsTheVersion(t *testing.T) {
 
 		// With a step from 3: the refusal names `relay migrate`.
 		var ran []string
-		steps := map[int]migrationStep{3: {From: 3, Run: func(ctx context.Context, s *Store) error {
+		steps := layout.Steps[*Store]{3: {From: 3, Run: func(ctx context.Context, s *Store) error {
 			ran = append(ran, s.Namespace())
 			if s.Layout() != 3 {
 				t.Errorf("the step's Store reads layout v%d, want the namespace's v3", s.Layout())
 			}
 			return s.c.Do(ctx, s.c.B().Set().Key(s.k.p+"moved").Value("1").Build()).Error()
 		}}}
-		if err := layoutRefusal(ns, 3, steps, 4); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "run `relay migrate`") {
+		if err := layout.Refusal(ns, 3, steps, 4); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "run `relay migrate`") {
 			t.Fatalf("refusal with a step: %v", err)
 		}
 
@@ -75,7 +77,7 @@ func TestMigrationStepRunsAndRecordsTheVersion(t *testing.T) {
 		}
 		// A failing step leaves the record as it was.
 		boom := errors.New("boom")
-		failing := map[int]migrationStep{3: {From: 3, Run: func(context.Context, *Store) error { return boom }}}
+		failing := layout.Steps[*Store]{3: {From: 3, Run: func(context.Context, *Store) error { return boom }}}
 		if _, err := migrate(ctx, c, ns, failing, 4, nil); !errors.Is(err, boom) || version() != "3" {
 			t.Fatalf("failing step: %v, record v%s", err, version())
 		}

@@ -59,6 +59,8 @@ var (
 	scPairingShow       = Script{Name: "pairing_show", ReadOnly: false}
 	scPendingPage       = Script{Name: "pending_page", ReadOnly: true}
 	scPlace             = Script{Name: "place", ReadOnly: false}
+	scPlaceBackfill     = Script{Name: "place_backfill", ReadOnly: false}
+	scPlaceReap         = Script{Name: "place_reap", ReadOnly: false}
 	scPresenceAll       = Script{Name: "presence_all", ReadOnly: false}
 	scPresenceBackfill  = Script{Name: "presence_backfill", ReadOnly: false}
 	scPresenceBeat      = Script{Name: "presence_beat", ReadOnly: false}
@@ -113,6 +115,8 @@ var Scripts = []Script{
 	scPairingShow,
 	scPendingPage,
 	scPlace,
+	scPlaceBackfill,
+	scPlaceReap,
 	scPresenceAll,
 	scPresenceBackfill,
 	scPresenceBeat,

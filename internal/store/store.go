@@ -19,6 +19,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/layout"
 	"github.com/byollm/relay-go/internal/scriptrun"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -172,6 +173,11 @@ type Options struct {
 	// costs one read of the record when next used. Default
 	// DefaultPlacementCacheSites.
 	PlacementCacheSites int
+	// PlacementRefresh is how long a cached placement is trusted before
+	// the record is read again (default layout.DefaultRefreshAge). Sites
+	// no replica has read for DeviceRetention are forgotten (ReapSites)
+	// when DeviceRetention exceeds it, else kept.
+	PlacementRefresh time.Duration
 	// WorkViewQueues bounds the empty queues the work view remembers per
 	// shard (about 80 B each); default DefaultWorkViewQueues. A fleet with
 	// more queues on a shard than this sends some empty claims to Valkey.
@@ -255,8 +261,8 @@ type Store struct {
 	// the epoch written after a data loss never equals one written before.
 	epochSeed string
 	epochN    atomic.Uint64
-	// topo: the cluster slot map, as placement reads it (placement.go).
-	topo topology
+	// placer places sites on shards (internal/layout).
+	placer *layout.Placer
 	// layoutV is the namespace's layout version as read at start:
 	// LayoutVersion, except in Migrate's own Store while it moves one.
 	layoutV atomic.Int32

@@ -37,6 +37,13 @@ type Devices interface {
 	BackfillRetention(ctx context.Context, limit int) (done bool, err error)
 }
 
+// Sites is the part of *store.Store that ends the placement of sites no
+// replica has used for longer than the retention (ReapSites, bounded per
+// call).
+type Sites interface {
+	ReapSites(ctx context.Context, limit int) (forgotten int, more bool, err error)
+}
+
 // Defaults.
 const (
 	DefaultInterval = time.Second
@@ -64,6 +71,9 @@ type Options struct {
 	// runners Removed names, then devices past the retention, in batches
 	// of DeviceBatch within the same budget.
 	Devices Devices
+	// Sites, when set, has each tick also forget unused sites' placement
+	// (after the devices, within the same budget).
+	Sites Sites
 	// Removed, when set, names the runners the projection dropped or
 	// revoked since its last call (the sweeper forgets them at once).
 	// Runners it could not forget are asked for again on the next tick.
@@ -82,6 +92,8 @@ type Stats struct {
 	Ticks, Batches, Requeued, Removed, Errors int64
 	// Forgotten counts device records ended (retention or projection).
 	Forgotten int64
+	// SitesForgotten counts sites whose placement ended.
+	SitesForgotten int64
 }
 
 // Sweeper is one replica's background sweep loop.
@@ -90,7 +102,7 @@ type Sweeper struct {
 	opts Options
 	log  *slog.Logger
 
-	ticks, batches, requeued, removed, errors, forgotten atomic.Int64
+	ticks, batches, requeued, removed, errors, forgotten, sites atomic.Int64
 	// pending: runners Removed named that a failed forget left for the
 	// next tick (only the Run goroutine touches it).
 	pending []string
@@ -122,7 +134,8 @@ func New(st Store, opts Options) *Sweeper {
 // Stats returns the cumulative counts.
 func (s *Sweeper) Stats() Stats {
 	return Stats{Ticks: s.ticks.Load(), Batches: s.batches.Load(), Requeued: s.requeued.Load(),
-		Removed: s.removed.Load(), Errors: s.errors.Load(), Forgotten: s.forgotten.Load()}
+		Removed: s.removed.Load(), Errors: s.errors.Load(), Forgotten: s.forgotten.Load(),
+		SitesForgotten: s.sites.Load()}
 }
 
 // Run sweeps until ctx ends.
@@ -196,7 +209,31 @@ func (s *Sweeper) Tick(ctx context.Context) error {
 			err = errors.Join(err, derr)
 		}
 	}
+	if s.opts.Sites != nil && ctx.Err() == nil {
+		if serr := s.reapSites(ctx, deadline); serr != nil {
+			s.errors.Add(1)
+			err = errors.Join(err, serr)
+		}
+	}
 	return err
+}
+
+// reapSites is a tick's part for placement: forget sites unused past the
+// retention, a bounded call at a time within the tick's budget.
+func (s *Sweeper) reapSites(ctx context.Context, deadline time.Time) error {
+	for {
+		n, more, err := s.opts.Sites.ReapSites(ctx, s.opts.DeviceBatch)
+		s.sites.Add(int64(n))
+		if err != nil {
+			return fmt.Errorf("reap unused sites: %w", err)
+		}
+		if n > 0 {
+			s.log.Debug("forgot unused sites", slog.Int("sites", n))
+		}
+		if !more || time.Now().After(deadline) {
+			return nil
+		}
+	}
 }
 
 // devices is a tick's part for device state: forget the runners the

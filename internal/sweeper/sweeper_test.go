@@ -125,3 +125,31 @@ func TestJitterBounds(t *testing.T) {
 		t.Fatalf("delays span only [%v, %v]: no jitter", lo, hi)
 	}
 }
+
+// sitesReaper answers ReapSites with pages of forgotten sites.
+type sitesReaper struct {
+	pages []int
+	calls int
+}
+
+func (r *sitesReaper) ReapSites(ctx context.Context, limit int) (int, bool, error) {
+	if r.calls >= len(r.pages) {
+		return 0, false, nil
+	}
+	n := r.pages[r.calls]
+	r.calls++
+	return n, r.calls < len(r.pages), nil
+}
+
+// A tick with Sites forgets unused sites' placement until the store says
+// nothing more is due, and counts them.
+func TestTickReapsSites(t *testing.T) {
+	r := &sitesReaper{pages: []int{128, 128, 3}}
+	sw := New(&scripted{}, Options{Budget: time.Second, Logger: relaytest.Logger(t), Sites: r})
+	if err := sw.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r.calls != 3 || sw.Stats().SitesForgotten != 259 {
+		t.Fatalf("ReapSites called %d times, %d sites forgotten; want 3 and 259", r.calls, sw.Stats().SitesForgotten)
+	}
+}

@@ -5,7 +5,8 @@
 // setting has a floor of a day). After each generation its devices stop
 // (half of them also unpaired: the projection change the sweeper is told
 // of), its jobs pass their deadlines, and the test waits until every key
-// of the generation is gone, then records the server's keys and
+// of the generation is gone, its sites' placements too (the placement's
+// refresh age shortened with the retention), then records the server's keys and
 // used_memory and the process heap. The state left must be the fleet's
 // fixed keys only, and memory must come back near the baseline however
 // many generations ran: nothing grows with history.
@@ -49,7 +50,7 @@ const (
 // fixedFamilies are the keys a namespace keeps whatever its traffic: the
 // layout and placement records (fleet-wide) and per-shard counters (at
 // most one of each per shard).
-var fixedFamilies = []string{"layout", "place", "placen", "seq", "epoch", "stc", "pseq", "lsfill"}
+var fixedFamilies = []string{"layout", "place", "placen", "placet", "placetfill", "seq", "epoch", "stc", "pseq", "lsfill"}
 
 type sample struct {
 	keys       int64
@@ -101,12 +102,12 @@ func TestChurnSoak(t *testing.T) {
 		// reaches them and the heap's plateau shows (their defaults are
 		// sized for a large fleet and reached only by one).
 		if stores[i], err = store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Discard(), DeviceRetention: retention,
-			PlacementCacheSites: 8, WorkViewQueues: 32, ResultCacheBytes: 64 << 10}); err != nil {
+			PlacementRefresh: retention / 4, PlacementCacheSites: 8, WorkViewQueues: 32, ResultCacheBytes: 64 << 10}); err != nil {
 			t.Fatal(err)
 		}
 		removed[i] = make(chan []string, gens+1)
 		ch := removed[i]
-		sw := sweeper.New(stores[i], sweeper.Options{Interval: 100 * time.Millisecond, Logger: relaytest.Discard(), Devices: stores[i],
+		sw := sweeper.New(stores[i], sweeper.Options{Interval: 100 * time.Millisecond, Logger: relaytest.Discard(), Devices: stores[i], Sites: stores[i],
 			Removed: func() []string {
 				select {
 				case r := <-ch:
@@ -222,10 +223,11 @@ func TestChurnSoak(t *testing.T) {
 				t.Logf("keys left: %d, e.g. %q", len(left), left[:min(len(left), 20)])
 			}
 		}()
-		relaytest.WaitFor(t, 30*time.Second, fmt.Sprintf("generation %d's keys gone", g), func() bool {
+		relaytest.WaitFor(t, 30*time.Second, fmt.Sprintf("generation %d's keys and placements gone", g), func() bool {
 			ending.Store(0)
 			left = leftover()
-			return len(left) == 0
+			placed, err := c.Do(ctx, c.B().Hlen().Key(ns+":{"+ns+"}:place").Build()).AsInt64()
+			return len(left) == 0 && err == nil && placed == 0
 		})
 		if n := ending.Load(); n > 0 {
 			t.Logf("generation %d: %d records of shards left to their TTL", g, n)
@@ -258,16 +260,14 @@ func TestChurnSoak(t *testing.T) {
 	if limit := baseline.keys + int64(len(fixedFamilies)*store.DefaultShards) + ending.Load(); last.keys > limit {
 		t.Errorf("after the last generation %d keys, more than the fixed families allow (%d)", last.keys, limit)
 	}
-	// Memory: what the first generation left (counters, the placement
-	// record's few entries per site) plus a small bound, not a share per
-	// generation. The placement record keeps one entry per site ever seen
-	// (about 100 B; store.MaxPlacedSites), hence the allowance per site.
+	// Memory: what the first generation left (counters) plus a small
+	// bound, not a share per generation: each generation's sites leave the
+	// placement record once unused past the retention (ReapSites).
 	first := after[0]
-	sites := int64((gens - 1) * sitesPerGen)
-	if grow := last.keyBytes - first.keyBytes; grow > 8<<10+sites*128 {
-		t.Errorf("the keys grew %d B from the first generation to the last (%d generations, %d more sites placed)", grow, gens, sites)
+	if grow := last.keyBytes - first.keyBytes; grow > 8<<10 {
+		t.Errorf("the keys grew %d B from the first generation to the last (%d generations)", grow, gens)
 	}
-	if grow := last.usedMemory - first.usedMemory; grow > 256<<10+sites*128 {
+	if grow := last.usedMemory - first.usedMemory; grow > 256<<10 {
 		t.Errorf("used_memory grew %d B from the first generation to the last (%d generations)", grow, gens)
 	}
 	if last.heap > baseline.heap+16<<20 {
