@@ -327,7 +327,7 @@
 //
 // An idle claim (nothing queued on the routes, nothing due) costs that one
 // pipelined read and no script, and nothing at all while the replica runs
-// its work view (RunWorkView, view.go): every script that puts a job in a
+// its work view (RunWorkView, internal/workview): every script that puts a job in a
 // ready or sticky queue (enqueue, and requeue in settle, release and the
 // rest) announces the queue on its shard's channel "<shard prefix>work"
 // with SPUBLISH (same slot as the shard's keys), and each replica, holding

@@ -20,6 +20,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/scriptrun"
+	"github.com/byollm/relay-go/internal/workview"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
@@ -248,7 +249,7 @@ type Store struct {
 	// announce: the server has sharded pub/sub, so scripts announce queue
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
-	view     *workView
+	view     *workview.View
 	results  resultCache
 	limits   pageLimits
 	// epochSeed and epochN make every enqueue's epoch candidate unique, so
@@ -320,7 +321,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s.view = newWorkView(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues))
+	s.view = workview.New(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues), viewPubSub{s.c})
 	// The embedded store has no SPUBLISH: no announcements, no view (and
 	// one replica, nobody to tell).
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil
@@ -495,7 +496,7 @@ func (s *Store) exec(ctx context.Context, script Script, sc *scriptrun.Script, k
 		return valkey.ValkeyMessage{}, err
 	}
 	if script.Work {
-		defer s.view.touched(prefixOf(keys[0]))
+		defer s.view.Touched(prefixOf(keys[0]))
 	}
 	return s.runner.Run(ctx, sc, withGuard, all)
 }
