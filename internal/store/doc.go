@@ -27,7 +27,7 @@
 //
 // Valkey TIME is the only clock: now = sec*1000 + floor(usec/1000) + offset,
 // read once per script. offset is 0 in production; tests move it with
-// SetClockOffset / AdvanceClock. Lease ids are UUID v4 minted
+// Testing().SetClockOffset / AdvanceClock (testhooks.go). Lease ids are UUID v4 minted
 // in Go from crypto/rand and passed to the claim script.
 //
 // # Key layout (store.md §9.3, mode S: sharded by site; layout v4)

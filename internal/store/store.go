@@ -162,11 +162,11 @@ type Options struct {
 	// per shard, a longer window is what fills the calls. Any flush of the
 	// short window takes the waiting idle writes along.
 	HeartbeatIdleBatch time.Duration
-	// EvalScripts runs every operation with EVALSHA even when the server
-	// has FUNCTION (see library): for benchmarks that compare the two in
-	// one run. A server without FUNCTION, or one that refuses to load the
-	// library, gets EVALSHA whatever this says.
-	EvalScripts bool
+	// evalScripts runs every operation with EVALSHA even when the server
+	// has FUNCTION (see library): for this package's benchmarks and tests
+	// that compare the two in one run. A server without FUNCTION, or one
+	// that refuses to load the library, gets EVALSHA whatever this says.
+	evalScripts bool
 	// PlacementCacheSites bounds this Store's copy of the placement
 	// record: at most two generations of this many sites (about 100 B
 	// each), the older forgotten when the newer fills; a forgotten site
@@ -313,7 +313,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("store: lua/%s.lua: its header's mode disagrees with Scripts (scripts.go)", sc.Name)
 		}
 	}
-	if !opts.EvalScripts {
+	if !opts.evalScripts {
 		if err := s.loadFunctions(ctx); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
@@ -441,18 +441,6 @@ func (s *Store) IdleBeatWait() time.Duration {
 
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
 func (s *Store) KeyPattern() string { return s.k.pattern() }
-
-// SetClockOffset shifts this Store's clock by ms: Now and every script read
-// Valkey TIME plus the offset. The relay never calls it (the offset stays
-// 0). It is a seam, not a test hook, because the store contract is run from
-// outside this package: the reference suite's "advance" step reaches it
-// through test/contract/bridge, and storebench ages leases without
-// waiting; both need minutes to pass at once on a shared real server whose
-// TIME they cannot move.
-func (s *Store) SetClockOffset(ms int64) { s.offset.Store(ms) }
-
-// AdvanceClock moves this Store's clock forward by ms (SetClockOffset).
-func (s *Store) AdvanceClock(ms int64) { s.offset.Add(ms) }
 
 // Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
 // test offset, the same formula every script uses.
