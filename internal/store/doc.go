@@ -367,7 +367,7 @@
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
 // heartbeats arriving within the window go out as one pipelined DoMulti
 // in which the heartbeats of one shard and form share one presence_beat
-// or presence_seen_batch call (batch.go; at most 64 records and 1 MiB of
+// or presence_seen_batch call (internal/beatbatch decides when, beatsend.go what; at most 64 records and 1 MiB of
 // arguments a call): the
 // server's cost of a round trip is shared per node, and the script call's
 // own setup, about as costly as the record's commands, per shard. An idle

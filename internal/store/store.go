@@ -436,7 +436,7 @@ func (s *Store) IdleBeatWait() time.Duration {
 	if s.beats == nil {
 		return 0
 	}
-	return s.beats.idleWindow
+	return s.beats.queue.IdleWindow()
 }
 
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
