@@ -327,27 +327,11 @@
 //
 // An idle claim (nothing queued on the routes, nothing due) costs that one
 // pipelined read and no script, and nothing at all while the replica runs
-// its work view (RunWorkView, internal/workview): every script that puts a job in a
-// ready or sticky queue (enqueue, and requeue in settle, release and the
-// rest) announces the queue on its shard's channel "<shard prefix>work"
-// with SPUBLISH (same slot as the shard's keys), and each replica, holding
-// one sharded subscription per shard, forgets that a queue was empty when it
-// is named, and only that queue: job traffic elsewhere on the shard leaves
-// its other empty queues known. A queue read that was in flight when its
-// announcement arrived is not recorded. This replica's own writes are
-// visible to its next claim at once: after a work script of this replica on
-// a shard, empty queues read before it are not trusted until a fence (a
-// probe this replica publishes on the shard's channel after the write,
-// delivered in order behind the write's own announcements) comes back; the
-// first claim that finds the shard unfenced reads its queues and sends the
-// fence. A queue seen empty is asked again after 10 minutes anyway (a
-// lost announcement costs at most that much latency); due heads are re-read
-// every second and after this replica's work writes on the shard. The view
-// only decides whether to ask Valkey: a stale view delays a grant, never
-// makes one. It keeps at most Options.WorkViewQueues empty queues per
-// shard (default 65,536, each as a 64-bit hash of its name, about 80 B),
-// forgetting an eighth at random when full, so a fleet with more queues
-// than that on a shard reads some queue heads, in proportion.
+// its work view (RunWorkView; package internal/workview says how it is
+// kept): every script that puts a job in a ready or sticky queue announces
+// the queue on its shard's channel "<shard prefix>work" with SPUBLISH, and
+// the view only decides whether to ask Valkey: a stale view delays a
+// grant, never makes one.
 //
 // A daemon's idle heartbeat is one script on the runner's shard
 // (presence_beat through Heartbeat, the short form): it checks that the

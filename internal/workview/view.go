@@ -1,14 +1,30 @@
 // Package workview is one replica's view of where work may be in the
 // store: per shard, which queues were last seen empty and when the shard's
-// earliest due job falls, kept consistent by the shards' SPUBLISH
-// announcements and this replica's fences. It only decides whether the
-// store asks Valkey; a stale view delays a grant, never makes one.
+// earliest due job falls. It only decides whether the store asks Valkey
+// (an idle claim the view rules out reads nothing): a stale view delays a
+// grant, never makes one.
 //
-// The store's scripts announce every queue entry they add on their
-// shard's channel "<shard prefix>work" (lib/store.lua announce()); Run
-// holds one sharded subscription per shard through the PubSub the store
-// gives it, and the store consults the view before each claim and sweep
-// (internal/store doc, "Claims spanning shards").
+// Every store script that puts a job in a ready or sticky queue (enqueue,
+// and requeue in settle, release and the rest) announces the queue on its
+// shard's channel "<shard prefix>work" with SPUBLISH (lib/store.lua
+// announce(); same slot as the shard's keys). Run holds one sharded
+// subscription per shard through the PubSub the store gives it, and
+// forgets that a queue was empty when it is named, and only that queue:
+// job traffic elsewhere on the shard leaves its other empty queues known.
+// A queue read that was in flight when its announcement arrived is not
+// recorded. This replica's own writes are visible to its next claim at
+// once: after a work script of this replica on a shard, empty queues read
+// before it are not trusted until a fence (a probe this replica publishes
+// on the shard's channel after the write, delivered in order behind the
+// write's own announcements) comes back; the first claim that finds the
+// shard unfenced reads its queues and sends the fence. A queue seen empty
+// is asked again after 10 minutes anyway (a lost announcement costs at
+// most that much latency); due heads are re-read every second and after
+// this replica's work writes on the shard. It keeps at most
+// Options.WorkViewQueues empty queues per shard (default 65,536, each as a
+// 64-bit hash of its name, about 80 B), forgetting an eighth at random
+// when full, so a fleet with more queues than that on a shard reads some
+// queue heads, in proportion.
 package workview
 
 import (
