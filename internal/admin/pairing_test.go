@@ -86,7 +86,7 @@ func newCluster(t *testing.T, n int) *cluster {
 // setClock moves every replica's store clock (and so its plane clock).
 func (cl *cluster) setClock(offsetMs int64) {
 	for _, r := range cl.replicas {
-		r.st.SetClockOffset(offsetMs)
+		r.st.Testing().SetClockOffset(offsetMs)
 	}
 }
 

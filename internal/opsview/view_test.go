@@ -422,7 +422,7 @@ func siteCounts(t *testing.T, embedded bool) {
 	// The oldest queued job's age is its true age, from the enqueue
 	// instant the store keeps (seq), not from when this replica first saw
 	// it: an hour later, a first look at the page says an hour.
-	e.st.AdvanceClock(3_600_000)
+	e.st.Testing().AdvanceClock(3_600_000)
 	a = get(t, nil, e.srv.URL, "/ui/site/site-a", adminToken, true)
 	sv = SiteView{}
 	if err := json.Unmarshal([]byte(a.body), &sv); err != nil {

@@ -113,7 +113,7 @@ func TestReadPathsSweep(t *testing.T) {
 
 	lease := e.enqueueAndClaim(t, w, "lapse", "alice", w.alice, "runner_alice")
 	expect(t, e.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "lapse", envelope("payload"))), 200, `{"jobId":"lapse","state":"ready"}`)
-	e.st.SetClockOffset(61_000) // past the 60 s lease
+	e.st.Testing().SetClockOffset(61_000) // past the 60 s lease
 	held := protocol.GrantRef{JobID: "lapse", LeaseID: lease.ID}
 	got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1", held))
 	var hb hbResponse
@@ -132,7 +132,7 @@ func TestReadPathsSweep(t *testing.T) {
 	if got := e.siteGet(w.siteA, "site_a", "pending", "site_a"); len(got.json(t)["jobs"].([]any)) != 1 {
 		t.Fatalf("pending before the seal window closes: %s", got.body)
 	}
-	e.st.SetClockOffset(61_000 + 10_001)
+	e.st.Testing().SetClockOffset(61_000 + 10_001)
 	expect(t, e.siteGet(w.siteA, "site_a", "pending", "site_a"), 200, `{"jobs":[]}`)
 	if s := e.jobState(t, "site_a", "lapse"); s != "queued" {
 		t.Fatalf("unsealed job is %s", s)
@@ -145,7 +145,7 @@ func TestReadPathsSweep(t *testing.T) {
 func TestDefaultClockFollowsStore(t *testing.T) {
 	t.Parallel()
 	base := newEnv(t)
-	base.st.SetClockOffset(3_600_000)
+	base.st.Testing().SetClockOffset(3_600_000)
 	e := newEnvOn(t, base.st, func(c *Config) { c.Clock = nil })
 	w := newWorld(t)
 	w.install(e)

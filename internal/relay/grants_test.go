@@ -262,7 +262,7 @@ func TestClaimWithGrants(t *testing.T) {
 	// The site seals the granted job, so it is not swept back meanwhile.
 	expect(t, e.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "granted", envelope("payload"))), 200, `{"jobId":"granted","state":"ready"}`)
 	// 30 s later the transient one is alice's again; the refused one never is.
-	e.st.AdvanceClock(30_001)
+	e.st.Testing().AdvanceClock(30_001)
 	jobs := e.claim(t, w.alice, "runner_alice", 8)
 	if len(jobs) != 0 {
 		t.Fatalf("after retry-after (trans declined again): %+v", jobs)

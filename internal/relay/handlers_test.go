@@ -286,7 +286,7 @@ func TestLeases(t *testing.T) {
 		return r
 	}
 	// Five seconds on (inside the 10 s seal window): renewal moves the expiry.
-	e.st.SetClockOffset(5_000)
+	e.st.Testing().SetClockOffset(5_000)
 	if r := hb(); len(r.Cancel) != 0 || len(r.Lost) != 1 || r.Lost[0] != bogus {
 		t.Fatalf("before cancel: %+v", r)
 	}

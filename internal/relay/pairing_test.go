@@ -107,8 +107,8 @@ func TestPairingAcrossReplicas(t *testing.T) {
 	t.Run("a code past its ttl is expired", func(t *testing.T) {
 		eve := newKeys(t)
 		s := a.start(t, eve.id)
-		a.st.SetClockOffset(600_001)
-		defer a.st.SetClockOffset(0)
+		a.st.Testing().SetClockOffset(600_001)
+		defer a.st.Testing().SetClockOffset(0)
 		expect(t, b.do("POST", "/byollm/pair", nil, pollJSON(s.DeviceCode)), 200, `{"status":"expired"}`)
 	})
 }

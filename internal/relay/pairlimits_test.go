@@ -178,7 +178,7 @@ func TestPairingPerAddress(t *testing.T) {
 	expect(t, from(direct, "198.51.100.12", newKeys(t).id), 429, busy)
 
 	// Codes expire: the address may start again.
-	st.AdvanceClock(store.PairingCodeTTLMs + 1)
+	st.Testing().AdvanceClock(store.PairingCodeTTLMs + 1)
 	for range 2 {
 		if got := from(proxied, "198.51.100.1", newKeys(t).id); got.status != 200 {
 			t.Fatalf("after expiry: %d %s", got.status, got.body)

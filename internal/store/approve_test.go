@@ -73,7 +73,7 @@ func TestApprovePairing(t *testing.T) {
 
 		// Past the expiry (expiresAt <= now): refused by the script itself.
 		h.put(pending("dc-3", "CCCC-3333", "id-3", exp), true)
-		h.s.SetClockOffset(PairingCodeTTLMs)
+		h.s.Testing().SetClockOffset(PairingCodeTTLMs)
 		unchanged("expired", func() error { _, err := approve("CCCC-3333", "dc-3", 1, "r3"); return err }, ErrPairingExpired)
 		unchanged("deny expired", func() error { return h.s.DenyPairing(h.ctx, "CCCC-3333") }, ErrPairingExpired)
 		if _, err := h.s.ShowPairing(h.ctx, "CCCC-3333"); !errors.Is(err, ErrPairingExpired) {

@@ -500,7 +500,7 @@ func TestIdleHeartbeatWaitsForTheIdleWindow(t *testing.T) {
 		t.Fatal("the view does not rule out a claim it has just seen empty")
 	}
 	before := h.presence("runner_idle")
-	h.s.AdvanceClock(5)
+	h.s.Testing().AdvanceClock(5)
 	sent := h.s.beats.sent.Load()
 	idleDone := beat("runner_idle", devIdle, idle)
 	select {

@@ -93,7 +93,7 @@ func TestHeartbeatShortForm(t *testing.T) {
 				if c.wrongDevice {
 					sent = freshDevice()
 				}
-				h.s.AdvanceClock(5)
+				h.s.Testing().AdvanceClock(5)
 				counter.take()
 				got, err := beat(c.runner, c.owner, sent, c.caps)
 				if scripts := counter.take(); !maps.Equal(scripts, c.wantScripts) {
@@ -206,13 +206,13 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 		if c := beat(); len(c) != 0 {
 			t.Fatalf("within the recheck: cancel %v, want none (rsh not read)", c)
 		}
-		h.s.AdvanceClock(recheck)
+		h.s.Testing().AdvanceClock(recheck)
 		if c := beat(); len(c) != 1 {
 			t.Fatalf("after the recheck: cancel %v", c)
 		}
 
 		// Past the latest grant deadline rsh holds nothing live: nr again.
-		h.s.AdvanceClock(600_000)
+		h.s.Testing().AdvanceClock(600_000)
 		h.sweep()
 		if c := beat(); len(c) != 0 || !nr() {
 			t.Fatalf("past every deadline: cancel %v, nr %v", c, nr())
@@ -281,7 +281,7 @@ func TestShortBeatsOfEveryShardShareOneCallOnOneServer(t *testing.T) {
 		for i, r := range runners {
 			before[i] = h.presence(r)
 		}
-		h.s.AdvanceClock(5)
+		h.s.Testing().AdvanceClock(5)
 		bb := newBeatBatch(h.s, time.Hour, time.Hour)
 		bb.send(append([]*batchedCall(nil), calls...))
 		want := int64(1)

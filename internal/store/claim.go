@@ -13,6 +13,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/workview"
 )
 
 // claimStats describes one claim call; tests use it to show that a claim's
@@ -173,34 +174,34 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 // (nil reply).
 func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string, presence valkey.Completed) ([]int, *valkey.ValkeyResult, error) {
 	// What the work view already knows is not read: shards with nothing
-	// due, queues seen empty since (see workView).
-	at := s.view.now()
+	// due, queues seen empty since (see internal/workview).
+	at := s.view.Now()
 	offset := s.offset.Load()
 	var dueRead []int
 	for sh := range s.k.shards {
-		if !s.view.notDue(sh, at, offset) {
+		if !s.view.NotDue(sh, at, offset) {
 			dueRead = append(dueRead, sh)
 		}
 	}
 	type qref struct {
 		shard int
 		key   string
-		st    viewStamp
+		st    workview.Stamp
 	}
 	var refs []qref
 	var cmds []valkey.Completed
 	for sh, rs := range byShard {
 		queues := s.claimQueues(in, rs, kinds)
-		empty, fence := s.view.queuesEmpty(sh, queues, at)
+		empty, fence := s.view.QueuesEmpty(sh, queues, at)
 		if empty {
 			continue
 		}
 		if fence != "" {
 			// Sent after this Store's writes on the shard; the read
 			// below answers this claim meanwhile.
-			go s.publishFence(sh, fence)
+			go s.view.SendFence(sh, fence)
 		}
-		st := s.view.stamp(sh)
+		st := s.view.Stamp(sh)
 		for _, key := range queues {
 			refs = append(refs, qref{sh, key, st})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
@@ -240,7 +241,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			return nil, nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
-			s.view.sawEmpty(r.shard, r.st, r.key, at)
+			s.view.SawEmpty(r.shard, r.st, r.key, at)
 			continue
 		}
 		if h, ok := head[r.shard]; !ok || z[0].Score < h {
@@ -290,9 +291,9 @@ func (s *Store) claimLooksEmpty(runnerID, owner string, c *IdleClaim) bool {
 		}
 		byShard[sh] = append(byShard[sh], r)
 	}
-	at, offset := s.view.now(), s.offset.Load()
+	at, offset := s.view.Now(), s.offset.Load()
 	for sh, rs := range byShard {
-		if !s.view.quiet(sh, s.claimQueues(in, rs, kinds), at, offset) {
+		if !s.view.Quiet(sh, s.claimQueues(in, rs, kinds), at, offset) {
 			return false
 		}
 	}

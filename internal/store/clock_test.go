@@ -23,7 +23,7 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			if n := h.now(); n != T {
 				h.t.Fatalf("now %d, want %d", n, T)
 			}
-			h.s.SetClockOffset(-123)
+			h.s.Testing().SetClockOffset(-123)
 			if n := h.now(); n != T-123 {
 				h.t.Fatalf("now %d, want %d", n, T-123)
 			}
@@ -47,12 +47,12 @@ func TestFrozenClockArithmetic(t *testing.T) {
 		{"the window is due at awaitingUntil, not a millisecond before", func(h *storeFixture) {
 			h.enqueue("a", "alice")
 			h.claim()
-			h.s.SetClockOffset(AwaitingPayloadMs - 1)
+			h.s.Testing().SetClockOffset(AwaitingPayloadMs - 1)
 			if swept := h.sweep(); len(swept) != 0 {
 				h.t.Fatalf("swept at -1: %+v", swept)
 			}
 			h.mustState("a", StateAwaitingPayload)
-			h.s.SetClockOffset(AwaitingPayloadMs)
+			h.s.Testing().SetClockOffset(AwaitingPayloadMs)
 			if swept := h.sweep(); len(swept) != 1 || swept[0].State != StateQueued {
 				h.t.Fatalf("at awaitingUntil: %+v", swept)
 			}
@@ -61,11 +61,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			h.enqueue("a", "alice")
 			h.claim(leaseMs(1000))
 			h.seal("a")
-			h.s.SetClockOffset(999)
+			h.s.Testing().SetClockOffset(999)
 			if len(h.sweep()) != 0 {
 				h.t.Fatal("requeued before expiry")
 			}
-			h.s.SetClockOffset(1000)
+			h.s.Testing().SetClockOffset(1000)
 			if len(h.sweep()) != 1 {
 				h.t.Fatal("not requeued at expiry")
 			}
@@ -74,11 +74,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			st := stub("a", "alice")
 			st.DeadlineAt = T + 100
 			h.enqueueStub(site, st)
-			h.s.SetClockOffset(99)
+			h.s.Testing().SetClockOffset(99)
 			if len(h.sweep()) != 0 {
 				h.t.Fatal("removed before the deadline")
 			}
-			h.s.SetClockOffset(100)
+			h.s.Testing().SetClockOffset(100)
 			if swept := h.sweep(); len(swept) != 1 || !swept[0].SweptAway {
 				h.t.Fatalf("at deadline: %+v", swept)
 			}
@@ -88,11 +88,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			g := h.claim()[0]
 			ra := T + 500
 			h.release("runner_1", []protocol.GrantRef{grant(g)}, "", &ra)
-			h.s.SetClockOffset(499)
+			h.s.Testing().SetClockOffset(499)
 			if len(h.claim()) != 0 {
 				h.t.Fatal("granted before retryAfter")
 			}
-			h.s.SetClockOffset(500)
+			h.s.Testing().SetClockOffset(500)
 			if len(h.claim()) != 1 {
 				h.t.Fatal("not granted at retryAfter")
 			}
@@ -102,11 +102,11 @@ func TestFrozenClockArithmetic(t *testing.T) {
 			if ok, err := h.s.PutPairing(h.ctx, p); ok != PairingStored || err != nil {
 				h.t.Fatalf("put %v %v", ok, err)
 			}
-			h.s.SetClockOffset(PairingCodeTTLMs - 1)
+			h.s.Testing().SetClockOffset(PairingCodeTTLMs - 1)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc1"); got == nil {
 				h.t.Fatal("not live before expiry")
 			}
-			h.s.SetClockOffset(PairingCodeTTLMs)
+			h.s.Testing().SetClockOffset(PairingCodeTTLMs)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc1"); got != nil {
 				h.t.Fatal("live at expiry")
 			}

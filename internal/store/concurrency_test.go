@@ -316,7 +316,7 @@ func sweepersRace(t *testing.T, url string) {
 	}
 	advance := func(ms int64) {
 		for _, s := range stores {
-			s.AdvanceClock(ms)
+			s.Testing().AdvanceClock(ms)
 		}
 	}
 

@@ -49,7 +49,7 @@ var contractCases = []struct {
 		if got := h.claim(); len(got) != 1 {
 			h.t.Fatalf("first claim = %d", len(got))
 		}
-		h.s.AdvanceClock(AwaitingPayloadMs + 1000)
+		h.s.Testing().AdvanceClock(AwaitingPayloadMs + 1000)
 		if got := h.claim(runner("runner_2")); len(got) != 0 {
 			h.t.Fatalf("runner_2 got %q", ids(got))
 		}

@@ -56,7 +56,7 @@ func TestCountsFollowTransitions(t *testing.T) {
 		want("released", 2, 0, 0, 0, 1)
 
 		// Past every deadline: the sweep forgets all of them, done included.
-		h.s.AdvanceClock(stub("x", "alice").DeadlineAt - h.now() + 1)
+		h.s.Testing().AdvanceClock(stub("x", "alice").DeadlineAt - h.now() + 1)
 		h.sweep()
 		want("swept", 0, 0, 0, 0, 0)
 	})

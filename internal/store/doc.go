@@ -27,7 +27,7 @@
 //
 // Valkey TIME is the only clock: now = sec*1000 + floor(usec/1000) + offset,
 // read once per script. offset is 0 in production; tests move it with
-// SetClockOffset / AdvanceClock. Lease ids are UUID v4 minted
+// Testing().SetClockOffset / AdvanceClock (testhooks.go). Lease ids are UUID v4 minted
 // in Go from crypto/rand and passed to the claim script.
 //
 // # Key layout (store.md §9.3, mode S: sharded by site; layout v4)
@@ -349,27 +349,11 @@
 //
 // An idle claim (nothing queued on the routes, nothing due) costs that one
 // pipelined read and no script, and nothing at all while the replica runs
-// its work view (RunWorkView, view.go): every script that puts a job in a
-// ready or sticky queue (enqueue, and requeue in settle, release and the
-// rest) announces the queue on its shard's channel "<shard prefix>work"
-// with SPUBLISH (same slot as the shard's keys), and each replica, holding
-// one sharded subscription per shard, forgets that a queue was empty when it
-// is named, and only that queue: job traffic elsewhere on the shard leaves
-// its other empty queues known. A queue read that was in flight when its
-// announcement arrived is not recorded. This replica's own writes are
-// visible to its next claim at once: after a work script of this replica on
-// a shard, empty queues read before it are not trusted until a fence (a
-// probe this replica publishes on the shard's channel after the write,
-// delivered in order behind the write's own announcements) comes back; the
-// first claim that finds the shard unfenced reads its queues and sends the
-// fence. A queue seen empty is asked again after 10 minutes anyway (a
-// lost announcement costs at most that much latency); due heads are re-read
-// every second and after this replica's work writes on the shard. The view
-// only decides whether to ask Valkey: a stale view delays a grant, never
-// makes one. It keeps at most Options.WorkViewQueues empty queues per
-// shard (default 65,536, each as a 64-bit hash of its name, about 80 B),
-// forgetting an eighth at random when full, so a fleet with more queues
-// than that on a shard reads some queue heads, in proportion.
+// its work view (RunWorkView; package internal/workview says how it is
+// kept): every script that puts a job in a ready or sticky queue announces
+// the queue on its shard's channel "<shard prefix>work" with SPUBLISH, and
+// the view only decides whether to ask Valkey: a stale view delays a
+// grant, never makes one.
 //
 // A daemon's idle heartbeat is one script on the runner's shard
 // (presence_beat through Heartbeat, the short form): it checks that the
@@ -389,7 +373,7 @@
 // Options.HeartbeatBatch (the relay's RELAY_DAEMON_HEARTBEAT_BATCH) the
 // heartbeats arriving within the window go out as one pipelined DoMulti
 // in which the heartbeats of one shard and form share one presence_beat
-// or presence_seen_batch call (batch.go; at most 64 records and 1 MiB of
+// or presence_seen_batch call (internal/beatbatch decides when, beatsend.go what; at most 64 records and 1 MiB of
 // arguments a call): the
 // server's cost of a round trip is shared per node, and the script call's
 // own setup, about as costly as the record's commands, per shard. An idle

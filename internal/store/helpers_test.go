@@ -391,7 +391,7 @@ func otherShardSite(s *Store, site string) string {
 // writeRawStub overwrites a job's stored stub bytes as an older version
 // might have written them (the contract's test-only hook).
 func (h *storeFixture) writeRawStub(siteID, jobID, raw string) error {
-	n, err := h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, siteID, jobID, raw)
+	n, err := h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, siteID, jobID, raw)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("write raw stub: no job %q at site %q", jobID, siteID)
 	}

@@ -31,7 +31,7 @@ import (
 // store call is its own round trip; "view-batch" ticks 100 devices at once
 // with heartbeats batched (Options.HeartbeatBatch), the way a replica
 // serving many devices sends them. The "-scripts" forms send the same
-// operations as scripts (EVALSHA, Options.EvalScripts) instead of the
+// operations as scripts (EVALSHA, Options.evalScripts) instead of the
 // functions library.
 func BenchmarkIdleTick(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { benchIdleTick(b, false, 0, false) })
@@ -46,7 +46,7 @@ func BenchmarkIdleTick(b *testing.B) {
 // and heartbeats are batched.
 func benchIdleTick(b *testing.B, view bool, parallel int, evalScripts bool) {
 	be := realBackend(b)
-	opts := Options{Logger: relaytest.Discard(), EvalScripts: evalScripts}
+	opts := Options{Logger: relaytest.Discard(), evalScripts: evalScripts}
 	if parallel > 0 {
 		opts.HeartbeatBatch = 5 * time.Millisecond
 	}

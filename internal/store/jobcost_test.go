@@ -30,7 +30,7 @@ import (
 // its results expire); "view-site64" moves to a new site every 64 jobs, so
 // a results read lists at most 64, and the figure is a job's own cost.
 // "view-site64-scripts" is that with the operations sent as scripts
-// (EVALSHA, Options.EvalScripts) instead of the functions library.
+// (EVALSHA, Options.evalScripts) instead of the functions library.
 func BenchmarkJobCost(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { benchJobCost(b, false, 0, false) })
 	b.Run("view", func(b *testing.B) { benchJobCost(b, true, 0, false) })
@@ -40,9 +40,9 @@ func BenchmarkJobCost(b *testing.B) {
 
 func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 	be := realBackend(b)
-	s := newStore(b, be, Options{Logger: relaytest.Discard(), EvalScripts: evalScripts})
+	s := newStore(b, be, Options{Logger: relaytest.Discard(), evalScripts: evalScripts})
 	if s.RunsFunctions() == evalScripts {
-		b.Fatalf("RunsFunctions() = %v with EvalScripts %v", s.RunsFunctions(), evalScripts)
+		b.Fatalf("RunsFunctions() = %v with evalScripts %v", s.RunsFunctions(), evalScripts)
 	}
 	ctx := context.Background()
 	if view {

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/valkey-io/valkey-go"
@@ -374,41 +373,6 @@ func (s *Store) Cancel(ctx context.Context, siteID, jobID string) (bool, error) 
 		return false, fmt.Errorf("cancel: %w", err)
 	}
 	return n == 1, nil
-}
-
-// RunJobScript runs op, one operation in the form of lua/'s (a header
-// naming its libraries, KEYS[1] its slot), on the job (siteID, jobID):
-// KEYS[1] is the job's hash, ARGV[4] its member, ARGV[5...] args. It is the
-// seam through which the store contract's hooks (test/storehooks: stub
-// bytes as an older version wrote them) reach a stored job without the
-// store shipping test-only scripts; the relay never calls it. Like any
-// write it may requeue, so this Store's work view forgets the job's shard.
-func (s *Store) RunJobScript(ctx context.Context, op, siteID, jobID string, args ...string) (int64, error) {
-	name, _, _ := strings.Cut(strings.TrimPrefix(op, "-- "), ":")
-	if err := s.checkID("site id", siteID); err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := s.checkID("job id", jobID); err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	for _, a := range args {
-		if len(a) > s.opts.MaxBlobBytes {
-			return 0, fmt.Errorf("%s: %w: %d bytes", name, ErrInvalidInput, len(a))
-		}
-	}
-	k, err := s.siteKeys(ctx, siteID)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	sc, err := s.jobScripts.get(name, op)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	msg, err := s.exec(ctx, Script{Name: name, Work: true}, sc, []string{k.job(siteID, jobID)}, append([]string{member(siteID, jobID)}, args...)...)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	return num(msg)
 }
 
 // jobScripts are RunJobScript's operations, assembled once each.

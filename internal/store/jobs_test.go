@@ -89,7 +89,7 @@ func TestJobsListsEveryJobOnceInEnqueueOrder(t *testing.T) {
 				}
 
 				// Past every deadline, a sweep forgets them all.
-				h.s.AdvanceClock(farDeadline)
+				h.s.Testing().AdvanceClock(farDeadline)
 				h.sweep()
 				if jobs, err := h.s.Jobs(h.ctx); err != nil || len(jobs) != 0 {
 					t.Fatalf("after the deadline: %v %v", jobIDs(jobs), err)

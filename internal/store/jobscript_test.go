@@ -20,26 +20,26 @@ func TestRunJobScript(t *testing.T) {
 		before := dump(t, b, h.s)
 		for name, call := range map[string]func() (int64, error){
 			"bad site id": func() (int64, error) {
-				return h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, "s\x00", "a", "{}")
+				return h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, "s\x00", "a", "{}")
 			},
 			"bad job id": func() (int64, error) {
-				return h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a\x00", "{}")
+				return h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a\x00", "{}")
 			},
 			"argument too large": func() (int64, error) {
-				return h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a", strings.Repeat("x", 1025))
+				return h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a", strings.Repeat("x", 1025))
 			},
 		} {
 			if _, err := call(); !errors.Is(err, ErrInvalidInput) {
 				t.Errorf("%s: %v, want ErrInvalidInput", name, err)
 			}
 		}
-		if n, err := h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, site, "nope", "{}"); err != nil || n != 0 {
+		if n, err := h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, site, "nope", "{}"); err != nil || n != 0 {
 			t.Errorf("no such job: %d %v, want 0", n, err)
 		}
 		if !reflect.DeepEqual(before, dump(t, b, h.s)) {
 			t.Fatal("a refused call changed the store")
 		}
-		if n, err := h.s.RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a", `{"bad":1}`); err != nil || n != 1 {
+		if n, err := h.s.Testing().RunJobScript(h.ctx, storehooks.WriteRawStub, site, "a", `{"bad":1}`); err != nil || n != 1 {
 			t.Fatalf("write: %d %v", n, err)
 		}
 	})

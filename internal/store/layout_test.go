@@ -141,9 +141,9 @@ func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	b := realBackend(t)
 	m := startMonitor(t)
-	h := newFixture(t, b, Options{OnChurn: func(ChurnReport) {}, EvalScripts: evalScripts})
+	h := newFixture(t, b, Options{OnChurn: func(ChurnReport) {}, evalScripts: evalScripts})
 	if h.s.RunsFunctions() == evalScripts {
-		t.Fatalf("RunsFunctions() = %v with EvalScripts %v", h.s.RunsFunctions(), evalScripts)
+		t.Fatalf("RunsFunctions() = %v with evalScripts %v", h.s.RunsFunctions(), evalScripts)
 	}
 	ctx := context.Background()
 	byFunction := map[string]string{}
@@ -193,7 +193,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	_ = h.writeRawStub(got[2].SiteID, stubID(got[2]), `{"bad":1}`)
 	h.claim(routes([]string{a, c}, []string{"alice"}))
-	h.s.AdvanceClock(3_600_000)
+	h.s.Testing().AdvanceClock(3_600_000)
 	h.sweep()
 	d1 := freshDevice()
 	h.seen("runner_1", "alice", d1, "[]", "[]")
@@ -227,7 +227,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		t.Fatal(err)
 	}
 	h.s.opts.DeviceRetention = time.Millisecond
-	h.s.AdvanceClock(10)
+	h.s.Testing().AdvanceClock(10)
 	if n, _, err := h.s.ReapDevices(ctx, 10); err != nil || n == 0 {
 		t.Fatalf("reap: %d %v", n, err)
 	}
@@ -244,7 +244,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	_, _ = h.s.PutPairing(ctx, p)
 	_ = h.s.DenyPairing(ctx, "WXYZ-WXYZ")
 	_ = h.s.DropPairing(ctx, "dc1")
-	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard(), EvalScripts: evalScripts}); err != nil {
+	if _, err := New(ctx, b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard(), evalScripts: evalScripts}); err != nil {
 		t.Fatal(err) // the layout script, on a namespace that has its record
 	}
 	if v, err := h.s.run(ctx, scLayoutMove, []string{h.s.k.layout()}, "3", "4"); err != nil || v.String() == "" {

@@ -130,9 +130,9 @@ func TestStoreRunsFunctionsWhereTheServerHasThem(t *testing.T) {
 		if got := h.claim(routes([]string{site}, []string{"alice"})); len(got) != 1 {
 			t.Fatalf("claimed %d", len(got))
 		}
-		scripts := newFixture(t, b, Options{EvalScripts: true})
+		scripts := newFixture(t, b, Options{evalScripts: true})
 		if scripts.s.RunsFunctions() {
-			t.Fatal("EvalScripts: true still runs functions")
+			t.Fatal("evalScripts: true still runs functions")
 		}
 		scripts.enqueueStub(site, stub("j1", "alice"))
 		if got := scripts.claim(routes([]string{site}, []string{"alice"})); len(got) != 1 {

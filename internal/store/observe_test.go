@@ -31,7 +31,7 @@ func TestEveryScriptCallIsObserved(t *testing.T) {
 	h.enqueue("b", "alice")
 	got := h.claim(leaseMs(1))
 	h.seal(stubID(got[0]))
-	h.s.AdvanceClock(10)
+	h.s.Testing().AdvanceClock(10)
 	if _, more, err := h.s.SweepBatch(h.ctx, 0); err != nil || more {
 		t.Fatalf("sweep batch: %v %v", more, err)
 	}

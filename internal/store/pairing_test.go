@@ -47,7 +47,7 @@ func TestPairing(t *testing.T) {
 			for i := range 3 {
 				h.put(pending(fmt.Sprint("dc-", i), fmt.Sprint("CODE-000", i), fmt.Sprint("id-", i), exp), true)
 			}
-			h.s.AdvanceClock(PairingCodeTTLMs + 1)
+			h.s.Testing().AdvanceClock(PairingCodeTTLMs + 1)
 			h.put(pending("dc-x", "CODE-XXXX", "id-x", exp+PairingCodeTTLMs+1), true)
 			if got, _ := h.s.PairingByDeviceCode(h.ctx, "dc-0"); got != nil {
 				h.t.Fatal("expired code found")
@@ -94,7 +94,7 @@ func TestPairing(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			h.put(from("a3", "id-a3", "10.0.0.1"), true)
-			h.s.AdvanceClock(PairingCodeTTLMs + 1)
+			h.s.Testing().AdvanceClock(PairingCodeTTLMs + 1)
 			exp += PairingCodeTTLMs + 1
 			h.put(from("a4", "id-a4", "10.0.0.1"), true)
 			h.put(from("a5", "id-a5", "10.0.0.1"), true)
@@ -147,7 +147,7 @@ func TestPairingPurgeIsBounded(t *testing.T) {
 			h.put(pending(fmt.Sprint("dc-", i), fmt.Sprintf("CODE-%04d", i), fmt.Sprint("id-", i), exp), true)
 		}
 		h.put(pending("dc-full", "FULL-FULL", "id-full", exp), false)
-		h.s.AdvanceClock(PairingCodeTTLMs + 1)
+		h.s.Testing().AdvanceClock(PairingCodeTTLMs + 1)
 		count := func() int64 {
 			n, err := b.client.Do(h.ctx, b.client.B().Zcard().Key(h.s.k.pairing("x")).Build()).AsInt64()
 			if err != nil {

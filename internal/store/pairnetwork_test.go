@@ -97,7 +97,7 @@ func TestPairingPerNetworkAndReserve(t *testing.T) {
 			t.Fatalf("a fresh network with the relay full: %s", out)
 		}
 		// Expiry frees everything, and leaves no network index behind.
-		h.s.AdvanceClock(PairingCodeTTLMs + 1)
+		h.s.Testing().AdvanceClock(PairingCodeTTLMs + 1)
 		for i := range 30 {
 			_, _ = h.s.PutPairing(h.ctx, pending(fmt.Sprint("late-", i), fmt.Sprintf("LATE-%04d", i), fmt.Sprint("late-", i), exp+PairingCodeTTLMs+1))
 		}

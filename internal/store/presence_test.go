@@ -120,7 +120,7 @@ func TestSeenRewritesListsOnlyWhenChanged(t *testing.T) {
 		}
 		mark()
 		before := h.presence("runner_1").LastSeenAt
-		h.s.AdvanceClock(1000)
+		h.s.Testing().AdvanceClock(1000)
 		got := h.seen("runner_1", "alice", dev, caps, `[]`)
 		if v := stored(); v != `"marker"` {
 			t.Fatalf("an unchanged heartbeat rewrote the lists: %s", v)

@@ -75,15 +75,15 @@ func TestReapForgetsSilentDevices(t *testing.T) {
 			t.Fatalf("a reap with nothing due ran presence_reap %d times", reaps.Load())
 		}
 		// 23 h later stays_1 beats in short form, then once more an hour on.
-		h.s.AdvanceClock((23 * time.Hour).Milliseconds())
+		h.s.Testing().AdvanceClock((23 * time.Hour).Milliseconds())
 		for range 2 {
 			if _, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "stays_1", Owner: "sam", Device: stays,
 				Capabilities: []byte(`[]`), Withheld: []byte(`[]`)}, RequirePresence: true}); err != nil {
 				t.Fatal(err)
 			}
-			h.s.AdvanceClock(time.Hour.Milliseconds())
+			h.s.Testing().AdvanceClock(time.Hour.Milliseconds())
 		}
-		h.s.AdvanceClock(time.Hour.Milliseconds()) // now 26 h after the first beats
+		h.s.Testing().AdvanceClock(time.Hour.Milliseconds()) // now 26 h after the first beats
 		n, more, err := h.s.ReapDevices(h.ctx, 100)
 		if err != nil || more {
 			t.Fatalf("reap: %v %v", more, err)
@@ -137,7 +137,7 @@ func TestReapIsBounded(t *testing.T) {
 		for _, id := range ids {
 			h.seen(id, "o", freshDevice(), `[]`, `[]`)
 		}
-		h.s.AdvanceClock((2 * time.Hour).Milliseconds())
+		h.s.Testing().AdvanceClock((2 * time.Hour).Milliseconds())
 		total, calls := 0, 0
 		for {
 			n, more, err := h.s.ReapDevices(h.ctx, 3)
@@ -228,7 +228,7 @@ func TestBackfillIndexesOlderRecords(t *testing.T) {
 		if err := c.Do(h.ctx, c.B().Zrem().Key(h.s.k.retentionIndex(h.s.k.runnerShard(lost))).Member(enc(lost)).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		h.s.AdvanceClock((2 * time.Hour).Milliseconds())
+		h.s.Testing().AdvanceClock((2 * time.Hour).Milliseconds())
 		if n, _, err := h.s.ReapDevices(h.ctx, 100); err != nil || n != 0 {
 			t.Fatalf("reap before the backfill: %d %v (unindexed records cannot be found)", n, err)
 		}
@@ -246,7 +246,7 @@ func TestBackfillIndexesOlderRecords(t *testing.T) {
 		}
 		// Done is remembered in Valkey: another Store does nothing.
 		other := newStore(t, b, Options{Namespace: h.s.Namespace(), DeviceRetention: time.Hour})
-		other.SetClockOffset((2 * time.Hour).Milliseconds())
+		other.Testing().SetClockOffset((2 * time.Hour).Milliseconds())
 		if done, err := other.BackfillRetention(h.ctx, 1); err != nil || !done {
 			t.Fatalf("second store's backfill: %v %v", done, err)
 		}
@@ -295,12 +295,12 @@ func TestHeartbeatIndexesOncePerStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		h.s.AdvanceClock(30 * 60_000)
+		h.s.Testing().AdvanceClock(30 * 60_000)
 		beat()
 		if score() != first {
 			t.Fatal("a beat within the step rewrote the index")
 		}
-		h.s.AdvanceClock(31 * 60_000)
+		h.s.Testing().AdvanceClock(31 * 60_000)
 		beat()
 		if s := score(); s <= first+60*60_000 {
 			t.Fatalf("a beat past the step left the index at %v (first %v)", s, first)

@@ -127,7 +127,7 @@ func TestClaimSettlesABacklogThroughSweep(t *testing.T) {
 		}
 		enqueueMany(t, h.s, b.client, site, stubs)
 		h.enqueue("live", "alice")
-		h.s.AdvanceClock(2000)
+		h.s.Testing().AdvanceClock(2000)
 		got, stats, err := h.s.claim(h.ctx, claimArgs())
 		if err != nil {
 			t.Fatal(err)

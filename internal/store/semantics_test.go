@@ -13,7 +13,7 @@ import (
 // §10, on both backends. Time moves with AdvanceClock.
 
 // timeout moves the clock past every awaiting-payload window granted so far.
-func (h *storeFixture) timeout() { h.s.AdvanceClock(AwaitingPayloadMs + 1) }
+func (h *storeFixture) timeout() { h.s.Testing().AdvanceClock(AwaitingPayloadMs + 1) }
 
 // turn is one round of a site that claims and never seals: two fresh jobs,
 // one claim (the cap makes it two grants), the window passes, a sweep.
@@ -40,7 +40,7 @@ var semanticCases = []struct {
 		h.seal("b")
 		h.take("b", "runner_1", got[1].Lease.ID)
 		h.mustState("b", StateRunning)
-		h.s.AdvanceClock(1001)
+		h.s.Testing().AdvanceClock(1001)
 		swept := h.sweep()
 		equalStrings(h.t, "requeued", jobIDs(swept), []string{"a", "b"})
 		for _, id := range []string{"a", "b"} {
@@ -63,7 +63,7 @@ var semanticCases = []struct {
 			if err != nil || len(r.Renewed) != 1 {
 				h.t.Fatalf("renew %d = %+v %v", i, r, err)
 			}
-			h.s.AdvanceClock(800)
+			h.s.Testing().AdvanceClock(800)
 			if swept := h.sweep(); len(swept) != 0 {
 				h.t.Fatalf("sweep %d requeued %q", i, jobIDs(swept))
 			}
@@ -79,7 +79,7 @@ var semanticCases = []struct {
 	{name: "a lease expiry never requeues an awaiting-payload job (trap 7)", run: func(h *storeFixture, _ *churnLog) {
 		h.enqueue("a", "alice")
 		h.claim(leaseMs(1000))
-		h.s.AdvanceClock(5000)
+		h.s.Testing().AdvanceClock(5000)
 		if swept := h.sweep(); len(swept) != 0 {
 			h.t.Fatalf("swept %q", jobIDs(swept))
 		}
@@ -128,7 +128,7 @@ var semanticCases = []struct {
 		if j.SealAttempts != 0 || j.AwaitingUntil != 0 || j.ReofferTo != "runner_1" {
 			h.t.Fatalf("after seal %+v", j)
 		}
-		h.s.AdvanceClock(1001) // lease expiry round
+		h.s.Testing().AdvanceClock(1001) // lease expiry round
 		h.sweep()
 		h.mustState("a", StateQueued)
 		for round := range 2 {
@@ -147,12 +147,12 @@ var semanticCases = []struct {
 		h.claim()
 		au := h.job(site, "a").AwaitingUntil
 		// Aim the clock 50 ms before the window ends (TIME keeps moving).
-		h.s.AdvanceClock(au - 50 - h.now())
+		h.s.Testing().AdvanceClock(au - 50 - h.now())
 		if swept := h.sweep(); len(swept) != 0 {
 			h.t.Fatalf("swept early: %+v", swept)
 		}
 		h.mustState("a", StateAwaitingPayload)
-		h.s.AdvanceClock(au - h.now())
+		h.s.Testing().AdvanceClock(au - h.now())
 		if swept := h.sweep(); len(swept) != 1 {
 			h.t.Fatalf("not due at awaitingUntil: %+v", swept)
 		}
@@ -181,7 +181,7 @@ var semanticCases = []struct {
 	{name: "turns spaced more than the window apart produce none", opts: withChurn, run: func(h *storeFixture, churn *churnLog) {
 		for n := range 6 {
 			h.turn(n)
-			h.s.AdvanceClock(ChurnWindowMs + 1)
+			h.s.Testing().AdvanceClock(ChurnWindowMs + 1)
 		}
 		if reports := churn.all(h.s); len(reports) != 0 {
 			h.t.Fatalf("reports %+v", reports)
@@ -330,7 +330,7 @@ var semanticCases = []struct {
 		if r := h.seal("a"); r.Refused != RefusedTooLate || r.Was != StateDone {
 			h.t.Fatalf("seal done = %+v", r)
 		}
-		h.s.AdvanceClock(10_000) // past the renewed lease: done is never requeued
+		h.s.Testing().AdvanceClock(10_000) // past the renewed lease: done is never requeued
 		h.sweep()
 		j := h.job(site, "a")
 		if j.State != StateDone || j.ClaimedBy == nil || j.Payload == nil || j.AwaitingUntil != 0 {
@@ -363,7 +363,7 @@ var semanticCases = []struct {
 		if j := h.job(site, "a"); j.ClaimedBy.LeaseExpiresAt != r.Renewed[0].ExpiresAt || j.AwaitingUntil != 0 {
 			h.t.Fatalf("job %+v", j)
 		}
-		h.s.AdvanceClock(11)
+		h.s.Testing().AdvanceClock(11)
 		equalStrings(h.t, "swept", jobIDs(h.sweep()), []string{"a"})
 	}},
 	{name: "a sticky job refused by its runner is stranded (trap 12)", run: func(h *storeFixture, _ *churnLog) {
@@ -459,7 +459,7 @@ var semanticCases = []struct {
 			h.take(stubID(g), "runner_1", g.Lease.ID)
 		}
 		h.complete("fin", "runner_1", got[1].Lease.ID, "ok")
-		h.s.AdvanceClock(60_001)
+		h.s.Testing().AdvanceClock(60_001)
 		r, err := h.s.RenewLeases(h.ctx, RenewInput{RunnerID: "runner_1", Leases: []protocol.GrantRef{grant(got[0]), grant(got[1])}, LeaseMs: 60000})
 		if err != nil || len(r.Renewed) != 0 || len(r.Lost) != 2 {
 			h.t.Fatalf("renew = %+v %v", r, err)

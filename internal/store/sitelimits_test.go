@@ -97,16 +97,16 @@ func TestSiteJobsLimit(t *testing.T) {
 			if g := h.claim(maxJobs(1), runner("runner_evict")); len(g) != 1 {
 				t.Fatalf("claim: %d", len(g))
 			}
-			h.s.AdvanceClock(AwaitingPayloadMs + 1)
+			h.s.Testing().AdvanceClock(AwaitingPayloadMs + 1)
 			h.sweep()
 			h.checkSiteUse(site, siteB)
 		}
 		h.enqueue("a5", "alice")
 		// the deadline frees everything
-		h.s.AdvanceClock(farDeadline)
+		h.s.Testing().AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
-		h.s.SetClockOffset(0)
+		h.s.Testing().SetClockOffset(0)
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("c", i), "alice")
 		}
@@ -150,11 +150,11 @@ func TestSiteBytesLimit(t *testing.T) {
 		h.checkSiteUse(site, siteB)
 		// a1's window lapses and it is requeued; then every deadline passes
 		// and all bytes come back.
-		h.s.AdvanceClock(AwaitingPayloadMs + 1)
+		h.s.Testing().AdvanceClock(AwaitingPayloadMs + 1)
 		h.sweep()
 		h.mustState("a1", StateQueued)
 		h.checkSiteUse(site, siteB)
-		h.s.AdvanceClock(farDeadline)
+		h.s.Testing().AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
 		if u, _ := h.s.SiteUse(h.ctx, []string{site}); u[site] != (SiteUse{}) {
@@ -171,7 +171,7 @@ func TestSiteEnqueueRate(t *testing.T) {
 		// at this rate the seconds a slow machine takes between steps are a
 		// hundredth of a token, never a whole one.
 		h := newFixture(t, b, Options{SiteLimits: SiteLimits{Sites: map[string]SiteLimit{site: {Rate: 0.01, Burst: 3}}}})
-		h.s.SetClockOffset(0)
+		h.s.Testing().SetClockOffset(0)
 		// Placed first: a site's first enqueue also places it (one script more).
 		placedShard(h.s, site)
 		placedShard(h.s, siteB)
@@ -182,10 +182,10 @@ func TestSiteEnqueueRate(t *testing.T) {
 		for i := range 20 {
 			h.enqueueStub(siteB, stub(fmt.Sprint("b", i), "bob")) // no limit there
 		}
-		h.s.AdvanceClock(100_000) // one token back at 0.01/s
+		h.s.Testing().AdvanceClock(100_000) // one token back at 0.01/s
 		h.enqueue("a3", "alice")
 		h.refusedEnqueue(site, stub("a4", "alice"), LimitRate)
-		h.s.AdvanceClock(6_000_000) // full again, never more than the burst
+		h.s.Testing().AdvanceClock(6_000_000) // full again, never more than the burst
 		for i := range 3 {
 			h.enqueue(fmt.Sprint("c", i), "alice")
 		}
@@ -229,7 +229,7 @@ func TestSiteUseStaysExact(t *testing.T) {
 			case 5:
 				_, _ = h.s.Cancel(h.ctx, siteID, fmt.Sprint("j", rng.IntN(60)))
 			case 6:
-				h.s.AdvanceClock(int64(rng.IntN(15_000)))
+				h.s.Testing().AdvanceClock(int64(rng.IntN(15_000)))
 				h.sweep()
 			case 7:
 				for id, g := range grants {
@@ -243,7 +243,7 @@ func TestSiteUseStaysExact(t *testing.T) {
 			}
 		}
 		h.checkSiteUse(site, siteB)
-		h.s.AdvanceClock(farDeadline)
+		h.s.Testing().AdvanceClock(farDeadline)
 		h.sweep()
 		h.checkSiteUse(site, siteB)
 	})

@@ -150,11 +150,11 @@ func TestSitePlaneListingsMatchSnapshots(t *testing.T) {
 				// j1 passes its deadline and is removed, then a new j1 (new seq,
 				// new lease) finishes with another result: the cache must not
 				// answer with the old one.
-				h.s.AdvanceClock(farDeadline) // everything is due
+				h.s.Testing().AdvanceClock(farDeadline) // everything is due
 				if swept := h.sweep(); len(swept) != 9 {
 					t.Fatalf("swept %d", len(swept))
 				}
-				h.s.SetClockOffset(0)
+				h.s.Testing().SetClockOffset(0)
 				h.enqueue("j1", "alice")
 				ng := h.claim()
 				if len(ng) != 1 || stubID(ng[0]) != "j1" || ng[0].Lease.ID == g.Lease.ID {

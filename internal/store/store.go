@@ -21,6 +21,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/layout"
 	"github.com/byollm/relay-go/internal/scriptrun"
+	"github.com/byollm/relay-go/internal/workview"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/lua"
@@ -162,11 +163,11 @@ type Options struct {
 	// per shard, a longer window is what fills the calls. Any flush of the
 	// short window takes the waiting idle writes along.
 	HeartbeatIdleBatch time.Duration
-	// EvalScripts runs every operation with EVALSHA even when the server
-	// has FUNCTION (see library): for benchmarks that compare the two in
-	// one run. A server without FUNCTION, or one that refuses to load the
-	// library, gets EVALSHA whatever this says.
-	EvalScripts bool
+	// evalScripts runs every operation with EVALSHA even when the server
+	// has FUNCTION (see library): for this package's benchmarks and tests
+	// that compare the two in one run. A server without FUNCTION, or one
+	// that refuses to load the library, gets EVALSHA whatever this says.
+	evalScripts bool
 	// PlacementCacheSites bounds this Store's copy of the placement
 	// record: at most two generations of this many sites (about 100 B
 	// each), the older forgotten when the newer fills; a forgotten site
@@ -254,7 +255,7 @@ type Store struct {
 	// announce: the server has sharded pub/sub, so scripts announce queue
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
-	view     *workView
+	view     *workview.View
 	results  resultCache
 	limits   pageLimits
 	// epochSeed and epochN make every enqueue's epoch candidate unique, so
@@ -318,7 +319,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("store: lua/%s.lua: its header's mode disagrees with Scripts (scripts.go)", sc.Name)
 		}
 	}
-	if !opts.EvalScripts {
+	if !opts.evalScripts {
 		if err := s.loadFunctions(ctx); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
@@ -326,7 +327,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s.view = newWorkView(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues))
+	s.view = workview.New(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues), viewPubSub{s.c})
 	// The embedded store has no SPUBLISH: no announcements, no view (and
 	// one replica, nobody to tell).
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil
@@ -441,23 +442,11 @@ func (s *Store) IdleBeatWait() time.Duration {
 	if s.beats == nil {
 		return 0
 	}
-	return s.beats.idleWindow
+	return s.beats.queue.IdleWindow()
 }
 
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
 func (s *Store) KeyPattern() string { return s.k.pattern() }
-
-// SetClockOffset shifts this Store's clock by ms: Now and every script read
-// Valkey TIME plus the offset. The relay never calls it (the offset stays
-// 0). It is a seam, not a test hook, because the store contract is run from
-// outside this package: the reference suite's "advance" step reaches it
-// through test/contract/bridge, and storebench ages leases without
-// waiting; both need minutes to pass at once on a shared real server whose
-// TIME they cannot move.
-func (s *Store) SetClockOffset(ms int64) { s.offset.Store(ms) }
-
-// AdvanceClock moves this Store's clock forward by ms (SetClockOffset).
-func (s *Store) AdvanceClock(ms int64) { s.offset.Add(ms) }
 
 // Now is the store clock: Valkey TIME in ms (microseconds floored) plus the
 // test offset, the same formula every script uses.
@@ -501,7 +490,7 @@ func (s *Store) exec(ctx context.Context, script Script, sc *scriptrun.Script, k
 		return valkey.ValkeyMessage{}, err
 	}
 	if script.Work {
-		defer s.view.touched(prefixOf(keys[0]))
+		defer s.view.Touched(prefixOf(keys[0]))
 	}
 	return s.runner.Run(ctx, sc, withGuard, all)
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/workview"
 )
 
 // SweepBatch settles at most limit due jobs on each shard that has due jobs
@@ -47,11 +49,11 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 		return nil, nil
 	}
 	// Shards the work view knows have nothing due are not read.
-	at := s.view.now()
+	at := s.view.Now()
 	offset := s.offset.Load()
 	var read []int
 	for _, sh := range only {
-		if !s.view.notDue(sh, at, offset) {
+		if !s.view.NotDue(sh, at, offset) {
 			read = append(read, sh)
 		}
 	}
@@ -71,6 +73,9 @@ func (s *Store) dueShards(ctx context.Context, only []int) ([]int, error) {
 	return out, nil
 }
 
+// maxScore is the due head of a shard with nothing indexed.
+const maxScore = int64(1) << 62
+
 // dueHeads reads the due head of each of shards (maxScore for none) and the
 // store clock, and, pipelined with them, extra single-key commands (their
 // replies after the heads). What it reads it tells the work view.
@@ -79,11 +84,11 @@ func (s *Store) dueHeads(ctx context.Context, name string, shards []int, extra [
 }
 
 func (s *Store) dueHeadsWith(ctx context.Context, name string, shards []int, extra []valkey.Completed, extraOut *[]valkey.ValkeyResult) (heads []int64, now int64, err error) {
-	at := s.view.now()
-	vers := make([]viewStamp, len(shards))
+	at := s.view.Now()
+	vers := make([]workview.Stamp, len(shards))
 	cmds := make([]valkey.Completed, 0, len(shards)+len(extra))
 	for i, sh := range shards {
-		vers[i] = s.view.stamp(sh)
+		vers[i] = s.view.Stamp(sh)
 		cmds = append(cmds, s.c.B().Zrange().Key(s.k.due(sh)).Min("0").Max("0").Withscores().Build())
 	}
 	cmds = append(cmds, extra...)
@@ -107,7 +112,7 @@ func (s *Store) dueHeadsWith(ctx context.Context, name string, shards []int, ext
 		if len(z) > 0 {
 			heads[i] = int64(z[0].Score)
 		}
-		s.view.sawDue(sh, vers[i], at, clock.ms-s.offset.Load(), heads[i])
+		s.view.SawDue(sh, vers[i], at, clock.ms-s.offset.Load(), heads[i])
 	}
 	if extraOut != nil {
 		*extraOut = res[len(shards):]

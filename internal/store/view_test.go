@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +40,7 @@ func withView(t testing.TB, s *Store) {
 	done := make(chan struct{})
 	go func() { s.RunWorkView(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	relaytest.WaitFor(t, 10*time.Second, "the work view is live", s.viewLive)
+	relaytest.WaitFor(t, 10*time.Second, "the work view is live", s.view.Live)
 }
 
 // With the work view live, an idle device's second empty claim and sweep
@@ -105,9 +104,7 @@ func TestWorkViewMakesIdleTicksFree(t *testing.T) {
 
 // viewShard is shard i's counters, read under the view's lock.
 func viewShard(s *Store, i int) (own, fenced, ann uint64) {
-	s.view.mu.Lock()
-	defer s.view.mu.Unlock()
-	return s.view.sh[i].own, s.view.sh[i].fenced, s.view.sh[i].ann
+	return s.view.Testing().Shard(i)
 }
 
 // waitView polls cond (the view's state, not time) for at most 5 s.
@@ -194,7 +191,7 @@ func TestWorkViewForgetsOnlyAnnouncedQueues(t *testing.T) {
 	equalStrings(t, "carol's jobs", ids(got), []string{"b1", "a1"})
 }
 
-// An announcement that never arrives costs at most workViewEmptyTTL: the
+// An announcement that never arrives costs at most the view's re-check (workview.emptyTTL): the
 // periodic re-check reads the queue again and the job is granted.
 func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 	t.Parallel()
@@ -223,127 +220,7 @@ func TestWorkViewRecoversALostAnnouncement(t *testing.T) {
 	if calls := counter.take(); len(calls) != 0 {
 		t.Fatalf("the claim asked Valkey: %v", calls)
 	}
-	a.view.mu.Lock()
-	a.view.skew += workViewEmptyTTL + time.Second
-	a.view.mu.Unlock()
+	a.view.Testing().PassEmptyTTL()
 	got := ha.claim()
 	equalStrings(t, "after the re-check", ids(got), []string{"lost"})
-}
-
-// A queue read sent before an announcement of that queue arrived is not
-// recorded as empty, whichever of the two Valkey answered first; a read
-// sent before this Store's own write is trusted only once the fence sent
-// after the write came back.
-func TestWorkViewOrdering(t *testing.T) {
-	t.Parallel()
-	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
-	v.setLive(0, true)
-	at := time.Now()
-	q := []string{"p:q"}
-
-	st := v.stamp(0)
-	v.announced(0, "p:q")
-	v.sawEmpty(0, st, "p:q", at)
-	if empty, _ := v.queuesEmpty(0, q, at); empty {
-		t.Fatal("a read racing an announcement of its queue was recorded")
-	}
-	v.sawEmpty(0, v.stamp(0), "p:q", at)
-	if empty, _ := v.queuesEmpty(0, q, at); !empty {
-		t.Fatal("a read after the announcement was not recorded")
-	}
-	v.announced(0, "p:other")
-	if empty, _ := v.queuesEmpty(0, q, at); !empty {
-		t.Fatal("an announcement of another queue forgot this one")
-	}
-
-	v.touched("p:")
-	empty, fence := v.queuesEmpty(0, q, at)
-	if empty || fence == "" {
-		t.Fatalf("after this Store's write: empty %v, fence %q", empty, fence)
-	}
-	if _, again := v.queuesEmpty(0, q, at); again != "" {
-		t.Fatal("a second fence while the first is in flight")
-	}
-	v.fenceBack(0, "~someone-else")
-	if empty, _ := v.queuesEmpty(0, q, at); empty {
-		t.Fatal("another probe counted as this fence")
-	}
-	v.fenceBack(0, fence)
-	if empty, _ := v.queuesEmpty(0, q, at); !empty {
-		t.Fatal("not trusted after the fence came back")
-	}
-	if empty, _ := v.queuesEmpty(0, q, at.Add(workViewEmptyTTL+time.Second)); empty {
-		t.Fatal("trusted past workViewEmptyTTL")
-	}
-}
-
-// Past workViewDueTTL one caller reads the due head again; the others use
-// the last reading until that read lands, for at most another TTL, so a
-// busy replica does not send every concurrent request to Valkey at once.
-// A due instant the last reading shows passed is never hidden.
-func TestWorkViewDueRefreshedByOneCaller(t *testing.T) {
-	t.Parallel()
-	v := newWorkView([]string{"p:"}, DefaultWorkViewQueues)
-	v.setLive(0, true)
-	t0 := time.Now()
-	v.sawDue(0, v.stamp(0), t0, 1_000_000, 1_000_000+10*workViewDueTTL.Milliseconds())
-	if !v.notDue(0, t0, 0) {
-		t.Fatal("a fresh reading with nothing due not trusted")
-	}
-	late := t0.Add(workViewDueTTL + time.Millisecond)
-	if v.notDue(0, late, 0) {
-		t.Fatal("the first caller past the TTL was not sent to read")
-	}
-	if !v.notDue(0, late, 0) {
-		t.Fatal("a second caller read too while the first one's read is in flight")
-	}
-	if v.notDue(0, late, 20*workViewDueTTL.Milliseconds()) {
-		t.Fatal("the last reading hid a due instant it shows passed")
-	}
-	if v.notDue(0, late.Add(workViewDueTTL+time.Millisecond), 0) {
-		t.Fatal("a read that never landed kept the others waiting past another TTL")
-	}
-	v.touched("p:")
-	if v.notDue(0, t0, 0) {
-		t.Fatal("trusted after this Store's work write")
-	}
-}
-
-// Past Options.WorkViewQueues a shard's view forgets an eighth of its empty
-// queues, not all of them: with a fleet one and a half times the bound,
-// most queues stay known empty, the newest reading always among them, and
-// a queue never read is never taken for empty (the names are hashed).
-func TestWorkViewBoundForgetsAShare(t *testing.T) {
-	t.Parallel()
-	const bound = 1024
-	v := newWorkView([]string{"p:"}, bound)
-	v.setLive(0, true)
-	at := v.now()
-	const n = bound * 3 / 2
-	for i := range n {
-		v.sawEmpty(0, v.stamp(0), fmt.Sprint("p:q", i), at)
-		if empty, _ := v.queuesEmpty(0, []string{fmt.Sprint("p:q", i)}, at); !empty {
-			t.Fatalf("queue %d, just read empty, is not known empty", i)
-		}
-		if len(v.sh[0].empty) > bound {
-			t.Fatalf("%d queues remembered, bound %d", len(v.sh[0].empty), bound)
-		}
-	}
-	known := 0
-	for i := range n {
-		if empty, _ := v.queuesEmpty(0, []string{fmt.Sprint("p:q", i)}, at); empty {
-			known++
-		}
-	}
-	if known < bound-bound/8-1 || known > bound {
-		t.Fatalf("%d of %d queues known empty under a bound of %d; clearing everything would leave about %d", known, n, bound, n-bound)
-	}
-	for _, q := range []string{"p:never", "p:", "", "p:q" + fmt.Sprint(n), "p:q0 ", "p:Q1", "p:q１"} {
-		if empty, _ := v.queuesEmpty(0, []string{q}, at); empty {
-			t.Fatalf("queue %q was never read yet counts as empty", q)
-		}
-	}
-	if empty, _ := v.queuesEmpty(0, nil, at); !empty {
-		t.Fatal("no queues at all: nothing to read")
-	}
 }

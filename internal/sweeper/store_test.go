@@ -58,7 +58,7 @@ func TestReplicasSweepingOneStore(t *testing.T) {
 	t.Logf("claimed %d", len(claimed))
 	// Every replica's clock jumps past the deadlines and leases.
 	for _, s := range stores {
-		s.SetClockOffset(120_000)
+		s.Testing().SetClockOffset(120_000)
 	}
 
 	sweepers := make([]*Sweeper, replicas)
@@ -141,14 +141,14 @@ func TestSweepEndsDevices(t *testing.T) {
 		t.Fatalf("forgotten after the first tick: %d, want 1", got)
 	}
 	// Past the retention; alive beats just before the sweep.
-	st.AdvanceClock(2 * time.Hour.Milliseconds())
+	st.Testing().AdvanceClock(2 * time.Hour.Milliseconds())
 	seen("alive")
 	// Another replica sweeps (its clock moved the same way).
 	st2, err := store.New(ctx, c, store.Options{Namespace: ns, Logger: relaytest.Logger(t), DeviceRetention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st2.SetClockOffset(2 * time.Hour.Milliseconds())
+	st2.Testing().SetClockOffset(2 * time.Hour.Milliseconds())
 	sw2 := New(st2, Options{Logger: relaytest.Logger(t), Devices: st2, DeviceBatch: 4, Budget: 10 * time.Second})
 	relaytest.WaitFor(t, 30*time.Second, "every silent device forgotten", func() bool {
 		if err := sw2.Tick(ctx); err != nil {

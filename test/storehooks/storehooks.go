@@ -1,5 +1,5 @@
 // Package storehooks holds the store contract's test-only Lua operations,
-// which production never ships: run through store.RunJobScript, with the
+// which production never ships: run through Store.Testing().RunJobScript, with the
 // libraries of lua/lib and the same header rules (lua's lint test reads
 // them too). It imports nothing, so the store's in-package tests can use it.
 package storehooks

@@ -472,7 +472,7 @@ func scenarios(ctx context.Context, c valkey.Client, sizes []int, claims, sweepN
 	if err := b.enqueueMany(ctx, "sweep-site", "me", due, time.Minute); err != nil {
 		return nil, err
 	}
-	b.st.SetClockOffset(2 * 60 * 1000)
+	b.st.Testing().SetClockOffset(2 * 60 * 1000)
 	before, err := serverStats(ctx, c)
 	if err != nil {
 		return nil, err

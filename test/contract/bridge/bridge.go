@@ -151,7 +151,7 @@ func (b *Bridge) handle(ctx context.Context, path string, body []byte) ([]byte, 
 		e.offset += in.Ms
 		offset := e.offset
 		b.mu.Unlock()
-		e.store.SetClockOffset(offset)
+		e.store.Testing().SetClockOffset(offset)
 		return []byte("{}"), nil
 	case path == "writeRawStub":
 		var in struct {
@@ -166,7 +166,7 @@ func (b *Bridge) handle(ctx context.Context, path string, body []byte) ([]byte, 
 		if err != nil {
 			return nil, fmt.Errorf("writeRawStub: %w", err)
 		}
-		n, err := e.store.RunJobScript(ctx, storehooks.WriteRawStub, ContractSite, in.ID, in.Raw)
+		n, err := e.store.Testing().RunJobScript(ctx, storehooks.WriteRawStub, ContractSite, in.ID, in.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("writeRawStub: %w", err)
 		}

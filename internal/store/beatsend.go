@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/beatbatch"
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
@@ -30,9 +30,10 @@ const (
 // beatBatchNoDeadline bounds a batch none of whose callers set a deadline.
 const beatBatchNoDeadline = 10 * time.Second
 
-// beatBatch coalesces daemon heartbeats' presence writes arriving within a
-// window into one pipelined DoMulti, in which the heartbeats of one shard
-// share one script call (lua/presence_seen_batch.lua).
+// beatBatch sends daemon heartbeats' presence writes that arrive within a
+// window (internal/beatbatch decides which go together, and when) as one
+// pipelined DoMulti, in which the heartbeats of one shard share one script
+// call (lua/presence_seen_batch.lua).
 //
 // Why: on the server a round trip costs far more than the few commands a
 // heartbeat runs (an epoll wake, a read and a write syscall each), and a
@@ -48,15 +49,10 @@ const beatBatchNoDeadline = 10 * time.Second
 // idleWindow; the batch goes out at the earliest instant any call in it
 // may wait to, so whatever flushes it takes every waiting call along.
 type beatBatch struct {
-	s                  *Store
-	window, idleWindow time.Duration
-
-	mu      sync.Mutex
-	pending []*batchedCall
-	timer   *time.Timer
-	due     time.Time    // when timer fires
-	sent    atomic.Int64 // batches sent (tests)
-	calls   atomic.Int64 // script calls sent (tests)
+	s     *Store
+	queue *beatbatch.Batch[*batchedCall]
+	sent  atomic.Int64 // batches sent (tests)
+	calls atomic.Int64 // script calls sent (tests)
 }
 
 // batchedCall is one heartbeat: presence_seen's keys and op-specific args
@@ -73,7 +69,9 @@ type batchedCall struct {
 }
 
 func newBeatBatch(s *Store, window, idleWindow time.Duration) *beatBatch {
-	return &beatBatch{s: s, window: window, idleWindow: max(idleWindow, window)}
+	b := &beatBatch{s: s}
+	b.queue = beatbatch.New(window, idleWindow, beatBatchMax, b.send)
+	return b
 }
 
 // run queues one call and waits for its reply, or for ctx to end (the
@@ -99,59 +97,14 @@ func (b *beatBatch) runBeat(ctx context.Context, idle bool, keys, args []string)
 	return c.now, c.msg, err
 }
 
-// wait queues c and waits for its reply, or for c.ctx to end. The batch
-// goes out when it is full or at the earliest instant one of its calls may
-// wait to (its window from its arrival).
+// wait queues c and waits for its reply, or for c.ctx to end.
 func (b *beatBatch) wait(c *batchedCall, idle bool) error {
-	w := b.window
-	if idle {
-		w = b.idleWindow
-	}
-	at := time.Now().Add(w)
-	b.mu.Lock()
-	b.pending = append(b.pending, c)
-	switch {
-	case len(b.pending) >= beatBatchMax:
-		calls := b.takeLocked()
-		b.mu.Unlock()
-		go b.send(calls)
-	case b.timer == nil || at.Before(b.due):
-		// A timer that has fired already finds its flush waiting on mu;
-		// that flush takes c too, and this timer then finds nothing.
-		if b.timer != nil {
-			b.timer.Stop()
-		}
-		b.timer, b.due = time.AfterFunc(w, b.flush), at
-		b.mu.Unlock()
-	default:
-		b.mu.Unlock()
-	}
+	b.queue.Add(c, idle)
 	select {
 	case <-c.done:
 		return c.err
 	case <-c.ctx.Done():
 		return c.ctx.Err()
-	}
-}
-
-// takeLocked empties the batch; b.mu is held.
-func (b *beatBatch) takeLocked() []*batchedCall {
-	calls := b.pending
-	b.pending = nil
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
-	return calls
-}
-
-// flush sends what the window collected.
-func (b *beatBatch) flush() {
-	b.mu.Lock()
-	calls := b.takeLocked()
-	b.mu.Unlock()
-	if len(calls) > 0 {
-		b.send(calls)
 	}
 }
 

@@ -1,4 +1,31 @@
-package store
+// Package workview is one replica's view of where work may be in the
+// store: per shard, which queues were last seen empty and when the shard's
+// earliest due job falls. It only decides whether the store asks Valkey
+// (an idle claim the view rules out reads nothing): a stale view delays a
+// grant, never makes one.
+//
+// Every store script that puts a job in a ready or sticky queue (enqueue,
+// and requeue in settle, release and the rest) announces the queue on its
+// shard's channel "<shard prefix>work" with SPUBLISH (lib/store.lua
+// announce(); same slot as the shard's keys). Run holds one sharded
+// subscription per shard through the PubSub the store gives it, and
+// forgets that a queue was empty when it is named, and only that queue:
+// job traffic elsewhere on the shard leaves its other empty queues known.
+// A queue read that was in flight when its announcement arrived is not
+// recorded. This replica's own writes are visible to its next claim at
+// once: after a work script of this replica on a shard, empty queues read
+// before it are not trusted until a fence (a probe this replica publishes
+// on the shard's channel after the write, delivered in order behind the
+// write's own announcements) comes back; the first claim that finds the
+// shard unfenced reads its queues and sends the fence. A queue seen empty
+// is asked again after 10 minutes anyway (a lost announcement costs at
+// most that much latency); due heads are re-read every second and after
+// this replica's work writes on the shard. It keeps at most
+// Options.WorkViewQueues empty queues per shard (default 65,536, each as a
+// 64-bit hash of its name, about 80 B), forgetting an eighth at random
+// when full, so a fleet with more queues than that on a shard reads some
+// queue heads, in proportion.
+package workview
 
 import (
 	"context"
@@ -8,18 +35,26 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/valkey-io/valkey-go"
 )
 
-// workView is one replica's view of where work may be: per shard, which
+// PubSub is what the view needs from the server: publish on a shard's
+// channel, and hold a sharded subscription to it.
+type PubSub interface {
+	// Publish sends msg on channel (SPUBLISH).
+	Publish(ctx context.Context, channel, msg string) error
+	// Receive subscribes to channel (SSUBSCRIBE) and calls fn with each
+	// message until ctx ends or the subscription fails.
+	Receive(ctx context.Context, channel string, fn func(msg string)) error
+}
+
+// View is one replica's view of where work may be: per shard, which
 // queues were last seen empty and when the shard's earliest due job falls.
 // It only decides whether to ask Valkey; every decision is still made by
 // the shard's scripts, so a stale view costs latency, never a job:
 //
 //   - a queue seen empty stays "empty" until a script announces an entry in
 //     it (SPUBLISH on its shard's channel, announce() in lib/store.lua), or
-//     for at most workViewEmptyTTL (the periodic re-check: what a lost
+//     for at most emptyTTL (the periodic re-check: what a lost
 //     announcement costs). Only the announced queue is forgotten, so job
 //     traffic on a shard leaves its other empty queues known.
 //   - a read that was in flight when an announcement for its queue arrived
@@ -27,7 +62,7 @@ import (
 //     connections, in either order): announcements are numbered per shard,
 //     a read carries the number current when it was sent, and the last
 //     number of each recently announced queue is kept (bounded: past
-//     workViewRecent the shard's older reads are simply not recorded).
+//     recentMax the shard's older reads are simply not recorded).
 //   - this Store's own writes must be visible to its next claim at once
 //     (read-your-writes through one replica, as the reference): after a
 //     work script of this Store on a shard, an empty entry read before it
@@ -36,7 +71,7 @@ import (
 //     The channel delivers in order, so by then the write's own
 //     announcements have been applied. The first claim that finds a shard
 //     unfenced reads its queues as before and sends the fence.
-//   - a shard's due head is trusted for workViewDueTTL, or until this Store
+//   - a shard's due head is trusted for dueTTL, or until this Store
 //     runs a work script there. Another replica's write puts nothing due
 //     sooner than the awaiting window or a lease, so a short TTL suffices.
 //     Past the TTL one caller reads it again while the others keep using
@@ -45,7 +80,7 @@ import (
 // A shard's view is live only while this Store's subscription to the
 // shard's channel is known to deliver (RunWorkView: a probe it published
 // came back); otherwise every claim and sweep reads Valkey as before.
-type workView struct {
+type View struct {
 	mu     sync.Mutex
 	skew   time.Duration // added to the local clock (tests: the TTLs pass at once)
 	live   []bool
@@ -62,8 +97,10 @@ type workView struct {
 	// 10^8, and seeded per process, so it cannot be aimed at) makes a
 	// queue look empty until its next announcement or the re-check:
 	// latency, never a job.
-	seed  maphash.Seed
-	epoch time.Time // emptySeen.at counts from here (monotonic)
+	seed   maphash.Seed
+	epoch  time.Time // emptySeen.at counts from here (monotonic)
+	ps     PubSub
+	prefix []string // shard i's key prefix; its channel is prefix+"work"
 }
 
 // shardView is one shard's part of the view.
@@ -84,16 +121,16 @@ type shardView struct {
 
 type emptySeen struct {
 	own uint64        // this Store's writes on the shard when the read was sent
-	at  time.Duration // when the read was sent, from workView.epoch
+	at  time.Duration // when the read was sent, from View.epoch
 	ver uint32        // shardView.ver then (low bits; it changes only when the view goes live or off)
 }
 
 type dueSeen struct {
 	ver uint64
 	at  time.Time // local clock at the read
-	// refresh: when the first caller past workViewDueTTL set out to read
+	// refresh: when the first caller past dueTTL set out to read
 	// the head again; until that read lands (or for another
-	// workViewDueTTL), other callers use this reading rather than all
+	// dueTTL), other callers use this reading rather than all
 	// reading at once (a relay answers many requests in the meantime).
 	refresh time.Time
 	raw     int64 // store clock at the read, without the test offset
@@ -101,13 +138,13 @@ type dueSeen struct {
 	ok      bool
 }
 
-// viewStamp is what a read of a shard carries from the instant it was sent.
-type viewStamp struct {
+// Stamp is what a read of a shard carries from the instant it was sent.
+type Stamp struct {
 	ver, dueVer, own, ann uint64
 }
 
 const (
-	// workViewEmptyTTL is the periodic re-check of a queue seen empty: it
+	// emptyTTL is the periodic re-check of a queue seen empty: it
 	// bounds what a lost announcement costs (an announcement is lost
 	// unnoticed only if it is never delivered while the subscription
 	// stays up; a dropped subscription turns the shard's view off). Each
@@ -115,24 +152,26 @@ const (
 	// daemon's requests over R replicas each one sees that daemon every
 	// R ticks (about 10 s each): at one minute, with three replicas, every
 	// second claim re-read its queues; at ten, one in twenty.
-	workViewEmptyTTL = 10 * time.Minute
-	workViewDueTTL   = time.Second
-	// DefaultWorkViewQueues is Options.WorkViewQueues' default: the empty
+	emptyTTL = 10 * time.Minute
+	dueTTL   = time.Second
+	// DefaultQueues is Options.WorkViewQueues' default: the empty
 	// queues remembered per shard (each device adds its own queues: about
 	// three per consenting owner and site). 65,536 a shard is at most
 	// about 84 MB over 16 shards, reached only by a fleet that large.
-	DefaultWorkViewQueues = 65536
-	// workViewRecent bounds the recently announced queues kept per shard.
-	workViewRecent = 4096
-	// workViewFenceWait: a fence not back by then is sent again.
-	workViewFenceWait = time.Second
-	maxScore          = int64(1) << 62
+	DefaultQueues = 65536
+	// recentMax bounds the recently announced queues kept per shard.
+	recentMax = 4096
+	// fenceWait: a fence not back by then is sent again.
+	fenceWait = time.Second
 )
 
-func newWorkView(shards []string, maxQueues int) *workView {
-	v := &workView{live: make([]bool, len(shards)), sh: make([]shardView, len(shards)),
+// New is the view of the shards whose key prefixes are shards, remembering
+// at most maxQueues empty queues a shard (at least 8). ps may be nil when
+// Run is never called (a server without sharded pub/sub).
+func New(shards []string, maxQueues int, ps PubSub) *View {
+	v := &View{live: make([]bool, len(shards)), sh: make([]shardView, len(shards)),
 		shards: make(map[string]int, len(shards)), maxQueues: max(maxQueues, 8),
-		seed: maphash.MakeSeed(), epoch: time.Now()}
+		seed: maphash.MakeSeed(), epoch: time.Now(), ps: ps, prefix: shards}
 	for i, p := range shards {
 		v.shards[p] = i
 		v.sh[i].empty = map[uint64]emptySeen{}
@@ -141,17 +180,17 @@ func newWorkView(shards []string, maxQueues int) *workView {
 	return v
 }
 
-// now is the local clock the view's TTLs are measured on.
-func (v *workView) now() time.Time {
+// Now is the local clock the view's TTLs are measured on.
+func (v *View) Now() time.Time {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return time.Now().Add(v.skew)
 }
 
-// touched notes a work script of this Store on the shard of prefix: it may
+// Touched notes a work script of this Store on the shard of prefix: it may
 // have added queue entries (announced, see fence) or brought a due instant
 // closer (the due head is read again).
-func (v *workView) touched(prefix string) {
+func (v *View) Touched(prefix string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if i, ok := v.shards[prefix]; ok {
@@ -161,21 +200,21 @@ func (v *workView) touched(prefix string) {
 	}
 }
 
-// announced: queue (a full key name) of shard i gained an entry.
-func (v *workView) announced(i int, queue string) {
+// Announced: queue (a full key name) of shard i gained an entry.
+func (v *View) Announced(i int, queue string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
 	sv.ann++
 	delete(sv.empty, maphash.String(v.seed, queue))
-	if len(sv.recent) >= workViewRecent {
+	if len(sv.recent) >= recentMax {
 		clear(sv.recent)
 		sv.floor = sv.ann
 	}
 	sv.recent[queue] = sv.ann
 }
 
-func (v *workView) setLive(i int, live bool) {
+func (v *View) SetLive(i int, live bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.live[i] = live
@@ -189,19 +228,19 @@ func (v *workView) setLive(i int, live bool) {
 	sv.fenced = sv.own
 }
 
-// stamp is shard i's state, taken before a read whose result may be kept.
-func (v *workView) stamp(i int) viewStamp {
+// Stamp is shard i's state, taken before a read whose result may be kept.
+func (v *View) Stamp(i int) Stamp {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
-	return viewStamp{ver: sv.ver, dueVer: sv.dueVer, own: sv.own, ann: sv.ann}
+	return Stamp{ver: sv.ver, dueVer: sv.dueVer, own: sv.own, ann: sv.ann}
 }
 
-// queuesEmpty: were all these queues of shard i seen empty, and is that
+// QueuesEmpty: were all these queues of shard i seen empty, and is that
 // still to be trusted? fence is non-empty when the answer is no only
 // because this Store wrote to the shard since: the caller publishes it
 // (publishFence), and the entries are trusted again once it is back.
-func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool, fence string) {
+func (v *View) QueuesEmpty(i int, queues []string, at time.Time) (empty bool, fence string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.live[i] {
@@ -221,7 +260,7 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool
 	if !unfenced {
 		return true, ""
 	}
-	if sv.fence != "" && at.Sub(sv.fenceAt) < workViewFenceWait {
+	if sv.fence != "" && at.Sub(sv.fenceAt) < fenceWait {
 		return false, ""
 	}
 	var b [8]byte
@@ -230,17 +269,17 @@ func (v *workView) queuesEmpty(i int, queues []string, at time.Time) (empty bool
 	return false, sv.fence
 }
 
-// quiet: does the view already know that shard i holds nothing due and
+// Quiet: does the view already know that shard i holds nothing due and
 // that every one of these queues is empty? Unlike notDue and queuesEmpty
 // it changes nothing (it takes no part in refreshing the due reading and
 // starts no fence), so asking costs the next claim nothing; an answer it
 // cannot give without a read is false.
-func (v *workView) quiet(i int, queues []string, at time.Time, offset int64) bool {
+func (v *View) Quiet(i int, queues []string, at time.Time, offset int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
 	d := &sv.due
-	if !v.live[i] || !d.ok || d.ver != sv.dueVer || at.Sub(d.at) > workViewDueTTL || !d.clearAt(at, offset) {
+	if !v.live[i] || !d.ok || d.ver != sv.dueVer || at.Sub(d.at) > dueTTL || !d.clearAt(at, offset) {
 		return false
 	}
 	for _, q := range queues {
@@ -253,11 +292,11 @@ func (v *workView) quiet(i int, queues []string, at time.Time, offset int64) boo
 }
 
 // seenEmpty is shard sv's entry for queue q if it still stands: written in
-// the shard's current version and not older than workViewEmptyTTL. v.mu
+// the shard's current version and not older than emptyTTL. v.mu
 // is held.
-func (v *workView) seenEmpty(sv *shardView, q string, at time.Time) (emptySeen, bool) {
+func (v *View) seenEmpty(sv *shardView, q string, at time.Time) (emptySeen, bool) {
 	e, ok := sv.empty[maphash.String(v.seed, q)]
-	if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > workViewEmptyTTL {
+	if !ok || e.ver != uint32(sv.ver) || at.Sub(v.epoch)-e.at > emptyTTL {
 		return emptySeen{}, false
 	}
 	return e, true
@@ -269,8 +308,8 @@ func (d *dueSeen) clearAt(at time.Time, offset int64) bool {
 	return d.head > d.raw+at.Sub(d.at).Milliseconds()+1+offset
 }
 
-// fenceBack: a probe came back on shard i's subscription.
-func (v *workView) fenceBack(i int, msg string) {
+// FenceBack: a probe came back on shard i's subscription.
+func (v *View) FenceBack(i int, msg string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
@@ -280,7 +319,7 @@ func (v *workView) fenceBack(i int, msg string) {
 	}
 }
 
-func (v *workView) sawEmpty(i int, st viewStamp, queue string, at time.Time) {
+func (v *View) SawEmpty(i int, st Stamp, queue string, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
@@ -301,17 +340,17 @@ func (v *workView) sawEmpty(i int, st viewStamp, queue string, at time.Time) {
 	sv.empty[maphash.String(v.seed, queue)] = emptySeen{ver: uint32(st.ver), own: st.own, at: at.Sub(v.epoch)}
 }
 
-// notDue: is shard i known to hold nothing due at the store clock, offset
+// NotDue: is shard i known to hold nothing due at the store clock, offset
 // applied, estimated from the last read plus the local time since?
-func (v *workView) notDue(i int, at time.Time, offset int64) bool {
+func (v *View) NotDue(i int, at time.Time, offset int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	d := &v.sh[i].due
 	if !v.live[i] || !d.ok || d.ver != v.sh[i].dueVer {
 		return false
 	}
-	if at.Sub(d.at) > workViewDueTTL {
-		if d.refresh.IsZero() || at.Sub(d.refresh) > workViewDueTTL {
+	if at.Sub(d.at) > dueTTL {
+		if d.refresh.IsZero() || at.Sub(d.refresh) > dueTTL {
 			d.refresh = at // this caller reads; the others wait for it
 			return false
 		}
@@ -319,7 +358,7 @@ func (v *workView) notDue(i int, at time.Time, offset int64) bool {
 	return d.clearAt(at, offset)
 }
 
-func (v *workView) sawDue(i int, st viewStamp, at time.Time, raw, head int64) {
+func (v *View) SawDue(i int, st Stamp, at time.Time, raw, head int64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.live[i] && v.sh[i].dueVer == st.dueVer {
@@ -327,32 +366,28 @@ func (v *workView) sawDue(i int, st viewStamp, at time.Time, raw, head int64) {
 	}
 }
 
-// publishFence sends shard i's fence (queuesEmpty) on its channel; its
-// arrival is handled by subscribeShard. A fence lost on the way is sent
-// again by a later claim after workViewFenceWait.
-func (s *Store) publishFence(i int, fence string) {
-	ctx, cancel := context.WithTimeout(context.Background(), workViewFenceWait)
+// SendFence sends shard i's fence (QueuesEmpty) on its channel; its
+// arrival is handled by Run's subscription. A fence lost on the way is sent
+// again by a later claim after fenceWait.
+func (v *View) SendFence(i int, fence string) {
+	ctx, cancel := context.WithTimeout(context.Background(), fenceWait)
 	defer cancel()
-	_ = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.shards[i]+"work").Message(fence).Build()).Error()
+	_ = v.ps.Publish(ctx, v.prefix[i]+"work", fence)
 }
 
-// RunWorkView keeps this Store's work view (see workView) until ctx ends:
-// one sharded subscription per shard, each restarted after a failure (that
-// shard's view is off meanwhile). While a shard's view is live, an empty
-// claim or a sweep with nothing due asks that shard nothing. It returns at
-// once when the server has no sharded pub/sub (the embedded store).
-func (s *Store) RunWorkView(ctx context.Context) {
-	if !s.announce {
-		return
-	}
+// Run keeps the view until ctx ends: one sharded subscription per shard,
+// each restarted after a failure (that shard's view is off meanwhile).
+// While a shard's view is live, an empty claim or a sweep with nothing due
+// asks that shard nothing.
+func (v *View) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for i, p := range s.k.shards {
+	for i, p := range v.prefix {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer s.view.setLive(i, false)
+			defer v.SetLive(i, false)
 			for ctx.Err() == nil {
-				s.subscribeShard(ctx, i, p+"work")
+				v.subscribeShard(ctx, i, p+"work")
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):
@@ -367,7 +402,7 @@ func (s *Store) RunWorkView(ctx context.Context) {
 // ends. The shard's view goes live when a probe published after the
 // subscription started comes back through it: from then on no
 // announcement can be missed unnoticed.
-func (s *Store) subscribeShard(ctx context.Context, i int, channel string) {
+func (v *View) subscribeShard(ctx context.Context, i int, channel string) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	probe := "~" + hex.EncodeToString(b[:])
@@ -377,7 +412,7 @@ func (s *Store) subscribeShard(ctx context.Context, i int, channel string) {
 	var once sync.Once
 	go func() {
 		for {
-			_ = s.c.Do(sub, s.c.B().Spublish().Channel(channel).Message(probe).Build()).Error()
+			_ = v.ps.Publish(sub, channel, probe)
 			select {
 			case <-sub.Done():
 				return
@@ -387,27 +422,27 @@ func (s *Store) subscribeShard(ctx context.Context, i int, channel string) {
 			}
 		}
 	}()
-	_ = s.c.Receive(sub, s.c.B().Ssubscribe().Channel(channel).Build(), func(m valkey.PubSubMessage) {
-		if strings.HasPrefix(m.Message, "~") { // a probe or fence, ours or another replica's
-			s.view.fenceBack(i, m.Message)
-			if m.Message == probe {
+	_ = v.ps.Receive(sub, channel, func(msg string) {
+		if strings.HasPrefix(msg, "~") { // a probe or fence, ours or another replica's
+			v.FenceBack(i, msg)
+			if msg == probe {
 				once.Do(func() {
 					close(arrived)
-					s.view.setLive(i, true)
+					v.SetLive(i, true)
 				})
 			}
 			return
 		}
-		s.view.announced(i, s.k.shards[i]+m.Message)
+		v.Announced(i, v.prefix[i]+msg)
 	})
-	s.view.setLive(i, false)
+	v.SetLive(i, false)
 }
 
-// viewLive: every shard's view is live (tests, benchmarks).
-func (s *Store) viewLive() bool {
-	s.view.mu.Lock()
-	defer s.view.mu.Unlock()
-	for _, l := range s.view.live {
+// Live: every shard's view is live.
+func (v *View) Live() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, l := range v.live {
 		if !l {
 			return false
 		}
