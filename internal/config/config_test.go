@@ -55,6 +55,7 @@ func writeCert(t *testing.T) (certFile, keyFile string) {
 
 // The budget floor must be the planes' real limit.
 func TestPlanesMaxBodyMatchesRelay(t *testing.T) {
+	t.Parallel()
 	if PlanesMaxBody != relay.MaxBodyBytes {
 		t.Fatalf("config.PlanesMaxBody = %d, relay.MaxBodyBytes = %d", PlanesMaxBody, relay.MaxBodyBytes)
 	}
@@ -65,6 +66,7 @@ func envOf(m map[string]string) func(string) string {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := Load(nil, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatalf("Load with nothing set: %v", err)
@@ -110,6 +112,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestValues(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "projection.json")
 	if err := os.WriteFile(file, []byte(`{"consents":[]}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -235,6 +238,7 @@ func unreadableFile(t *testing.T) string {
 // TestProblems pins the messages: each names the option as the operator set
 // it and says what to write instead.
 func TestProblems(t *testing.T) {
+	t.Parallel()
 	certFile, keyFile := writeCert(t)
 	otherCert, _ := writeCert(t)
 	unreadable := unreadableFile(t)
@@ -386,6 +390,7 @@ func TestProblems(t *testing.T) {
 const testCPKey = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 
 func TestAllProblemsReportedAtOnce(t *testing.T) {
+	t.Parallel()
 	_, err := Load(nil, envOf(map[string]string{
 		"RELAY_LEASE_MS":             "x",
 		"RELAY_BASE_PATH":            "x",
@@ -401,6 +406,7 @@ func TestAllProblemsReportedAtOnce(t *testing.T) {
 }
 
 func TestFlagErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -436,6 +442,7 @@ func TestFlagErrors(t *testing.T) {
 }
 
 func TestLogAttrsHideSecrets(t *testing.T) {
+	t.Parallel()
 	c, err := Load(nil, envOf(map[string]string{
 		"RELAY_VALKEY_URL":  "redis://u:hunter2@h:6379/0",
 		"RELAY_ADMIN_TOKEN": "topsecret-topsecret",
@@ -457,6 +464,7 @@ func TestLogAttrsHideSecrets(t *testing.T) {
 // configuration with nothing set is the owners' defaults, so a default
 // changed in its package cannot disagree with what the binary runs.
 func TestDefaultsComeFromOwners(t *testing.T) {
+	t.Parallel()
 	cfg, err := Load(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -493,6 +501,7 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 // The namespace rule is one regular expression (store.NamespacePattern):
 // what configuration accepts is exactly what the store accepts.
 func TestNamespaceRuleIsTheStores(t *testing.T) {
+	t.Parallel()
 	for _, ns := range []string{"byollm", "a", "A9", "a.b_c-d", strings.Repeat("n", 64),
 		"", "_x", "-x", ".x", "a:b", "{a}", "a b", strings.Repeat("n", 65)} {
 		_, err := Load([]string{"-namespace", ns}, func(string) string { return "" }, io.Discard)

@@ -11,6 +11,7 @@ import (
 // RELAY_GRANT_KEY_FILE is checked at start: a readable Ed25519 seed is
 // taken, anything else stops the start with how to make one.
 func TestGrantKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "grant.key")
 	// 32 bytes, base64url.
@@ -43,6 +44,7 @@ func TestGrantKeyFile(t *testing.T) {
 
 // RELAY_POLICY_FILE must name a readable regular file.
 func TestPolicyFile(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "policy.json")
 	if err := os.WriteFile(file, []byte(`{}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -62,6 +64,7 @@ func TestPolicyFile(t *testing.T) {
 // key's public half is what devices pin), and refuses one that is another
 // key's, saying which to write.
 func TestBuiltinGrantMode(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "grant.key")
 	// The seed 00 01 02 … 1f; its public half is below.
 	if err := os.WriteFile(file, []byte("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8\n"), 0o600); err != nil {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestDrainAndOTLPOptions(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		env     map[string]string
@@ -49,6 +50,7 @@ func TestDrainAndOTLPOptions(t *testing.T) {
 }
 
 func TestEnvVars(t *testing.T) {
+	t.Parallel()
 	vars := EnvVars()
 	for _, want := range []string{"RELAY_VALKEY_URL", "RELAY_LISTEN", "RELAY_ADMIN_LISTEN", "RELAY_DRAIN_PERIOD", "RELAY_OTLP_ENDPOINT", "RELAY_FIXTURE_FILE", "RELAY_SWEEP_MS"} {
 		if !slices.Contains(vars, want) {
@@ -74,6 +76,7 @@ func TestEnvVars(t *testing.T) {
 }
 
 func TestTrustedProxiesAndPairingsPerAddress(t *testing.T) {
+	t.Parallel()
 	cfg, err := Load(nil, envOf(map[string]string{"RELAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7 ,fd00::/8", "RELAY_PAIRINGS_PER_ADDRESS": "3"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +93,7 @@ func TestTrustedProxiesAndPairingsPerAddress(t *testing.T) {
 }
 
 func TestPairingsPerNetworkAndMax(t *testing.T) {
+	t.Parallel()
 	cfg, err := Load(nil, envOf(map[string]string{"RELAY_PAIRINGS_PER_NETWORK": "50", "RELAY_PAIRINGS_MAX": "20000"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +112,7 @@ func TestPairingsPerNetworkAndMax(t *testing.T) {
 }
 
 func TestSiteLimits(t *testing.T) {
+	t.Parallel()
 	l, err := ParseSiteLimits(" *=jobs:500,rate:off ; siteA=bytes:64MiB,jobs:10;tricky=id=rate:0.5,burst:2; siteB=jobs:off")
 	if err != nil {
 		t.Fatal(err)

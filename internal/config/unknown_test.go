@@ -6,6 +6,7 @@ import (
 )
 
 func TestUnknownVars(t *testing.T) {
+	t.Parallel()
 	env := []string{
 		"PATH=/usr/bin",
 		"RELAY_VALKEY_URI=redis://10.0.0.1:6379/0", // the misspelling of issue 28
@@ -47,6 +48,7 @@ func TestUnknownVars(t *testing.T) {
 }
 
 func TestEditDistance(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		a, b string
 		d    int

@@ -109,6 +109,7 @@ func matrixOfBytes(t *testing.T, n int) []Capability {
 
 // What a real daemon advertises is accepted, and is far below every bound.
 func TestAdvertRealDaemon(t *testing.T) {
+	t.Parallel()
 	caps := realDaemonMatrix()
 	withheld := []WithheldKind{{Kind: KindChat, Claimants: []Claimant{{"ollama", "private"}, {"mlx", "team"}}}}
 	r, err := DecodeHeartbeatRequest(heartbeatValue(t, caps, withheld))
@@ -126,6 +127,7 @@ func TestAdvertRealDaemon(t *testing.T) {
 // refused one past it, with a schema error (the protocol's schema refusal
 // on the wire); heartbeat, claim and pair start share the matrix schema.
 func TestAdvertBounds(t *testing.T) {
+	t.Parallel()
 	many := func(n int) []Capability {
 		out := make([]Capability, n)
 		for i := range out {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestBodyCost(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		body string
 		want int64
@@ -25,7 +26,7 @@ func TestBodyCost(t *testing.T) {
 }
 
 // The estimate must cover what parsing really takes, for the shapes that
-// amplify most.
+// amplify most. Not parallel: it measures the heap.
 func TestBodyCostCoversParse(t *testing.T) {
 	for _, unit := range []string{"{},", "[],", "0,", `"",`, `{"a":{}},`} {
 		body := []byte("[" + strings.Repeat(unit, 100_000) + "0]")

@@ -15,6 +15,7 @@ import (
 // Rows: [schema, body text, outcome, zod's re-emitted data or ""].
 // Outcome is ok/fail, or for pair the matching shape (start/poll/fixture/none).
 func TestDecodeMatchesZod(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile("testdata/zod_decode.json")
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +85,7 @@ func TestDecodeMatchesZod(t *testing.T) {
 }
 
 func TestDecodeErrorPaths(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		dec  func(any) error
@@ -116,6 +118,7 @@ func TestDecodeErrorPaths(t *testing.T) {
 }
 
 func TestDecodeSiteQuery(t *testing.T) {
+	t.Parallel()
 	if _, err := DecodeSiteQuery(""); err == nil {
 		t.Error("empty siteId accepted")
 	}
@@ -125,6 +128,7 @@ func TestDecodeSiteQuery(t *testing.T) {
 }
 
 func TestHeartbeatWithheldDefault(t *testing.T) {
+	t.Parallel()
 	r, err := DecodeHeartbeatRequest(ReadBody([]byte(`{"protocolVersion":"2","runnerId":"r","daemonVersion":"1","capabilities":[],"activeLeases":[]}`)).Value)
 	if err != nil {
 		t.Fatal(err)

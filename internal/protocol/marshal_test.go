@@ -9,6 +9,7 @@ import (
 )
 
 func TestMarshalJSEscaping(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		in   any
@@ -59,6 +60,7 @@ func TestMarshalJSEscaping(t *testing.T) {
 }
 
 func TestParseJSONRoundTrip(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{`{"b":1,"a":2,"b":3}`, `{"b":3,"a":2}`},
 		{`{"b":1,"10":2,"2":3,"01":4,"4294967295":5,"4294967294":6,"-1":7}`, `{"2":3,"10":2,"4294967294":6,"b":1,"01":4,"4294967295":5,"-1":7}`},
@@ -93,6 +95,7 @@ func TestParseJSONRoundTrip(t *testing.T) {
 }
 
 func TestRequestText(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{"\xef\xbb\xbf{}", "{}"},
 		{"\xef\xbb\xbf\xef\xbb\xbf{}", "\ufeff{}"},
@@ -120,6 +123,7 @@ func TestRequestText(t *testing.T) {
 }
 
 func TestCodePointsAndUTF16(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		s         string
 		cp, utf16 int
@@ -148,6 +152,7 @@ func TestCodePointsAndUTF16(t *testing.T) {
 }
 
 func TestParseJSONDepth(t *testing.T) {
+	t.Parallel()
 	deep := func(n int) []byte {
 		return []byte(strings.Repeat("[", n) + strings.Repeat("]", n))
 	}
@@ -206,6 +211,7 @@ func appendJSStringByByte(b []byte, s string) []byte {
 }
 
 func TestAppendJSStringMatchesByteEncoder(t *testing.T) {
+	t.Parallel()
 	pieces := []string{"a", "Z", " ", "~", "\x7f", "\"", "\\", "/", "\b", "\t", "\n", "\f", "\r", "\x00", "\x1f",
 		"é", "😀", "\u2028", "\xed\xa0\x80", "\xed\xbf\xbf", "\xff", "\xc3", "\xe2\x82", "<>&", "plain text run "}
 	rng := rand.New(rand.NewPCG(1, 2))

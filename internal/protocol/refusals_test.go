@@ -6,6 +6,7 @@ import (
 )
 
 func TestRefusalBodies(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		r      *Refusal
@@ -61,6 +62,7 @@ func TestRefusalBodies(t *testing.T) {
 }
 
 func TestHolderRefusal(t *testing.T) {
+	t.Parallel()
 	for reason, want := range map[string]*Refusal{
 		"not-found": UnknownJob(), "not-holder": NotHolder(), "stale-lease": StaleLease(),
 		"not-ready": NotSealedYet(), "terminal": AlreadyFinished(),
@@ -75,6 +77,7 @@ func TestHolderRefusal(t *testing.T) {
 }
 
 func TestErrorStatus(t *testing.T) {
+	t.Parallel()
 	want := map[string]int{"bad-request": 400, "unsupported-protocol-version": 400, "daemon-below-floor": 426,
 		"unauthorized": 401, "forbidden": 403, "revoked": 403, "not-found": 404, "not-ready": 409,
 		"too-late": 409, "clock-skew": 401, "rate-limited": 429, "server-error": 500}
@@ -89,6 +92,7 @@ func TestErrorStatus(t *testing.T) {
 }
 
 func TestVersionHandshake(t *testing.T) {
+	t.Parallel()
 	const none = "{\"error\":\"unsupported-protocol-version\",\"message\":\"this request declared no protocol version. Upgrade the daemon: `npm i -g byollm@latest`.\",\"supported\":[\"2\"],\"minimum\":\"2\"}"
 	older := func(v string) string {
 		return "{\"error\":\"unsupported-protocol-version\",\"message\":\"this server speaks protocol 2 and the daemon asked for " + v + ". Upgrade the daemon: `npm i -g byollm@latest`.\",\"supported\":[\"2\"],\"minimum\":\"2\"}"
@@ -144,6 +148,7 @@ func TestVersionHandshake(t *testing.T) {
 }
 
 func TestParseQuery(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		raw, key string
 		want     []string
@@ -171,6 +176,7 @@ func TestParseQuery(t *testing.T) {
 }
 
 func TestEnvelopeBytesAndDescribe(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		env  SealedEnvelope
 		want int
@@ -191,6 +197,7 @@ func TestEnvelopeBytesAndDescribe(t *testing.T) {
 }
 
 func TestCompareVersions(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		a, b string
 		want int
@@ -219,6 +226,7 @@ func TestCompareVersions(t *testing.T) {
 }
 
 func TestUpdateOfferAndFloor(t *testing.T) {
+	t.Parallel()
 	offers := []struct {
 		offer, daemon string
 		want          bool
@@ -248,6 +256,7 @@ func TestUpdateOfferAndFloor(t *testing.T) {
 // EnvelopeBytes counts without serialising; it must equal the length of
 // what Marshal writes for every kind of character.
 func TestEnvelopeBytesMatchesMarshal(t *testing.T) {
+	t.Parallel()
 	texts := []string{"", "a", "\"\\/", "\b\t\n\f\r\x00\x1f\x7f", "é€😀", "\xed\xa0\x80", "\xed\xb0\x80x", "\xff", "\u2028<>&", strings.Repeat("😀x", 1000)}
 	for _, s := range texts {
 		env := SealedEnvelope{Ciphertext: s, RecipientKeyID: s + "r", SenderKeyID: "s" + s, Direction: "result", DeadlineAt: MaxSafeInteger}

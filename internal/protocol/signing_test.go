@@ -29,6 +29,7 @@ func keysFromSeeds(t *testing.T, edSeed, xPriv byte) (ed25519.PrivateKey, Public
 }
 
 func TestAppendixAIdentities(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		ed, x byte
@@ -68,6 +69,7 @@ func TestAppendixAIdentities(t *testing.T) {
 }
 
 func TestAppendixARequests(t *testing.T) {
+	t.Parallel()
 	devPriv, dev := keysFromSeeds(t, 0x01, 0x11)
 	sitePriv, site := keysFromSeeds(t, 0x02, 0x12)
 	cases := []struct {
@@ -138,6 +140,7 @@ func TestAppendixARequests(t *testing.T) {
 }
 
 func TestDecodeBase64URLLenient(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{"AQID", "\x01\x02\x03"},
 		{"AQI", "\x01\x02"},
@@ -156,6 +159,7 @@ func TestDecodeBase64URLLenient(t *testing.T) {
 }
 
 func TestSignatureFromHeaders(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		issued []string

@@ -61,6 +61,7 @@ func wtf8FromUnits(units []uint16) string {
 }
 
 func TestNodeVectors(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile("testdata/node_vectors.json")
 	if err != nil {
 		t.Fatal(err)

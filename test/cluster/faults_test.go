@@ -265,6 +265,7 @@ func runUnderFault(t *testing.T, fault func(t *testing.T, c *privateCluster, ns 
 // milliseconds before a crash can be lost with the primary, which no
 // client of it can prevent (the relay does not WAIT for replicas).
 func TestPrimaryFailoverUnderLoad(t *testing.T) {
+	t.Parallel() // a private cluster, namespace and replicas of its own
 	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
 		via := fmt.Sprintf("127.0.0.1:%d", cl.base)
@@ -329,6 +330,7 @@ func TestPrimaryFailoverUnderLoad(t *testing.T) {
 // a cluster missing a slot refuses everything) and then given back to its
 // owner (CLUSTER ADDSLOTS).
 func TestClusterDownUnderLoad(t *testing.T) {
+	t.Parallel() // a private cluster, namespace and replicas of its own
 	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
 		// An empty slot: the namespace's shards each take one slot of a
@@ -446,6 +448,7 @@ func replOffset(t *testing.T, c valkey.Client, field string) int64 {
 // is refused up front by its migration guard key), then SETSLOT NODE on
 // every primary (clients meet MOVED).
 func TestSlotMigrationUnderLoad(t *testing.T) {
+	t.Parallel() // a private cluster, namespace and replicas of its own
 	runUnderFault(t, func(t *testing.T, cl *privateCluster, ns string) faultRun {
 		ctx := context.Background()
 		jobSlots := cl.jobSlots(t, ns)

@@ -29,6 +29,7 @@ const (
 // collected exactly once, no client sees a 5xx, and each stopped replica
 // exits 0 within its drain period plus its shutdown timeout.
 func TestRollingRestartUnderLoad(t *testing.T) {
+	t.Parallel() // its own namespace and replicas
 	url := relaytest.ValkeyURL()
 	ns := relaytest.Namespace(t, relaytest.Open(t, url))
 	token := "lifecycle-" + randomHex(12)

@@ -26,6 +26,7 @@ const failFast = time.Second
 // replicas recover by themselves and every job enqueued is collected
 // exactly once.
 func TestValkeyOutageUnderLoad(t *testing.T) {
+	t.Parallel() // a private Valkey and replicas of its own
 	vk := relaytest.NewValkeyServer(t)
 	if err := vk.Start(); err != nil {
 		t.Fatal(err)

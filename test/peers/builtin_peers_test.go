@@ -37,6 +37,7 @@ var (
 // through the replicas' admin API (POST /policy/merge). The daemon is the
 // published byollm, paired by device code, offering its service to its team.
 func TestBuiltinGrantPeers(t *testing.T) {
+	t.Parallel() // its own namespace, replicas, ports, proxy and daemon homes
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatalf("getwd: %v", err)

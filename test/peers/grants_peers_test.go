@@ -32,6 +32,7 @@ var grantScenarios = []string{
 // (lib/authority.mjs), the real byollm daemon and the real cloud lane, every
 // request through the random-spreading proxy.
 func TestGrantPeers(t *testing.T) {
+	t.Parallel() // its own namespace, replicas, ports, proxy and daemon homes
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatalf("getwd: %v", err)

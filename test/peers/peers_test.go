@@ -76,6 +76,7 @@ var scenarios = []struct {
 func TestMain(m *testing.M) { relaytest.Main(m) }
 
 func TestPeers(t *testing.T) {
+	t.Parallel() // its own namespace, replicas, ports, proxy and daemon homes
 	runPeers(t, relaytest.ValkeyURL(), nil)
 }
 
@@ -88,6 +89,7 @@ var clusterScenarios = []string{"S1", "S4", "S8"}
 // TestPeersCluster runs part of the suite with the three replicas on the
 // Valkey Cluster at RELAY_TEST_VALKEY_CLUSTER_URL (.ci/run starts one).
 func TestPeersCluster(t *testing.T) {
+	t.Parallel() // its own namespace, replicas, ports, proxy and daemon homes
 	u := relaytest.ClusterURL()
 	if u == "" {
 		t.Skip("RELAY_TEST_VALKEY_CLUSTER_URL is unset: no cluster to run the peers on (start one with .ci/cluster start)")
