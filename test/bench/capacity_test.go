@@ -44,6 +44,9 @@ func TestCapacitySmoke(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "capacity.sh")
 	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out, "BENCH_SERVER="+server,
 		"IDLE_DAEMONS="+strconv.Itoa(smokeIdleDaemons), "CAP_PIN=1", "CAP_RAMPS=", "CAP_RAMP_ONLY=")
+	// A server the script started and left behind would keep its output
+	// pipes open; once the script itself has exited, stop waiting on them.
+	cmd.WaitDelay = 10 * time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	md, err := cmd.Output()
