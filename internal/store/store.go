@@ -434,17 +434,6 @@ func assemble(fsys fs.FS, common []byte, body string) (string, error) {
 // Namespace is the namespace this store works in.
 func (s *Store) Namespace() string { return s.opts.Namespace }
 
-// IdleBeatWait is the longest an idle heartbeat's presence write waits in
-// this Store's batch before it is sent (0 when heartbeats are not
-// batched): what a caller's deadline for such a Heartbeat must allow on
-// top of the store's own time.
-func (s *Store) IdleBeatWait() time.Duration {
-	if s.beats == nil {
-		return 0
-	}
-	return s.beats.queue.IdleWindow()
-}
-
 // KeyPattern matches every key of this store's namespace (SCAN MATCH).
 func (s *Store) KeyPattern() string { return s.k.pattern() }
 
