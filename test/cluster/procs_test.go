@@ -69,7 +69,12 @@ type clusterNode struct {
 
 func (c *privateCluster) nodes(t *testing.T, via string) []clusterNode {
 	t.Helper()
-	n := node(t, via)
+	// Its own client, closed here: callers poll this every 50 ms.
+	n, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{via}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatalf("connect %s: %v", via, err)
+	}
+	defer n.Close()
 	text, err := n.Do(context.Background(), n.B().ClusterNodes().Build()).ToString()
 	if err != nil {
 		t.Fatalf("CLUSTER NODES via %s: %v", via, err)
