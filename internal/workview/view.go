@@ -61,8 +61,11 @@ type PubSub interface {
 //     is not recorded (the read and the announcement travel on different
 //     connections, in either order): announcements are numbered per shard,
 //     a read carries the number current when it was sent, and the last
-//     number of each recently announced queue is kept (bounded: past
-//     recentMax the shard's older reads are simply not recorded).
+//     number of each recently announced queue is kept for between
+//     recentAge and twice that (and at most recentMax a shard): a read
+//     sent before what is still kept is simply not recorded. So the
+//     memory it takes follows the traffic of the last seconds, not of
+//     every queue ever announced.
 //   - this Store's own writes must be visible to its next claim at once
 //     (read-your-writes through one replica, as the reference): after a
 //     work script of this Store on a shard, an empty entry read before it
@@ -112,11 +115,16 @@ type shardView struct {
 	fence   string // the fence in flight ("" when none)
 	fenceT  uint64 // own when it was sent
 	fenceAt time.Time
-	ann     uint64               // announcements received
-	recent  map[string]uint64    // queue -> number of its last announcement
-	floor   uint64               // reads sent before this number are not recorded
-	empty   map[uint64]emptySeen // queueKey -> when it was seen empty
-	due     dueSeen
+	ann     uint64 // announcements received
+	// recent and older: queue -> number of its last announcement, in two
+	// generations of recentAge each; when recent is older than that,
+	// older is dropped and recent takes its place.
+	recent, older map[string]uint64
+	recentFrom    time.Time            // when recent was started
+	olderTo       uint64               // the last announcement older holds
+	floor         uint64               // reads sent before this number are not recorded
+	empty         map[uint64]emptySeen // queueKey -> when it was seen empty
+	due           dueSeen
 }
 
 type emptySeen struct {
@@ -159,7 +167,11 @@ const (
 	// three per consenting owner and site). 65,536 a shard is at most
 	// about 84 MB over 16 shards, reached only by a fleet that large.
 	DefaultQueues = 65536
-	// recentMax bounds the recently announced queues kept per shard.
+	// recentAge is how long an announcement's number is kept at least
+	// (twice that at most): far longer than a queue read stays in flight
+	// (the store's per-call deadline, 500 ms by default). recentMax bounds
+	// the numbers kept per shard whatever the traffic.
+	recentAge = 10 * time.Second
 	recentMax = 4096
 	// fenceWait: a fence not back by then is sent again.
 	fenceWait = time.Second
@@ -176,6 +188,7 @@ func New(shards []string, maxQueues int, ps PubSub) *View {
 		v.shards[p] = i
 		v.sh[i].empty = map[uint64]emptySeen{}
 		v.sh[i].recent = map[string]uint64{}
+		v.sh[i].recentFrom = v.epoch
 	}
 	return v
 }
@@ -205,10 +218,17 @@ func (v *View) Announced(i int, queue string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
+	if now := time.Now().Add(v.skew); now.Sub(sv.recentFrom) >= recentAge {
+		// older goes: the reads it could still refuse are those sent
+		// before its last announcement.
+		sv.floor = max(sv.floor, sv.olderTo)
+		sv.older, sv.olderTo = sv.recent, sv.ann
+		sv.recent, sv.recentFrom = map[string]uint64{}, now
+	}
 	sv.ann++
 	delete(sv.empty, maphash.String(v.seed, queue))
 	if len(sv.recent) >= recentMax {
-		clear(sv.recent)
+		sv.recent, sv.older = map[string]uint64{}, nil
 		sv.floor = sv.ann
 	}
 	sv.recent[queue] = sv.ann
@@ -323,7 +343,7 @@ func (v *View) SawEmpty(i int, st Stamp, queue string, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sv := &v.sh[i]
-	if !v.live[i] || sv.ver != st.ver || st.ann < sv.floor || sv.recent[queue] > st.ann {
+	if !v.live[i] || sv.ver != st.ver || st.ann < sv.floor || sv.recent[queue] > st.ann || sv.older[queue] > st.ann {
 		return
 	}
 	if len(sv.empty) >= v.maxQueues {

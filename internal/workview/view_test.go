@@ -123,3 +123,41 @@ func TestWorkViewBoundForgetsAShare(t *testing.T) {
 		t.Fatal("no queues at all: nothing to read")
 	}
 }
+
+// The numbers of announced queues are kept for a while, not for good: a
+// replica that has seen a million queues announced once holds only those
+// of the last seconds, and a read sent before what it still holds is not
+// recorded, while a read it can still judge is judged as before.
+func TestWorkViewForgetsOldAnnouncements(t *testing.T) {
+	t.Parallel()
+	v := New([]string{"p:"}, DefaultQueues, nil)
+	v.SetLive(0, true)
+	at := time.Now()
+	before := v.Stamp(0)
+	for n := range 100 {
+		v.Announced(0, fmt.Sprintf("p:q%d", n))
+	}
+	afterAll := v.Stamp(0)
+	if got := len(v.sh[0].recent); got != 100 {
+		t.Fatalf("%d announced queues kept, want 100", got)
+	}
+	v.skew += recentAge
+	v.Announced(0, "p:x") // the 100 become the older generation
+	v.skew += recentAge
+	v.Announced(0, "p:y") // and are dropped
+	if kept := len(v.sh[0].recent) + len(v.sh[0].older); kept != 2 {
+		t.Fatalf("%d announced queues kept two ages later, want 2 (x and y)", kept)
+	}
+	v.SawEmpty(0, before, "p:q1", at)
+	if empty, _ := v.QueuesEmpty(0, []string{"p:q1"}, at); empty {
+		t.Fatal("a read sent before announcements the view no longer holds was recorded")
+	}
+	v.SawEmpty(0, afterAll, "p:x", at)
+	if empty, _ := v.QueuesEmpty(0, []string{"p:x"}, at); empty {
+		t.Fatal("a read sent before its queue's announcement was recorded")
+	}
+	v.SawEmpty(0, afterAll, "p:q1", at)
+	if empty, _ := v.QueuesEmpty(0, []string{"p:q1"}, at); !empty {
+		t.Fatal("a read sent after its queue's announcement was not recorded")
+	}
+}
