@@ -316,7 +316,8 @@
 // A replica's own memory is bounded the same way: the placement cache
 // (Options.PlacementCacheSites, two generations, each entry trusted for
 // Options.PlacementRefresh), the work view
-// (Options.WorkViewQueues per shard), the results cache
+// (Options.WorkViewQueues per shard; the queues announced to it are kept
+// 10 to 20 s, at most 4,096 a shard), the results cache
 // (Options.ResultCacheBytes, each site's entry counted), the relay's
 // presence checks (100,000 runners), the operations view's activity (500
 // sites × 10 minutes), per-site queue ages (the projection's sites). A
