@@ -160,6 +160,9 @@ func NewPlacer(cfg Config) *Placer {
 	if cfg.RefreshAge <= 0 {
 		cfg.RefreshAge = DefaultRefreshAge
 	}
+	if cfg.CacheSites <= 0 {
+		cfg.CacheSites = DefaultPlacementCacheSites
+	}
 	return &Placer{cfg: cfg, cache: newPlaceCache(cfg.CacheSites)}
 }
 
