@@ -1,8 +1,11 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // The placement cache keeps at most two generations of
@@ -36,7 +39,10 @@ func TestPlacementCacheBounded(t *testing.T) {
 		}
 		// siteShard itself reads through a miss (an entry forgotten between
 		// a call's placement and its use): here a replica that holds none.
-		other := twin(t, b, h.s)
+		other, err := New(context.Background(), b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard(), PlacementCacheSites: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for s, sh := range shards {
 			if got := other.k.siteShard(s); got != sh {
 				t.Fatalf("siteShard(%s) read through as %d, placed on %d", s, got, sh)
