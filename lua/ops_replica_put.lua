@@ -3,7 +3,7 @@
 -- trimmed of entries older than the TTL and to ARGV[7] members.
 --
 -- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
--- internal/store/opsview.go).
+-- internal/opsstore; keys in internal/store/opskeys.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

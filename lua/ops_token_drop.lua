@@ -1,7 +1,7 @@
 -- ops_token_drop: revoke a scoped view token by its id.
 --
 -- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
--- internal/store/opsview.go).
+-- internal/opsstore; keys in internal/store/opskeys.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

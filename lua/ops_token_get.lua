@@ -2,7 +2,7 @@
 -- site's generation is the one it was minted in (ops_token_put). Pure read.
 --
 -- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
--- internal/store/opsview.go).
+-- internal/opsstore; keys in internal/store/opskeys.go).
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

@@ -2,7 +2,7 @@
 -- digest), for the admin. Pure read, bounded by the cap ops_token_put keeps.
 --
 -- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
--- internal/store/opsview.go).
+-- internal/opsstore; keys in internal/store/opskeys.go).
 --
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

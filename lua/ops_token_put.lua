@@ -10,7 +10,7 @@
 -- re-added under the same id, does not revive old tokens.
 --
 -- Fleet-wide: the view's keys live on "<ns>:{<ns>}:" (small and bounded,
--- internal/store/opsview.go).
+-- internal/opsstore; keys in internal/store/opskeys.go).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot

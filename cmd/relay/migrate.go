@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/valkeyconn"
@@ -59,7 +60,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer closeFn()
 	rep, err := store.Migrate(ctx, client, *ns, func(ctx context.Context, st *store.Store) error {
-		recs, err := st.ReplicaRecords(ctx, store.MaxReplicaRecords)
+		recs, err := opsstore.New(st).ReplicaRecords(ctx, opsstore.MaxReplicaRecords)
 		if err != nil {
 			return err
 		}

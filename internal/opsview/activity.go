@@ -201,9 +201,14 @@ type Replica struct {
 	Sites             map[string][]Minute `json:"sites,omitempty"`
 }
 
+// ReplicaRecords is where Heartbeat writes (*opsstore.Store is one).
+type ReplicaRecords interface {
+	PutReplicaRecord(ctx context.Context, replicaID string, record []byte, ttlMs int64) (int64, error)
+}
+
 // HeartbeatOptions configure Heartbeat.
 type HeartbeatOptions struct {
-	Store    *store.Store
+	Store    ReplicaRecords
 	Interval time.Duration // default 3 s
 	TTL      time.Duration // default 5 × Interval
 	Activity *Activity

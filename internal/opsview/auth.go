@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/opsstore"
 )
 
 // cookieName carries a login session: never a token, but a value derived
@@ -202,11 +202,11 @@ func (h *Handler) mintToken(w http.ResponseWriter, r *http.Request) {
 	b, _ := json.Marshal(rec)
 	if err := h.src.PutToken(r.Context(), digest(tok), rec.ID, b, site); err != nil {
 		switch {
-		case errors.Is(err, store.ErrTokenRefused):
-			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("at most %d view tokens exist at once: revoke some first", store.MaxViewTokens))
-		case errors.Is(err, store.ErrTokenSiteGone):
+		case errors.Is(err, opsstore.ErrTokenRefused):
+			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("at most %d view tokens exist at once: revoke some first", opsstore.MaxViewTokens))
+		case errors.Is(err, opsstore.ErrTokenSiteGone):
 			writeError(w, http.StatusBadRequest, "invalid-request", "site: no such site in the stored projection (it has just left)")
-		case errors.Is(err, store.ErrTokenProjectionMoved):
+		case errors.Is(err, opsstore.ErrTokenProjectionMoved):
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, "unavailable", "the projection changed while the token was minted; try again")
 		default:

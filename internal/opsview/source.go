@@ -15,6 +15,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -22,18 +23,18 @@ import (
 // Source is everything the view reads and writes.
 type Source interface {
 	Projection() *projection.Projection // nil until one is loaded
-	SiteStates(ctx context.Context, siteID string) (store.SiteStates, error)
+	SiteStates(ctx context.Context, siteID string) (opsstore.SiteStates, error)
 	Churn(ctx context.Context, siteID string, owners []string) (map[string]int64, error)
 	Job(ctx context.Context, siteID, jobID string) (*store.Job, error)
 	Presence(ctx context.Context, runnerID string) (*store.Presence, error)
-	PresenceMany(ctx context.Context, runnerIDs []string) (map[string]store.PresenceSeen, error)
-	DeviceLeases(ctx context.Context, runnerID string) (store.DeviceLeases, error)
+	PresenceMany(ctx context.Context, runnerIDs []string) (map[string]opsstore.PresenceSeen, error)
+	DeviceLeases(ctx context.Context, runnerID string) (opsstore.DeviceLeases, error)
 	Replicas(ctx context.Context) ([]Replica, error)
 	Valkey(ctx context.Context) (ValkeyInfo, error)
 	Now(ctx context.Context) (int64, error)
 
 	// PutToken stores a site token bound to its site's generation
-	// (store.PutViewToken).
+	// (opsstore.Store.PutViewToken).
 	PutToken(ctx context.Context, digest, id string, record []byte, site string) error
 	Token(ctx context.Context, digest string) (json.RawMessage, error)
 	DropToken(ctx context.Context, id string) (bool, error)
@@ -61,12 +62,15 @@ type StoreSource struct {
 	Version func() int64
 }
 
+// ops is the view's data on the routing store.
+func (s StoreSource) ops() *opsstore.Store { return opsstore.New(s.Store) }
+
 func (s StoreSource) Projection() *projection.Projection { return s.Proj() }
-func (s StoreSource) SiteStates(ctx context.Context, siteID string) (store.SiteStates, error) {
-	return s.Store.OpsSiteStates(ctx, siteID, sitePageSize, sitePages)
+func (s StoreSource) SiteStates(ctx context.Context, siteID string) (opsstore.SiteStates, error) {
+	return s.ops().SiteStates(ctx, siteID, sitePageSize, sitePages)
 }
 func (s StoreSource) Churn(ctx context.Context, siteID string, owners []string) (map[string]int64, error) {
-	return s.Store.OpsChurn(ctx, siteID, owners)
+	return s.ops().Churn(ctx, siteID, owners)
 }
 func (s StoreSource) Job(ctx context.Context, siteID, jobID string) (*store.Job, error) {
 	return s.Store.Job(ctx, siteID, jobID)
@@ -74,15 +78,15 @@ func (s StoreSource) Job(ctx context.Context, siteID, jobID string) (*store.Job,
 func (s StoreSource) Presence(ctx context.Context, runnerID string) (*store.Presence, error) {
 	return s.Store.Presence(ctx, runnerID)
 }
-func (s StoreSource) PresenceMany(ctx context.Context, runnerIDs []string) (map[string]store.PresenceSeen, error) {
-	return s.Store.OpsPresence(ctx, runnerIDs)
+func (s StoreSource) PresenceMany(ctx context.Context, runnerIDs []string) (map[string]opsstore.PresenceSeen, error) {
+	return s.ops().Presence(ctx, runnerIDs)
 }
-func (s StoreSource) DeviceLeases(ctx context.Context, runnerID string) (store.DeviceLeases, error) {
-	return s.Store.OpsDeviceLeases(ctx, runnerID, heldLimit)
+func (s StoreSource) DeviceLeases(ctx context.Context, runnerID string) (opsstore.DeviceLeases, error) {
+	return s.ops().DeviceLeases(ctx, runnerID, heldLimit)
 }
 func (s StoreSource) Now(ctx context.Context) (int64, error) { return s.Store.Now(ctx) }
 func (s StoreSource) Replicas(ctx context.Context) ([]Replica, error) {
-	raws, err := s.Store.ReplicaRecords(ctx, replicaLimit)
+	raws, err := s.ops().ReplicaRecords(ctx, replicaLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -100,16 +104,16 @@ func (s StoreSource) PutToken(ctx context.Context, digest, id string, record []b
 	if s.Version != nil {
 		version = strconv.FormatInt(s.Version(), 10)
 	}
-	return s.Store.PutViewToken(ctx, digest, id, record, site, version)
+	return s.ops().PutViewToken(ctx, digest, id, record, site, version)
 }
 func (s StoreSource) Token(ctx context.Context, digest string) (json.RawMessage, error) {
-	return s.Store.ViewToken(ctx, digest)
+	return s.ops().ViewToken(ctx, digest)
 }
 func (s StoreSource) DropToken(ctx context.Context, id string) (bool, error) {
-	return s.Store.DropViewToken(ctx, id)
+	return s.ops().DropViewToken(ctx, id)
 }
 func (s StoreSource) Tokens(ctx context.Context) ([]json.RawMessage, error) {
-	return s.Store.ViewTokens(ctx)
+	return s.ops().ViewTokens(ctx)
 }
 
 // ValkeyInfo is what the fleet page shows of the server: one INFO call, and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -24,7 +25,7 @@ func (t timedSource) ctx(ctx context.Context) (context.Context, context.CancelFu
 
 func (t timedSource) Projection() *projection.Projection { return t.s.Projection() }
 
-func (t timedSource) SiteStates(ctx context.Context, siteID string) (store.SiteStates, error) {
+func (t timedSource) SiteStates(ctx context.Context, siteID string) (opsstore.SiteStates, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	return t.s.SiteStates(ctx, siteID)
@@ -48,13 +49,13 @@ func (t timedSource) Presence(ctx context.Context, runnerID string) (*store.Pres
 	return t.s.Presence(ctx, runnerID)
 }
 
-func (t timedSource) PresenceMany(ctx context.Context, runnerIDs []string) (map[string]store.PresenceSeen, error) {
+func (t timedSource) PresenceMany(ctx context.Context, runnerIDs []string) (map[string]opsstore.PresenceSeen, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	return t.s.PresenceMany(ctx, runnerIDs)
 }
 
-func (t timedSource) DeviceLeases(ctx context.Context, runnerID string) (store.DeviceLeases, error) {
+func (t timedSource) DeviceLeases(ctx context.Context, runnerID string) (opsstore.DeviceLeases, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	return t.s.DeviceLeases(ctx, runnerID)

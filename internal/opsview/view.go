@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -396,16 +397,16 @@ func (h *Handler) site(w http.ResponseWriter, r *http.Request, p principal) {
 
 // DeviceView is GET /ui/device/{runner}.
 type DeviceView struct {
-	Now          int64           `json:"now"`
-	RunnerID     string          `json:"runnerId"`
-	Owner        string          `json:"owner"`
-	Revoked      bool            `json:"revoked"`
-	Online       bool            `json:"online"`
-	LastSeenAt   int64           `json:"lastSeenAt,omitempty"`
-	Capabilities json.RawMessage `json:"capabilities,omitempty"`
-	Held         int64           `json:"leasesHeld"`   // grants it holds, done jobs included (admin only)
-	Active       []store.HeldJob `json:"activeLeases"` // not done: awaiting payload, ready, running
-	Sites        []ServedSite    `json:"sites"`
+	Now          int64              `json:"now"`
+	RunnerID     string             `json:"runnerId"`
+	Owner        string             `json:"owner"`
+	Revoked      bool               `json:"revoked"`
+	Online       bool               `json:"online"`
+	LastSeenAt   int64              `json:"lastSeenAt,omitempty"`
+	Capabilities json.RawMessage    `json:"capabilities,omitempty"`
+	Held         int64              `json:"leasesHeld"`   // grants it holds, done jobs included (admin only)
+	Active       []opsstore.HeldJob `json:"activeLeases"` // not done: awaiting payload, ready, running
+	Sites        []ServedSite       `json:"sites"`
 }
 
 // ServedSite is a site a device's owner has a consent for.
@@ -448,7 +449,7 @@ func (h *Handler) device(w http.ResponseWriter, r *http.Request, p principal) {
 		h.fail(w, r, err)
 		return
 	}
-	v.Active = []store.HeldJob{}
+	v.Active = []opsstore.HeldJob{}
 	for _, j := range leases.Active {
 		if p.sees(j.SiteID) {
 			v.Active = append(v.Active, j)

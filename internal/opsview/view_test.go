@@ -14,6 +14,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/projectionsync"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
@@ -291,7 +292,7 @@ func TestSiteCountsMatchTheStore(t *testing.T) {
 // requireTruthfulPartial: a read that does not say Partial counted every
 // live job (its counts are the whole read's); one that says so counted no
 // more than there are.
-func requireTruthfulPartial(t *testing.T, cut, whole store.SiteStates) {
+func requireTruthfulPartial(t *testing.T, cut, whole opsstore.SiteStates) {
 	t.Helper()
 	if cut.Live != whole.Live || cut.AwaitingPayload != whole.AwaitingPayload {
 		t.Errorf("set sizes differ between reads: %+v vs %+v", cut, whole)
@@ -319,11 +320,11 @@ func TestSiteCountsCutShort(t *testing.T) {
 			for i := range n {
 				enqueue(t, e.st, "site-a", fmt.Sprintf("job-%03d", i), "alice")
 			}
-			whole, err := e.st.OpsSiteStates(ctx, "site-a", 1000, 100)
+			whole, err := opsstore.New(e.st).SiteStates(ctx, "site-a", 1000, 100)
 			if err != nil || whole.Partial || whole.Live != n || whole.Queued != n || whole.OldestQueuedID != "job-000" {
 				t.Fatalf("whole read: %+v %v", whole, err)
 			}
-			cut, err := e.st.OpsSiteStates(ctx, "site-a", 1, 1)
+			cut, err := opsstore.New(e.st).SiteStates(ctx, "site-a", 1, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -400,7 +401,7 @@ func siteCounts(t *testing.T, embedded bool) {
 		t.Errorf("queued %d, oldest %q; want 3, q3", sv.Jobs[store.StateQueued], sv.OldestQueued)
 	}
 	// One live job per script: the same counts across five pages.
-	small, err := e.st.OpsSiteStates(ctx, "site-a", 1, 100)
+	small, err := opsstore.New(e.st).SiteStates(ctx, "site-a", 1, 100)
 	if err != nil || small.Queued != 3 || small.Ready != 1 || small.AwaitingPayload != 1 || small.Partial || small.OldestQueuedID != "q3" {
 		t.Errorf("paged read: %+v %v", small, err)
 	}
@@ -408,7 +409,7 @@ func siteCounts(t *testing.T, embedded bool) {
 	// set in that page depends on its encoding (since Redis 7.2 and in
 	// Valkey a small set is a listpack and SSCAN returns it whole), so what
 	// must hold is that Partial tells the truth either way.
-	cut, err := e.st.OpsSiteStates(ctx, "site-a", 1, 1)
+	cut, err := opsstore.New(e.st).SiteStates(ctx, "site-a", 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

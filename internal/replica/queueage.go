@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/internal/opsstore"
 )
 
 // The oldest-queued read is the operations view's per-site read (ops_site):
@@ -23,7 +23,7 @@ const (
 // enqueued (zero: none queued). Sites beyond one pass's budget are read on
 // the next passes in turn; a site that left the projection is dropped.
 type queueAge struct {
-	read  func(ctx context.Context, siteID string) (store.SiteStates, error)
+	read  func(ctx context.Context, siteID string) (opsstore.SiteStates, error)
 	sites func() []string // the projection's sites, in a stable order
 	log   *slog.Logger
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -50,11 +51,11 @@ func TestQueueAgeReadsOldestQueuedAndDropsLeftSites(t *testing.T) {
 	sites := []string{"site-a", "site-b"}
 	failB := false
 	q := &queueAge{log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		read: func(ctx context.Context, id string) (store.SiteStates, error) {
+		read: func(ctx context.Context, id string) (opsstore.SiteStates, error) {
 			if failB && id == "site-b" {
-				return store.SiteStates{}, fmt.Errorf("injected read failure")
+				return opsstore.SiteStates{}, fmt.Errorf("injected read failure")
 			}
-			return st.OpsSiteStates(ctx, id, queueAgePageSize, queueAgePages)
+			return opsstore.New(st).SiteStates(ctx, id, queueAgePageSize, queueAgePages)
 		},
 		sites: func() []string { return sites }}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/byollm/relay-go/internal/admin"
 	"github.com/byollm/relay-go/internal/health"
 	"github.com/byollm/relay-go/internal/httpserve"
+	"github.com/byollm/relay-go/internal/opsstore"
 	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/pairings"
 	"github.com/byollm/relay-go/internal/relay"
@@ -220,8 +221,8 @@ func (r *replica) startBackground() {
 	}
 	// relay_site_oldest_queued_seconds: read in the background (see queueAge).
 	qa := &queueAge{log: r.log,
-		read: func(ctx context.Context, siteID string) (store.SiteStates, error) {
-			return st.OpsSiteStates(ctx, siteID, queueAgePageSize, queueAgePages)
+		read: func(ctx context.Context, siteID string) (opsstore.SiteStates, error) {
+			return opsstore.New(st).SiteStates(ctx, siteID, queueAgePageSize, queueAgePages)
 		},
 		sites: r.projectionSites}
 	r.goBackground(func(ctx context.Context) { qa.run(ctx, cfg.QueueAgeInterval, metrics.SetSiteOldestQueued) })
@@ -233,7 +234,7 @@ func (r *replica) startBackground() {
 func (r *replica) heartbeat(ctx context.Context) {
 	replicaID := replicaName()
 	startedAt := time.Now().UnixMilli()
-	opsview.Heartbeat(ctx, opsview.HeartbeatOptions{Store: r.st, Activity: r.activity, Logger: r.log,
+	opsview.Heartbeat(ctx, opsview.HeartbeatOptions{Store: opsstore.New(r.st), Activity: r.activity, Logger: r.log,
 		Interval: r.cfg.HeartbeatInterval,
 		Fill: func(ctx context.Context, rec *opsview.Replica) {
 			ps := r.proj.State()

@@ -52,10 +52,11 @@
 //     PairingCapacity codes; one projection and policy document), and
 //     pairing approval must be atomic with the projection write;
 //   - the operations view's own records (replica heartbeats, site view
-//     tokens; opsview.go): fleet-wide too, bounded by MaxReplicaRecords
-//     and MaxViewTokens. Its reads of the routing keys go shard by shard
-//     like every other read: a site's page reads its site's shard only, a
-//     device's page the shards of its runner's record.
+//     tokens; internal/opsstore, keys in opskeys.go): fleet-wide too,
+//     bounded by opsstore.MaxReplicaRecords and opsstore.MaxViewTokens.
+//     Its reads of the routing keys go shard by shard like every other
+//     read: a site's page reads its site's shard only, a device's page
+//     the shards of its runner's record.
 //
 // shard(runner) is HMAC-SHA256(salt, "runner", id) mod Shards, the salt
 // coming from the layout record; a site's shard is its placement. Either
@@ -224,7 +225,7 @@
 //	projection:sites       HASH  site id -> generation (the version it entered
 //	                             the projection at), kept by projection_put;
 //	                             view tokens are bound to it
-//	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opsview.go)
+//	ops:rs, ops:r:⟨id⟩      ZSET, STR  replica heartbeats (opskeys.go)
 //	ops:tk, ops:ti, ops:tg HASH  scoped view tokens by digest, digest by id, site generation by digest
 //
 // # What ends each key
@@ -281,9 +282,9 @@
 //	                           document taking the runner id over)
 //	pol:*                      admin action (policy writes); pol:v a counter
 //	ops:r:⟨id⟩, ops:rs         TTL of the replica's heartbeat record; the
-//	                           index trimmed by age and MaxReplicaRecords
+//	                           index trimmed by age and opsstore.MaxReplicaRecords
 //	ops:tk ops:ti              admin action (drop a view token); at most
-//	                           MaxViewTokens
+//	                           opsstore.MaxViewTokens
 //
 // The retention index ls (per shard, beside pidx) is what lets the sweep
 // find silent devices without reading the dataset: runner -> an instant

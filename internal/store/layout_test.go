@@ -257,19 +257,39 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	if _, err := h.s.run(ctx, scPlaceReap, []string{h.s.k.p + "place", h.s.k.p + "placen", h.s.k.p + "placet"}, "1", "10", "0"); err != nil {
 		t.Fatalf("place_reap: %v", err)
 	}
-	// The operations view's reads and records (opsview.go).
-	_, _ = h.s.OpsSiteStates(ctx, a, 10, 2)
-	_, _ = h.s.OpsChurn(ctx, a, []string{"alice", "bob"})
-	_, _ = h.s.OpsPresence(ctx, []string{"runner_1", "runner_2", "runner_3"})
-	if d, err := h.s.OpsDeviceLeases(ctx, "runner_1", 10); err != nil || d.Held == 0 {
-		t.Fatalf("ops device: %+v %v", d, err) // it must have run on the runner's shards
+	// The operations view's scripts (internal/opsstore runs them), on the
+	// keys the store names for them.
+	sk, err := h.s.SiteReadKeys(ctx, a)
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, _ = h.s.PutReplicaRecord(ctx, "rep1", []byte(`{"id":"rep1"}`), 60_000)
-	_, _ = h.s.ReplicaRecords(ctx, 10)
-	_ = h.s.PutViewToken(ctx, "d1", "t1", []byte(`{"id":"t1","site":"site-a"}`), "site-a", "0")
-	_, _ = h.s.ViewToken(ctx, "d1")
-	_, _ = h.s.ViewTokens(ctx)
-	_, _ = h.s.DropViewToken(ctx, "t1")
+	_, _ = h.s.RunOpsScript(ctx, "ops_site", []string{sk.Live, sk.Awaiting, sk.Finished}, enc(a), "0", "10")
+	_, _ = h.s.RunOpsScript(ctx, "ops_churn", []string{sk.Churn("alice"), sk.Churn("bob")})
+	groups, err := h.s.PresenceGroups([]string{"runner_1", "runner_2", "runner_3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		_, _ = h.s.RunOpsScript(ctx, "ops_presence", g.Keys)
+	}
+	rk, err := h.s.RunnerShardKeys(ctx, "runner_1")
+	if err != nil || len(rk) == 0 {
+		t.Fatalf("runner shard keys: %v %v", rk, err) // runner_1 holds a grant
+	}
+	for _, k := range rk {
+		_, _ = h.s.RunOpsScript(ctx, "ops_device", []string{k.Held, k.Cancelled}, "10")
+	}
+	ok := h.s.OpsKeys()
+	_, _ = h.s.RunOpsScript(ctx, "ops_replica_put", []string{ok.Replicas, ok.ReplicaRecord("rep1")}, enc("rep1"), `{"id":"rep1"}`, "60000", "10")
+	_, _ = h.s.RunOpsScript(ctx, "ops_replicas", []string{ok.Replicas}, "10")
+	_, _ = h.s.RunOpsScript(ctx, "ops_token_put", []string{ok.Tokens, ok.TokenIDs, ok.TokenGens, ok.ProjectionSites, ok.Projection},
+		"d1", "t1", `{"id":"t1","site":"site-a"}`, "10", "site-a", "0")
+	_, _ = h.s.RunOpsScript(ctx, "ops_token_get", []string{ok.Tokens, ok.TokenGens, ok.ProjectionSites}, "d1")
+	_, _ = h.s.RunOpsScript(ctx, "ops_token_list", []string{ok.Tokens})
+	_, _ = h.s.RunOpsScript(ctx, "ops_token_drop", []string{ok.Tokens, ok.TokenIDs, ok.TokenGens}, "t1")
+	if _, err := h.s.RunOpsScript(ctx, "enqueue", []string{ok.Tokens}); err == nil {
+		t.Error("RunOpsScript ran a script that is not the operations view's")
+	}
 
 	marker := h.s.k.p + "workload-done"
 	if err := b.client.Do(ctx, b.client.B().Echo().Message(marker).Build()).Error(); err != nil {
