@@ -155,7 +155,7 @@ say "== compatibility: connection, store, operations view, store contract and pe
 compat() { env -u RELAY_TEST_VALKEY_CLUSTER_URL RELAY_TEST_VALKEY_URL="$compat_url" RELAY_TEST_REDIS_SERVER="$redis_server" "$@"; }
 # The two commands run side by side: the peers' suite mostly waits on its
 # daemons and leases while the store's tests use the cores.
-compat go test -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsview/ ./test/contract/ &
+compat go test -count=1 -timeout "$timeout" ./internal/valkeyconn/ ./internal/store/ ./internal/opsstore/ ./internal/opsview/ ./test/contract/ &
 compat_pid=$!
 # The peers' own suite (the real daemon and cloud lane through three
 # replicas); its grant variants exercise the relay, not the server, and run

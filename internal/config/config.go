@@ -174,6 +174,8 @@ type Config struct {
 	// GrantTimeout bounds one authority or signer call; GrantBudget all
 	// calls of one claim.
 	GrantTimeout, GrantBudget time.Duration
+	// GrantRetryAfter keeps a transiently declined job from its runner.
+	GrantRetryAfter time.Duration
 }
 
 // Grant modes (Config.GrantMode).
@@ -300,6 +302,7 @@ func (c Config) LogAttrs() []any {
 		slog.Bool("grantAuthorityToken", c.GrantAuthorityToken != ""),
 		slog.Duration("grantTimeout", c.GrantTimeout),
 		slog.Duration("grantBudget", c.GrantBudget),
+		slog.Duration("grantRetryAfter", c.GrantRetryAfter),
 	}
 }
 
@@ -770,7 +773,7 @@ var options = []option{
 		c.GrantAuthorityToken = v
 		return nil
 	}},
-	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: relay.DefaultGrantTimeout.String(), usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is retried 30 s later) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
+	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: relay.DefaultGrantTimeout.String(), usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is offered to that device again after RELAY_GRANT_RETRY_AFTER) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
 			return fmt.Errorf("%q is not a usable grant timeout; write a Go duration from %v to %v, e.g. 2s", v, minGrantTimeout, maxGrantTimeout)
@@ -784,6 +787,14 @@ var options = []option{
 			return fmt.Errorf("%q is not a usable grant budget; write a Go duration from %v to %v, e.g. 5s (keep it well under the daemon's 30 s request timeout)", v, minGrantTimeout, maxGrantTimeout)
 		}
 		c.GrantBudget = d
+		return nil
+	}},
+	{env: "RELAY_GRANT_RETRY_AFTER", flag: "grant-retry-after", def: relay.DefaultGrantRetryAfter.String(), usage: "how long a transiently declined job (paused consent, authority error or timeout, spent budget) stays away from the device it was declined for; other devices may claim it meanwhile", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minGrantRetryAfter || d > maxGrantRetryAfter {
+			return fmt.Errorf("%q is not a usable grant retry-after; write a Go duration from %v to %v, e.g. 30s (the reference's)", v, minGrantRetryAfter, maxGrantRetryAfter)
+		}
+		c.GrantRetryAfter = d
 		return nil
 	}},
 }
@@ -830,6 +841,10 @@ const (
 	// by the daemon.
 	minGrantTimeout = 10 * time.Millisecond
 	maxGrantTimeout = 30 * time.Second
+	// A transient decline shorter than a second would have the device
+	// claim the job straight back; longer than an hour strands it.
+	minGrantRetryAfter = time.Second
+	maxGrantRetryAfter = time.Hour
 )
 
 var (

@@ -102,6 +102,7 @@ func TestDefaults(t *testing.T) {
 		WriteTimeout:      10 * time.Second,
 		GrantTimeout:      2 * time.Second,
 		GrantBudget:       5 * time.Second,
+		GrantRetryAfter:   30 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -267,6 +268,10 @@ func TestProblems(t *testing.T) {
 			[]string{"RELAY_GRANT_AUTHORITY_TOKEN is set but no remote"}},
 		{"grant timeout too long", nil, map[string]string{"RELAY_GRANT_TIMEOUT": "1m"},
 			[]string{`RELAY_GRANT_TIMEOUT: "1m" is not a usable grant timeout`, "e.g. 2s"}},
+		{"grant retry-after too short", nil, map[string]string{"RELAY_GRANT_RETRY_AFTER": "100ms"},
+			[]string{`RELAY_GRANT_RETRY_AFTER: "100ms" is not a usable grant retry-after`, "from 1s to 1h0m0s"}},
+		{"grant retry-after not a duration", nil, map[string]string{"RELAY_GRANT_RETRY_AFTER": "30"},
+			[]string{`RELAY_GRANT_RETRY_AFTER: "30" is not a usable grant retry-after`, "e.g. 30s"}},
 		{"retention below the floor", nil, map[string]string{"RELAY_DEVICE_RETENTION": "23h"},
 			[]string{`RELAY_DEVICE_RETENTION: "23h" is not a usable device retention`, "from 24h to 3650d", "e.g. 7d"}},
 		{"retention not a duration", nil, map[string]string{"RELAY_DEVICE_RETENTION": "1.5d"},
@@ -491,6 +496,7 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 		{"RELAY_SITE_LIMITS", cfg.SiteLimits.Default, store.DefaultSiteLimit},
 		{"RELAY_GRANT_TIMEOUT", cfg.GrantTimeout, relay.DefaultGrantTimeout},
 		{"RELAY_GRANT_BUDGET", cfg.GrantBudget, relay.DefaultGrantBudget},
+		{"RELAY_GRANT_RETRY_AFTER", cfg.GrantRetryAfter, relay.DefaultGrantRetryAfter},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s defaults to %v (%T), its owner's default is %v (%T)", c.name, c.got, c.got, c.want, c.want)

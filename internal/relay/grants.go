@@ -41,9 +41,9 @@ const (
 	// a claim of 64 jobs against an authority that times out every call
 	// would otherwise hold the daemon for 64 timeouts.
 	DefaultGrantBudget = 5 * time.Second
-	// grantRetryAfterMs is the reference's RETRY_AFTER_MS: a transient
-	// decline keeps the job away from this runner for 30 s.
-	grantRetryAfterMs = 30_000
+	// DefaultGrantRetryAfter is the reference's RETRY_AFTER_MS: a
+	// transient decline keeps the job away from its runner this long.
+	DefaultGrantRetryAfter = 30 * time.Second
 )
 
 // claimedFields are the stub fields the grant loop reads.
@@ -93,7 +93,7 @@ func (r *Relay) authorGrants(req *request, dev device, caps json.RawMessage, gra
 		}
 	}
 	if len(returned) > 0 {
-		retryAfter := r.now() + grantRetryAfterMs
+		retryAfter := r.now() + r.grantRetryAfter.Milliseconds()
 		if _, err := r.store.ReleaseLeases(ctx, store.ReleaseInput{
 			RunnerID: dev.runnerID, Leases: returned, RetryAfter: &retryAfter,
 		}); err != nil {

@@ -536,3 +536,28 @@ func TestRemoteAuthorityOverHTTP(t *testing.T) {
 		t.Fatalf("log:\n%s", l)
 	}
 }
+
+// A configured GrantRetryAfter replaces the reference's 30 s for a
+// transient decline, and only for the runner it was declined for.
+func TestGrantRetryAfterConfigured(t *testing.T) {
+	t.Parallel()
+	a := newFakeAuthority(t)
+	a.decide = func(_ context.Context, id, runner string) (grant.Decision, error) {
+		return grant.Decision{Reason: "consent-paused"}, nil
+	}
+	e := newEnv(t, withGrants(a, nil, nil), func(c *Config) { c.GrantRetryAfter = 7 * time.Second })
+	w := teamWorld(t, e)
+	e.enqueue(t, w, "trans", "alice", "")
+	before := e.now()
+	if got := e.daemonPost(w.alice, "runner_alice", "claim", claimJSON(t, "runner_alice", 8)); got.status != 200 {
+		t.Fatalf("claim: %d %s", got.status, got.body)
+	}
+	after := e.now()
+	j, err := e.st.Job(t.Context(), "site_a", "trans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra := j.RetryAfter["runner_alice"]; j.State != "queued" || ra < before+7_000 || ra > after+7_000 {
+		t.Fatalf("retry-after %d, want 7 s after the claim (between %d and %d): %+v", ra, before+7_000, after+7_000, j)
+	}
+}

@@ -188,6 +188,10 @@ type Config struct {
 	// DefaultGrantTimeout); GrantBudget bounds all calls of one claim
 	// together (default DefaultGrantBudget).
 	GrantTimeout, GrantBudget time.Duration
+	// GrantRetryAfter is how long a transiently declined job stays away
+	// from the runner it was declined for (default DefaultGrantRetryAfter,
+	// the reference's).
+	GrantRetryAfter time.Duration
 	// Work, if set, is told what the planes' store calls meant (metrics,
 	// the operations view's activity).
 	Work WorkObserver
@@ -233,6 +237,7 @@ type Relay struct {
 	controlPlanePublic string
 	grantTimeout       time.Duration
 	grantBudget        time.Duration
+	grantRetryAfter    time.Duration
 	grantObs           GrantObserver
 	work               WorkObserver
 
@@ -277,6 +282,9 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.GrantBudget <= 0 {
 		cfg.GrantBudget = DefaultGrantBudget
 	}
+	if cfg.GrantRetryAfter <= 0 {
+		cfg.GrantRetryAfter = DefaultGrantRetryAfter
+	}
 	if cfg.LeaseMs < 0 {
 		return nil, fmt.Errorf("relay: LeaseMs must be positive, got %d", cfg.LeaseMs)
 	}
@@ -300,6 +308,7 @@ func New(cfg Config) (*Relay, error) {
 		controlPlanePublic: cfg.ControlPlanePublic,
 		grantTimeout:       cfg.GrantTimeout,
 		grantBudget:        cfg.GrantBudget,
+		grantRetryAfter:    cfg.GrantRetryAfter,
 		grantObs:           cfg.GrantObserver,
 		work:               cfg.Work,
 	}

@@ -81,6 +81,7 @@ func (r *replica) newPlanes(startCtx context.Context) error {
 		ControlPlanePublic: controlPlanePublic,
 		GrantTimeout:       cfg.GrantTimeout,
 		GrantBudget:        cfg.GrantBudget,
+		GrantRetryAfter:    cfg.GrantRetryAfter,
 		GrantObserver:      metrics,
 		LeaseObserver:      metrics,
 

@@ -56,6 +56,12 @@ func TestGrantPeers(t *testing.T) {
 	})
 }
 
+// grantRetryAfter is the replicas' RELAY_GRANT_RETRY_AFTER: the scenarios
+// of a transient decline (G4, B4) wait it out, and the reference's 30 s
+// would be most of the suite's time; they check the job comes back after
+// it and not before, whatever its length.
+const grantRetryAfter = 5 * time.Second
+
 // runGrantSuite builds the relay, starts three replicas on a fresh
 // namespace with relayEnv, puts the random-spreading proxy in front, runs
 // the vitest config with suiteEnv added, and requires every title passed.
@@ -64,7 +70,8 @@ func runGrantSuite(t *testing.T, dir, config string, titles []string, relayEnv m
 	tmp := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	valkeyURL := relaytest.ValkeyURL()
-	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": relaytest.Namespace(t, relaytest.Open(t, valkeyURL))}
+	env := map[string]string{"RELAY_VALKEY_URL": valkeyURL, "RELAY_NAMESPACE": relaytest.Namespace(t, relaytest.Open(t, valkeyURL)),
+		"RELAY_GRANT_RETRY_AFTER": grantRetryAfter.String()}
 	for k, v := range relayEnv {
 		env[k] = v
 	}
@@ -93,6 +100,7 @@ func runGrantSuite(t *testing.T, dir, config string, titles []string, relayEnv m
 		"PEERS_REPLICAS="+strconv.Itoa(len(replicas)),
 		"PEERS_FIGURES="+figures,
 		"PEERS_TARGET=go",
+		"PEERS_GRANT_RETRY_AFTER_MS="+strconv.FormatInt(grantRetryAfter.Milliseconds(), 10),
 		"NO_COLOR=1",
 	)
 	suite.Env = append(suite.Env, suiteEnv...)

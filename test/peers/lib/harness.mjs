@@ -65,6 +65,8 @@ export const env = {
   replicas: Number(required("PEERS_REPLICAS")),
   figures: process.env.PEERS_FIGURES ?? "",
   target: process.env.PEERS_TARGET ?? "go",
+  /** How long a transiently declined job stays away from its runner (the relay's RELAY_GRANT_RETRY_AFTER; the reference's is 30 s). */
+  grantRetryAfterMs: Number(process.env.PEERS_GRANT_RETRY_AFTER_MS ?? 30_000),
 };
 
 // ---------------------------------------------------------------------------
