@@ -14,8 +14,6 @@ package opsstore
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -48,25 +46,4 @@ func (s *Store) runInt(ctx context.Context, name string, keys []string, args ...
 		return 0, err
 	}
 	return msg.AsInt64()
-}
-
-// elems is m's elements, at least min of them.
-func elems(m valkey.ValkeyMessage, min int) ([]valkey.ValkeyMessage, error) {
-	a, err := m.ToArray()
-	if err != nil {
-		return nil, err
-	}
-	if len(a) < min {
-		return nil, fmt.Errorf("reply has %d elements, want at least %d", len(a), min)
-	}
-	return a, nil
-}
-
-// str is m as a string, an integer reply in decimal.
-func str(m valkey.ValkeyMessage) (string, error) {
-	if m.IsInt64() {
-		n, _ := m.AsInt64()
-		return strconv.FormatInt(n, 10), nil
-	}
-	return m.ToString()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/internal/store"
 )
 
@@ -45,13 +46,13 @@ func (s *Store) SiteStates(ctx context.Context, siteID string, pageSize, maxPage
 			return SiteStates{}, fmt.Errorf("ops site: %w", err)
 		}
 		out.Scripts++
-		parts, err := elems(msg, 11)
+		parts, err := scriptrun.Elems(msg, 11)
 		if err != nil {
 			return SiteStates{}, fmt.Errorf("ops site: %w", err)
 		}
 		var v [11]string
 		for i := range v {
-			if v[i], err = str(parts[i]); err != nil {
+			if v[i], err = scriptrun.Text(parts[i]); err != nil {
 				return SiteStates{}, fmt.Errorf("ops site: item %d: %w", i, err)
 			}
 		}
@@ -129,14 +130,14 @@ func (s *Store) Presence(ctx context.Context, runnerIDs []string) (map[string]Pr
 		if err != nil {
 			return nil, fmt.Errorf("ops presence: %w", err)
 		}
-		parts, err := elems(msg, 3*len(g.RunnerIDs))
+		parts, err := scriptrun.Elems(msg, 3*len(g.RunnerIDs))
 		if err != nil {
 			return nil, fmt.Errorf("ops presence: %w", err)
 		}
 		for i, r := range g.RunnerIDs {
 			var f [3]string
 			for j := range f {
-				if f[j], err = str(parts[3*i+j]); err != nil {
+				if f[j], err = scriptrun.Text(parts[3*i+j]); err != nil {
 					return nil, fmt.Errorf("ops presence: %w", err)
 				}
 			}
@@ -186,7 +187,7 @@ func (s *Store) DeviceLeases(ctx context.Context, runnerID string, limit int) (D
 		if err != nil {
 			return DeviceLeases{}, fmt.Errorf("ops device: %w", err)
 		}
-		parts, err := elems(msg, 3)
+		parts, err := scriptrun.Elems(msg, 3)
 		if err != nil || (len(parts)-3)%4 != 0 {
 			return DeviceLeases{}, fmt.Errorf("ops device: reply of %d items: %v", len(parts), err)
 		}
@@ -206,7 +207,7 @@ func (s *Store) DeviceLeases(ctx context.Context, runnerID string, limit int) (D
 		for i := 3; i < len(parts); i += 4 {
 			var f [4]string
 			for j := range f {
-				if f[j], err = str(parts[i+j]); err != nil {
+				if f[j], err = scriptrun.Text(parts[i+j]); err != nil {
 					return out, fmt.Errorf("ops device: %w", err)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/internal/store"
 )
 
@@ -33,7 +34,7 @@ func (s *Store) PutReplicaRecord(ctx context.Context, replicaID string, record [
 	if err != nil {
 		return 0, fmt.Errorf("replica record: %w", err)
 	}
-	v, err := str(msg)
+	v, err := scriptrun.Text(msg)
 	if err != nil {
 		return 0, fmt.Errorf("replica record: %w", err)
 	}
@@ -50,13 +51,13 @@ func (s *Store) ReplicaRecords(ctx context.Context, limit int) ([]json.RawMessag
 }
 
 func rawList(msg valkey.ValkeyMessage, what string) ([]json.RawMessage, error) {
-	parts, err := elems(msg, 0)
+	parts, err := scriptrun.Elems(msg, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out := make([]json.RawMessage, 0, len(parts))
 	for _, p := range parts {
-		v, err := str(p)
+		v, err := scriptrun.Text(p)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -115,7 +116,7 @@ func (s *Store) ViewToken(ctx context.Context, digest string) (json.RawMessage, 
 	if msg.IsNil() {
 		return nil, nil
 	}
-	v, err := str(msg)
+	v, err := scriptrun.Text(msg)
 	if err != nil {
 		return nil, fmt.Errorf("view token: %w", err)
 	}

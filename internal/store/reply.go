@@ -10,29 +10,17 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/scriptrun"
 )
 
 // Reply parsing. Scripts answer with nested arrays of strings and integers;
 // the shapes are documented in each script's header.
 
 func elems(m valkey.ValkeyMessage, min int) ([]valkey.ValkeyMessage, error) {
-	a, err := m.ToArray()
-	if err != nil {
-		return nil, err
-	}
-	if len(a) < min {
-		return nil, fmt.Errorf("reply has %d elements, want at least %d", len(a), min)
-	}
-	return a, nil
+	return scriptrun.Elems(m, min)
 }
 
-func str(m valkey.ValkeyMessage) (string, error) {
-	if m.IsInt64() {
-		n, _ := m.AsInt64()
-		return strconv.FormatInt(n, 10), nil
-	}
-	return m.ToString()
-}
+func str(m valkey.ValkeyMessage) (string, error) { return scriptrun.Text(m) }
 
 func num(m valkey.ValkeyMessage) (int64, error) { return m.AsInt64() }
 
