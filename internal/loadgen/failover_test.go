@@ -19,8 +19,10 @@ import (
 // terminal).
 func TestFailoverPastADeadReplica(t *testing.T) {
 	t.Parallel()
+	// The two runs are independent (runs of their own ids on one relay),
+	// so they overlap; the context outlives this function for them.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	live := startGoRelays(t, 1)[0]
 	dead := "http://" + relaytest.FixedPort(t) // nothing listens there
 
@@ -29,6 +31,7 @@ func TestFailoverPastADeadReplica(t *testing.T) {
 		Replicas: []string{live.URL(), dead}, AdminURLs: []string{live.AdminURL()}, StatusURLs: []string{live.AdminURL()}}
 
 	t.Run("default failover", func(t *testing.T) {
+		t.Parallel()
 		cfg := base
 		cfg.ProgressEvery = 200 * time.Millisecond
 		var progress bytes.Buffer
@@ -59,6 +62,7 @@ func TestFailoverPastADeadReplica(t *testing.T) {
 	})
 
 	t.Run("failover off", func(t *testing.T) {
+		t.Parallel()
 		cfg := base
 		cfg.FailoverFor = -1
 		// Pairing through the rotation would stop setup at the dead
