@@ -28,9 +28,10 @@
 # put them under load or faults, TEST_PROCESS_P packages at a time.
 #
 #   TEST_TIMEOUT   go test -timeout for each suite (default 30m)
-#   TEST_PROCESS_P how many process-tier packages run at once (default 1;
-#                  2 halved the tier once, but a second run hung in
-#                  test/bench's smoke: see NOTES-tiers2.md)
+#   TEST_PROCESS_P how many process-tier packages run at once (default 2:
+#                  the suites mostly wait on timers, and two at a time
+#                  take about 200 s instead of about 530 s; 1 for a
+#                  machine too busy to keep their latency bounds)
 #   TEST_SKIP_FUZZ set to 1 to skip the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -137,7 +138,7 @@ on_main() { RELAY_TEST_VALKEY_URL="$main_url" RELAY_TEST_VALKEY_CLUSTER_URL="$ma
 say "== unit tier (./internal/... ./cmd/... ./lua/...), on $(basename "$main_server") ($(server_line "$main_url"))"
 on_main go test -count=1 -timeout "$timeout" ./internal/... ./cmd/... ./lua/... || failed+=("unit tier")
 say "unit tier done at $((SECONDS - start))s"
-say "== process tier (./test/...), on $(basename "$main_server"), ${TEST_PROCESS_P:-1} package(s) at a time"
+say "== process tier (./test/...), on $(basename "$main_server"), ${TEST_PROCESS_P:-2} package(s) at a time"
 # The longest suites first: go test starts packages in the order given, and
 # the peers suite (about two minutes, most of it in 30 s retry-afters)
 # started last would be the tier's tail.
@@ -148,7 +149,7 @@ for p in peers bench cluster upgrade chaos; do
 done
 process_pkgs+=($(grep -vE '/test/(peers|bench|cluster|upgrade|chaos)$' <<<"$all_process_pkgs" || true))
 [ -n "$all_process_pkgs" ] || process_pkgs=(./test/...)
-on_main go test -p "${TEST_PROCESS_P:-1}" -count=1 -timeout "$timeout" "${process_pkgs[@]}" || failed+=("process tier")
+on_main go test -p "${TEST_PROCESS_P:-2}" -count=1 -timeout "$timeout" "${process_pkgs[@]}" || failed+=("process tier")
 say "process tier done at $((SECONDS - start))s"
 
 say "== compatibility: connection, store, operations view, store contract and peers, on redis-server ($(server_line "$compat_url"))"
