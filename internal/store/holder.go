@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -45,9 +44,6 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 	if !ok {
 		return TakeResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
-	if s.stillAwaiting(ctx, sh, in) {
-		return TakeResult{Refused: RefusedNotReady}, nil
-	}
 	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh)},
 		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
 	if err != nil {
@@ -71,44 +67,6 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 		value = s.missRefusal(ctx, in.JobID, in.RunnerID, sh)
 	}
 	return TakeResult{Refused: value}, nil
-}
-
-// stillAwaiting says, from plain reads, that take.lua would answer this
-// fetch not-ready and write nothing: a daemon polls fetch until the site
-// seals, and every poll was a script. It is true only when the lease index
-// names this job for the lease, the job's grant is that lease and this
-// runner's, the job awaits its payload, and neither its awaiting window nor
-// its deadline has passed on the store clock (so take's settle would do
-// nothing). Anything else, a read that fails included, leaves the answer
-// to the script. The two reads are not one snapshot: a seal that lands
-// between them makes this poll answer not-ready, as a poll sent a moment
-// earlier would have.
-func (s *Store) stillAwaiting(ctx context.Context, sh int, in HolderInput) bool {
-	clock, res := s.nowAnd(ctx, "take_peek", []valkey.Completed{s.c.B().Hget().Key(s.k.lease(sh)).Field(in.LeaseID).Build()})
-	if clock.err != nil {
-		return false
-	}
-	m, err := res[0].ToString()
-	if err != nil {
-		return false // no entry (nil), or the read failed
-	}
-	if _, eJ, ok := strings.Cut(m, ":"); !ok || eJ != enc(in.JobID) {
-		return false
-	}
-	v, err := s.do(ctx, "take_peek", s.c.B().Hmget().Key(s.k.shards[sh]+"j:"+m).Field("state", "cl", "cr", "au", "dl").Build()).ToArray()
-	if err != nil || len(v) != 5 {
-		return false
-	}
-	var f [5]string
-	for i := range f {
-		if f[i], err = v[i].ToString(); err != nil {
-			return false // a field the record lacks
-		}
-	}
-	au, err1 := strconv.ParseInt(f[3], 10, 64)
-	dl, err2 := strconv.ParseInt(f[4], 10, 64)
-	return err1 == nil && err2 == nil && f[0] == StateAwaitingPayload && f[1] == in.LeaseID && f[2] == in.RunnerID &&
-		au > clock.ms && dl > clock.ms
 }
 
 // missRefusal answers a grant the lease's own shard (skip; -1 for none) did
