@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,15 @@ func (cl *cluster) follow() {
 
 // keys is every key of the namespace with its value, for "left the store as
 // it was" checks.
+// pick is m's entries for keys, for a failure message.
+func pick(m map[string]string, keys []string) map[string]string {
+	out := map[string]string{}
+	for _, k := range keys {
+		out[k] = m[k]
+	}
+	return out
+}
+
 func (cl *cluster) dump() map[string]string {
 	cl.t.Helper()
 	ctx := context.Background()
@@ -111,6 +121,22 @@ func (cl *cluster) dump() map[string]string {
 		cl.t.Fatal(err)
 	}
 	for _, k := range keys {
+		// A hash by its fields and values, so a difference names them (and
+		// an encoding the server chose alone is no difference); any other
+		// key by its DUMP.
+		if t, _ := cl.c.Do(ctx, cl.c.B().Type().Key(k).Build()).ToString(); t == "hash" {
+			m, err := cl.c.Do(ctx, cl.c.B().Hgetall().Key(k).Build()).AsStrMap()
+			if err != nil {
+				cl.t.Fatal(err)
+			}
+			fields := make([]string, 0, len(m))
+			for f, v := range m {
+				fields = append(fields, fmt.Sprintf("%q=%q", f, v))
+			}
+			sort.Strings(fields)
+			out[k] = "hash{" + strings.Join(fields, " ") + "}"
+			continue
+		}
 		v, err := cl.c.Do(ctx, cl.c.B().Dump().Key(k).Build()).ToString()
 		if err != nil {
 			cl.t.Fatal(err)
@@ -463,7 +489,8 @@ func TestApproveConflictsWithProjection(t *testing.T) {
 			before := cl.dump()
 			wantError(t, cl.admin(0, "POST", "/pairings/"+d.code+"/approve", tt.body), 409, "conflict", tt.msg)
 			if after := cl.dump(); !equalMaps(before, after) {
-				t.Fatalf("a refused approval changed the store: %v", changedKeys(before, after))
+				k := changedKeys(before, after)
+				t.Fatalf("a refused approval changed the store: %v\nbefore: %v\nafter:  %v", k, pick(before, k), pick(after, k))
 			}
 		})
 	}
