@@ -527,12 +527,11 @@ var options = []option{
 		return nil
 	}},
 	{env: "RELAY_STORE_TIMEOUT", flag: "store-timeout", def: relay.DefaultStoreTimeout.String(), usage: "longest a plane waits on one store call before answering the retryable 503 server-error (a frozen or failing-over Valkey)", apply: func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minStoreTimeout || d > maxStoreTimeout {
-			return fmt.Errorf("%q is not a usable store timeout; write a Go duration from %v to %v, e.g. 500ms (a healthy store answers in about a millisecond)", v, minStoreTimeout, maxStoreTimeout)
+		d, err := boundedDuration(v, "store timeout", minStoreTimeout, maxStoreTimeout, "500ms (a healthy store answers in about a millisecond)")
+		if err == nil {
+			c.StoreTimeout = d
 		}
-		c.StoreTimeout = d
-		return nil
+		return err
 	}},
 	{env: "RELAY_DAEMON_HEARTBEAT_BATCH", flag: "daemon-heartbeat-batch", def: DefaultDaemonHeartbeatBatch.String(), usage: `longest a daemon heartbeat's presence write waits to share one Valkey round trip with other heartbeats (an idle fleet costs the server about one round trip per batch instead of one per heartbeat); "off" or 0 writes each at once`, apply: func(c *Config, v string) error {
 		if v == "off" || v == "0" {
@@ -774,28 +773,25 @@ var options = []option{
 		return nil
 	}},
 	{env: "RELAY_GRANT_TIMEOUT", flag: "grant-timeout", def: relay.DefaultGrantTimeout.String(), usage: "longest one grant authority or signer call may take; a slower one is a transient decline at claim (the job is offered to that device again after RELAY_GRANT_RETRY_AFTER) and a retryable 503 at enqueue", apply: func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
-			return fmt.Errorf("%q is not a usable grant timeout; write a Go duration from %v to %v, e.g. 2s", v, minGrantTimeout, maxGrantTimeout)
+		d, err := boundedDuration(v, "grant timeout", minGrantTimeout, maxGrantTimeout, "2s")
+		if err == nil {
+			c.GrantTimeout = d
 		}
-		c.GrantTimeout = d
-		return nil
+		return err
 	}},
 	{env: "RELAY_GRANT_BUDGET", flag: "grant-budget", def: relay.DefaultGrantBudget.String(), usage: "longest all grant calls of one claim may take together; jobs left when it is spent are transient declines, so a claim always answers", apply: func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minGrantTimeout || d > maxGrantTimeout {
-			return fmt.Errorf("%q is not a usable grant budget; write a Go duration from %v to %v, e.g. 5s (keep it well under the daemon's 30 s request timeout)", v, minGrantTimeout, maxGrantTimeout)
+		d, err := boundedDuration(v, "grant budget", minGrantTimeout, maxGrantTimeout, "5s (keep it well under the daemon's 30 s request timeout)")
+		if err == nil {
+			c.GrantBudget = d
 		}
-		c.GrantBudget = d
-		return nil
+		return err
 	}},
 	{env: "RELAY_GRANT_RETRY_AFTER", flag: "grant-retry-after", def: relay.DefaultGrantRetryAfter.String(), usage: "how long a transiently declined job (paused consent, authority error or timeout, spent budget) stays away from the device it was declined for; other devices may claim it meanwhile", apply: func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minGrantRetryAfter || d > maxGrantRetryAfter {
-			return fmt.Errorf("%q is not a usable grant retry-after; write a Go duration from %v to %v, e.g. 30s (the reference's)", v, minGrantRetryAfter, maxGrantRetryAfter)
+		d, err := boundedDuration(v, "grant retry-after", minGrantRetryAfter, maxGrantRetryAfter, "30s (the reference's)")
+		if err == nil {
+			c.GrantRetryAfter = d
 		}
-		c.GrantRetryAfter = d
-		return nil
+		return err
 	}},
 }
 
@@ -1032,6 +1028,16 @@ func Usage(out io.Writer) {
 
 // msToDuration reads RELAY_SWEEP_MS (whole milliseconds, 0 = off) as a
 // duration string; anything else passes through to fail validation.
+// boundedDuration reads v as a Go duration from lo to hi; otherwise it
+// says what to write, with example.
+func boundedDuration(v, what string, lo, hi time.Duration, example string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		return 0, fmt.Errorf("%q is not a usable %s; write a Go duration from %v to %v, e.g. %s", v, what, lo, hi, example)
+	}
+	return d, nil
+}
+
 func msToDuration(v string) string {
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 		return strconv.FormatInt(n, 10) + "ms"

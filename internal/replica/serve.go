@@ -221,9 +221,10 @@ func (r *replica) startBackground() {
 		r.goBackground(sw.Run)
 	}
 	// relay_site_oldest_queued_seconds: read in the background (see queueAge).
+	ops := opsstore.New(st)
 	qa := &queueAge{log: r.log,
 		read: func(ctx context.Context, siteID string) (opsstore.SiteStates, error) {
-			return opsstore.New(st).SiteStates(ctx, siteID, queueAgePageSize, queueAgePages)
+			return ops.SiteStates(ctx, siteID, queueAgePageSize, queueAgePages)
 		},
 		sites: r.projectionSites}
 	r.goBackground(func(ctx context.Context) { qa.run(ctx, cfg.QueueAgeInterval, metrics.SetSiteOldestQueued) })

@@ -24,14 +24,10 @@ import (
 )
 
 // opsScripts are the store's scripts internal/opsstore runs.
-var opsScripts = map[string]Script{}
-
-func init() {
-	for _, sc := range []Script{scOpsChurn, scOpsDevice, scOpsPresence, scOpsReplicaPut, scOpsReplicas, scOpsSite,
-		scOpsTokenDrop, scOpsTokenGet, scOpsTokenList, scOpsTokenPut} {
-		opsScripts[sc.Name] = sc
-	}
-}
+var opsScripts = map[string]Script{scOpsChurn.Name: scOpsChurn, scOpsDevice.Name: scOpsDevice, scOpsPresence.Name: scOpsPresence,
+	scOpsReplicaPut.Name: scOpsReplicaPut, scOpsReplicas.Name: scOpsReplicas, scOpsSite.Name: scOpsSite,
+	scOpsTokenDrop.Name: scOpsTokenDrop, scOpsTokenGet.Name: scOpsTokenGet, scOpsTokenList.Name: scOpsTokenList,
+	scOpsTokenPut.Name: scOpsTokenPut}
 
 // RunOpsScript runs one of lua/ops_*.lua (by name, without ".lua") on keys
 // and args; it refuses any other script.
