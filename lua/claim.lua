@@ -40,7 +40,10 @@
 --                       lua/give_back.lua has revoked it (the relay gave up
 --                       on this claim's answer), a call of the claim that
 --                       would grant stops before its first grant
--- ARGV[14..] rest       nk, then nk kinds (base64url, as the records' eK);
+-- ARGV[14] lease_max    the longest lease id the store accepts back
+--                       (Options.MaxIDBytes): a minted id gets its job's
+--                       site appended only within it (lib/store.lua)
+-- ARGV[15..] rest       nk, then nk kinds (base64url, as the records' eK);
 --                       nr, then per route: eS, eO, nq_r; one cursor per
 --                       queue key, in KEYS order: the seq of the last entry
 --                       a previous call examined there, "" to start at the
@@ -68,7 +71,8 @@ local scan_budget = tonumber(ARGV[10])
 local settle_budget = tonumber(ARGV[11])
 local e_device_owner = ARGV[12]
 local token = ARGV[13]
-local rest = tail(ARGV, 14)
+local lease_max = tonumber(ARGV[14])
+local rest = tail(ARGV, 15)
 
 local a = 1
 local kinds = {}
@@ -218,9 +222,13 @@ while remaining > 0 do
         if revoked then
           return {'revoked', {}, REPORTS, scanned, 0, quarantined, {}}
         end
-        local lease_id = rest[lease_at + #grants]
-        if not lease_id then
+        local minted = rest[lease_at + #grants]
+        if not minted then
           return redis.error_reply('claim: ran out of pre-minted lease ids')
+        end
+        local lease_id = minted
+        if #minted + 1 + #h.eS <= lease_max then
+          lease_id = minted .. '.' .. h.eS
         end
         local expires = fmt(now + lease_ms)
         local until_ = fmt(now + AWAITING_MS)

@@ -19,6 +19,7 @@
 -- ARGV[9]  disposition  the disposition
 -- Reply: {'accepted', reports} | {'duplicate', reports} | {'refused', reason, reports}
 
+local lease = KEYS[1]
 local e_job = ARGV[4]
 local runner = ARGV[5]
 local e_runner = ARGV[6]
@@ -54,6 +55,11 @@ if was == AWAITING then
   leave_awaiting(h) -- frees the pair's unsealed slot (trap 6)
 end
 redis.call('ZADD', P .. 'fin:' .. h.eS, h.seq, h.eJ)
+if lease_site(lease_id) then
+  -- A done job is never given back, and its site-bearing lease id finds it
+  -- without the index (lib/store.lua).
+  redis.call('HDEL', lease, lease_id)
+end
 h.state = DONE
 rescore(m, h)
 return {'accepted', REPORTS}

@@ -20,22 +20,37 @@
 -- ARGV[5]  token        the claim token
 -- ARGV[6]  ttl          the revocation's lifetime (ms)
 -- ARGV[7]  n            how many lease ids (at most store.GrantChunk, 32)
--- ARGV[8..] lease_ids   the n lease ids
--- Reply: {given back: the lease ids requeued, reports}
+-- ARGV[8..] minted      the n lease ids as minted; then ns, and the ns
+--                       encoded sites of the claim's routes on this shard:
+--                       a grant's id is a minted one, or one with a site
+--                       appended (lib/store.lua)
+-- Reply: {given back: the lease ids requeued, as granted, reports}
 
 local lease = KEYS[1]
 local runner = ARGV[4]
 local token = ARGV[5]
 local ttl = ARGV[6]
 local n = tonumber(ARGV[7])
-local lease_ids = tail(ARGV, 8)
+local minted = tail(ARGV, 8)
+local ns = tonumber(minted[n + 1])
 
 local now = clock()
 redis.call('SET', P .. 'gb:' .. token, '1', 'PX', ttl)
 local given = {}
 for i = 1, n do
-  local lease_id = lease_ids[i]
-  local m = redis.call('HGET', lease, lease_id)
+  -- The forms this minted id can have been granted as, looked up at once.
+  local forms = {minted[i]}
+  for j = 1, ns do
+    forms[j + 1] = minted[i] .. '.' .. minted[n + 1 + j]
+  end
+  local found = redis.call('HMGET', lease, unpack(forms))
+  local lease_id, m
+  for j = 1, #forms do
+    if found[j] then
+      lease_id, m = forms[j], found[j]
+      break
+    end
+  end
   if m then
     local h = core(m)
     if not h or h.cl ~= lease_id then

@@ -1,9 +1,13 @@
 package relay
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -87,7 +91,9 @@ func TestRoundTrip(t *testing.T) {
 	stubJSON := string(mustJSON(t, stub))
 	wantClaim := `{"jobs":[` + stubJSON[:len(stubJSON)-1] + `,"lease":` + string(mustJSON(t, lease)) + `}],"leaseMs":60000}`
 	expect(t, got, 200, wantClaim)
-	if lease.RunnerID != "runner_alice" || len(lease.ID) != 36 {
+	// A lease id is opaque to peers: here a UUID with the job's site appended.
+	minted, eS, _ := strings.Cut(lease.ID, ".")
+	if _, err := uuid.Parse(minted); lease.RunnerID != "runner_alice" || err != nil || eS != base64.RawURLEncoding.EncodeToString([]byte("site_a")) {
 		t.Fatalf("lease %+v", lease)
 	}
 	// The same device cannot take it twice; bob could not take it at all now.

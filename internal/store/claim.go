@@ -325,7 +325,9 @@ func (s *Store) routeQueues(in ClaimInput, r Route, kinds []string) []string {
 
 // mintLease is a UUID v4 (crypto/rand) whose first byte names the shard
 // that grants it, so a holder operation finds the grant's shard from the
-// lease id alone. The version and variant bits are untouched.
+// lease id alone. The version and variant bits are untouched. The claim
+// script appends the granted job's site to it when that fits MaxIDBytes
+// (lua/lib/store.lua: a done job then needs no lease-index entry).
 func mintLease(shard int) (string, error) {
 	id, err := uuid.NewRandom()
 	if err != nil {
@@ -344,7 +346,7 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
 	// indexes in args of the per-call values: max, scan budget, settle budget
 	const maxArg, scanArg, settleArg = 5, 6, 7
-	args = append(args, enc(in.Owner), u.Token, strconv.Itoa(len(kinds)))
+	args = append(args, enc(in.Owner), u.Token, strconv.Itoa(s.opts.MaxIDBytes), strconv.Itoa(len(kinds)))
 	for _, k := range kinds {
 		args = append(args, enc(k))
 	}
@@ -370,6 +372,18 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 		}
 		args = append(args, id)
 		u.Leases = append(u.Leases, id) // before the script is sent: it may run unanswered
+	}
+	if u.Sites == nil {
+		u.Sites = map[int][]string{}
+	}
+	if u.Sites[sh] == nil { // each shard is called once per claim
+		seen := make(map[string]bool, len(routes))
+		for _, r := range routes {
+			if !seen[r.SiteID] {
+				seen[r.SiteID] = true
+				u.Sites[sh] = append(u.Sites[sh], enc(r.SiteID))
+			}
+		}
 	}
 
 	// Each script examines at most claimScan queue entries; a claim that

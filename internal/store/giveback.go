@@ -44,7 +44,11 @@ type UnansweredClaim struct {
 	RunnerID string
 	Token    string   // the Claim call's token (lua/claim.lua ARGV[13])
 	Leases   []string // every lease id minted for a claim script of the call
-	Err      error
+	// Sites are, per shard a claim script was sent to, the encoded sites
+	// of its routes: a grant's lease id is a minted one, or one with the
+	// job's site appended (lua/claim.lua), and GiveBack tries both.
+	Sites map[int][]string
+	Err   error
 }
 
 func (u *UnansweredClaim) Error() string {
@@ -61,10 +65,29 @@ func newClaimToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
+// giveBackSites is give_back.lua's count and list of the sites a grant of
+// these minted ids can carry: those the claim script could append within
+// MaxIDBytes (a form that cannot exist costs a lookup, no more).
+func (s *Store) giveBackSites(sites, minted []string) []string {
+	shortest := len(minted[0])
+	for _, id := range minted {
+		shortest = min(shortest, len(id))
+	}
+	out := []string{""}
+	for _, eS := range sites {
+		if shortest+1+len(eS) <= s.opts.MaxIDBytes {
+			out = append(out, eS)
+		}
+	}
+	out[0] = strconv.Itoa(len(out) - 1)
+	return out
+}
+
 // GiveBack revokes u's claim and requeues those of its leases that are
 // still granted to u.RunnerID as u made them (awaiting its payload or
 // ready; never one that is running or done, whose runner knew the lease).
-// It returns the lease ids it requeued. It is idempotent: a second call
+// It returns the lease ids it requeued, as granted (a minted id with the
+// job's site appended, lua/claim.lua). It is idempotent: a second call
 // finds nothing left and returns none. An error leaves some shards undone;
 // calling again finishes them.
 func (s *Store) GiveBack(ctx context.Context, u UnansweredClaim) ([]string, error) {
@@ -97,6 +120,7 @@ func (s *Store) GiveBack(ctx context.Context, u UnansweredClaim) ([]string, erro
 	for _, sh := range shards {
 		for chunk := range slices.Chunk(byShard[sh], GrantChunk) {
 			args := append([]string{u.RunnerID, u.Token, strconv.Itoa(GiveBackRevokeMs), strconv.Itoa(len(chunk))}, chunk...)
+			args = append(args, s.giveBackSites(u.Sites[sh], chunk)...)
 			msg, err := s.run(ctx, scGiveBack, []string{s.k.lease(sh)}, args...)
 			if err != nil {
 				return given, fmt.Errorf("give back: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -218,7 +220,9 @@ func TestClaimAnswerLostAfterTheScriptRan(t *testing.T) {
 	})
 	j := h.job(site, "j1")
 	lost := j.ClaimedBy.LeaseID
-	if j.ClaimedBy.RunnerID != "runner_1" || !contains(u.Leases, lost) {
+	// The granted id is a minted one with the job's site appended.
+	minted, eS, _ := strings.Cut(lost, ".")
+	if j.ClaimedBy.RunnerID != "runner_1" || !contains(u.Leases, minted) || eS != enc(j.SiteID) {
 		t.Fatalf("granted %+v, not one of the claim's leases %v", j.ClaimedBy, u.Leases)
 	}
 	given := h.giveBack(*u)
@@ -244,4 +248,39 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// A lost claim over several sites hands back every grant, whether its
+// lease id carries its site or (the site too long to append within
+// MaxIDBytes) is the minted UUID alone.
+func TestGiveBackFindsEitherLeaseForm(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{MaxIDBytes: 60})
+		short, long := "s1", "a-site-id-of-20-char"
+		h.enqueueStub(short, stub("j1", "alice"))
+		h.enqueueStub(long, stub("j2", "alice"))
+		u, got := h.lostClaim(routes([]string{short, long}, []string{"alice"}))
+		if len(got) != 2 {
+			t.Fatalf("claimed %d, want 2", len(got))
+		}
+		forms := map[string]bool{}
+		for _, g := range got {
+			_, _, siteBearing := strings.Cut(g.Lease.ID, ".")
+			forms[g.SiteID] = siteBearing
+		}
+		if !forms[short] || forms[long] {
+			t.Fatalf("site-bearing lease ids by site: %v, want %s only", forms, short)
+		}
+		given := h.giveBack(u)
+		slices.Sort(given)
+		want := []string{got[0].Lease.ID, got[1].Lease.ID}
+		slices.Sort(want)
+		equalStrings(t, "given back", given, want)
+		for _, s := range []string{short, long} {
+			if j := h.job(s, map[string]string{short: "j1", long: "j2"}[s]); j.State != StateQueued || j.ClaimedBy != nil {
+				t.Fatalf("%s after give-back: %+v", s, j)
+			}
+		}
+	})
 }

@@ -203,6 +203,24 @@ local function leave_awaiting(h)
   redis.call('ZREM', P .. 'aw:' .. h.eS, h.eJ)
 end
 
+-- Lease ids come in two forms. Go mints a UUID whose first byte names the
+-- shard; the claim script appends '.' and the job's eS when the result fits
+-- the store's id limit (lua/claim.lua). Such a site-bearing id, with the
+-- job id every holder call carries, names the job's record without the
+-- lease index, so a done job keeps no index entry (lua/complete.lua drops
+-- it). While the grant is open the index still maps the id as granted to
+-- the job, so relays of a release before site-bearing ids resolve it, and
+-- give_back finds it from the minted UUID and the claim's sites. A bare
+-- UUID (a site too long to append, or a grant from before site-bearing
+-- ids) is found through the index for the grant's whole life, done
+-- included.
+
+-- lease_site(id) -> the eS a site-bearing lease id carries ("" for the
+-- empty site id), or nil.
+local function lease_site(lease_id)
+  return string.match(lease_id, '^[^.]+%.([%w_-]*)$')
+end
+
 -- Remove every index entry that names the current grant.
 local function drop_grant(m, h)
   if not h.cl then
@@ -329,13 +347,21 @@ end
 -- its bare id encodes to e_job and its grant is still current after
 -- settling.
 local function resolve_exact(e_job, lease_id, now)
-  local m = redis.call('HGET', P .. 'lease', lease_id)
-  if not m then
-    return nil
+  local eS = lease_site(lease_id)
+  local m
+  if eS then
+    m = eS .. ':' .. e_job
+  else
+    m = redis.call('HGET', P .. 'lease', lease_id)
+    if not m then
+      return nil
+    end
   end
   local h = core(m)
   if not h or h.cl ~= lease_id then
-    redis.call('HDEL', P .. 'lease', lease_id) -- index entry outlived its grant
+    if not eS then
+      redis.call('HDEL', P .. 'lease', lease_id) -- index entry outlived its grant
+    end
     return nil
   end
   if h.eJ ~= e_job then
