@@ -28,7 +28,8 @@
 // Valkey TIME is the only clock: now = sec*1000 + floor(usec/1000) + offset,
 // read once per script. offset is 0 in production; tests move it with
 // Testing().SetClockOffset / AdvanceClock (testhooks.go). Lease ids are UUID v4 minted
-// in Go from crypto/rand and passed to the claim script.
+// in Go from crypto/rand and passed to the claim script, which appends "." and
+// the job's ⟨S⟩ when the result fits MaxIDBytes (lua/lib/store.lua).
 //
 // # Key layout (store.md §9.3, mode S: sharded by site; layout v4)
 //
@@ -153,7 +154,8 @@
 //	                             job is in it, from enqueue to forget): the
 //	                             minimum of the deadline, awaitingUntil (when
 //	                             awaiting) and the lease expiry (ready, running)
-//	lease                  HASH  leaseId -> m: current grants, done included
+//	lease                  HASH  leaseId -> m: current grants; a done job's
+//	                             only when its lease id is a bare UUID
 //	hid:⟨R⟩                ZSET  "⟨J⟩:⟨S⟩" -> 0: the bare-id probe of §2.0;
 //	                             ZRANGEBYLEX [⟨J⟩: (⟨J⟩; answers "does R hold
 //	                             some job with bare id J" on this shard. Every
@@ -244,7 +246,9 @@
 //	due sl: st:<state> all     seal, completion, cancel or forget (the
 //	                           deadline); all and st: are only emptied
 //	lease held: hid: cxl:      entries: each grant leaves at requeue,
-//	                           release, expiry or forget (the deadline)
+//	                           release, expiry or forget (the deadline);
+//	                           lease also at completion, for a lease id
+//	                           that carries its site
 //	sb:⟨S⟩                     deleted when the site's stored bytes reach 0
 //	                           (its last blob forgotten)
 //	sr:⟨S⟩                     TTL: the bucket's refill time plus 1 s
