@@ -107,6 +107,24 @@ describe(`real peers against ${env.target} relay x${env.replicas}`, () => {
     await waitForOutcomes(site, jobs.map((j) => j.id), { timeoutMs: 120_000 });
     const finished = Date.now();
 
+    // Recorded before the assertions, so a failed run still says whether a
+    // job was granted twice and whether a heartbeat reported a lease lost.
+    const granted = grants(daemon);
+    recordFigures({
+      scenario: "S1",
+      jobs: N,
+      pairMs: paired - started,
+      runMs: finished - paired,
+      jobsPerSec: Number((N / ((finished - paired) / 1000)).toFixed(1)),
+      grantedTwice: jobs.filter((j) => granted.filter((g) => g.jobId === j.id).length > 1).map((j) => j.id),
+      leasesReportedLost: daemon.requests
+        .filter((r) => r.endpoint === "heartbeat" && r.status === 200)
+        .reduce((n, r) => n + (JSON.parse(r.text).lost ?? []).length, 0),
+      daemonErrors: daemon.errors(),
+      siteErrors: site.errors,
+      requests: summarize(daemon.requests, site.requests),
+    });
+
     for (const job of jobs) {
       const record = await site.store.get(job.id);
       expect(record.outcome.outcome).toBe("ok");
@@ -120,17 +138,6 @@ describe(`real peers against ${env.target} relay x${env.replicas}`, () => {
     const results = daemon.requests.filter((r) => r.endpoint === "result");
     expect(results).toHaveLength(N);
     for (const r of results) expect(JSON.parse(r.text)).toEqual({ accepted: true, state: "done" });
-
-    recordFigures({
-      scenario: "S1",
-      jobs: N,
-      pairMs: paired - started,
-      runMs: finished - paired,
-      jobsPerSec: Number((N / ((finished - paired) / 1000)).toFixed(1)),
-      daemonErrors: daemon.errors(),
-      siteErrors: site.errors,
-      requests: summarize(daemon.requests, site.requests),
-    });
   });
 
   it("S2 cancel mid-flight reaches the running daemon", async () => {
