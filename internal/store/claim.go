@@ -376,13 +376,11 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 	if u.Sites == nil {
 		u.Sites = map[int][]string{}
 	}
-	if u.Sites[sh] == nil { // each shard is called once per claim
-		seen := make(map[string]bool, len(routes))
-		for _, r := range routes {
-			if !seen[r.SiteID] {
-				seen[r.SiteID] = true
-				u.Sites[sh] = append(u.Sites[sh], enc(r.SiteID))
-			}
+	seen := make(map[string]bool, len(routes)) // a claim calls each shard once
+	for _, r := range routes {
+		if !seen[r.SiteID] {
+			seen[r.SiteID] = true
+			u.Sites[sh] = append(u.Sites[sh], enc(r.SiteID))
 		}
 	}
 
