@@ -98,3 +98,28 @@ func TestIdleWindowAtLeastWindow(t *testing.T) {
 		t.Fatalf("IdleWindow() = %v, want 1s", got)
 	}
 }
+
+// Flush sends what waits at once, and its window's timer then sends
+// nothing more; a Flush with nothing waiting sends nothing.
+func TestFlushSendsWhatWaits(t *testing.T) {
+	t.Parallel()
+	send, ch := sink()
+	b := New(50*time.Millisecond, time.Hour, 100, send)
+	b.Flush()
+	b.Add(1, true)
+	b.Add(2, true)
+	b.Flush()
+	got, _ := next(t, ch, 5*time.Second)
+	if len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("flushed %v, want [1 2]", got)
+	}
+	b.Add(3, false)
+	if got, _ := next(t, ch, 5*time.Second); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("the next window sent %v, want [3]", got)
+	}
+	select {
+	case extra := <-ch:
+		t.Fatalf("a batch %v after everything was sent", extra)
+	case <-time.After(150 * time.Millisecond):
+	}
+}

@@ -114,9 +114,15 @@ func Unavailable(err error) bool {
 	if p := ReplyPrefix(err); p != "" {
 		return replyClasses[p].unavailable
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, valkey.ErrClosing) || errors.Is(err, valkey.ErrNoSlot) ||
-		errors.Is(err, valkey.ErrDoCacheAborted) ||
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, valkey.ErrNoSlot) || errors.Is(err, valkey.ErrDoCacheAborted) ||
+		transportFailure(err)
+}
+
+// transportFailure says whether err is the connection to Valkey failing:
+// refused, reset, closed, or a network error of its own.
+func transportFailure(err error) bool {
+	if errors.Is(err, valkey.ErrClosing) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {

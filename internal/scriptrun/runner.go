@@ -3,6 +3,7 @@ package scriptrun
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -23,14 +24,21 @@ type Options struct {
 	// store (a frozen or failing-over Valkey), not when the connection is
 	// finally declared dead many seconds later.
 	Timeout time.Duration
+	// OnUnreachable, when set, is called when a call fails in transport
+	// (class "connection") after the last call before it was answered: a
+	// caller that holds calls back to share a round trip sends them now,
+	// so they are refused at once rather than at the end of their wait.
+	// It runs on the failed call's goroutine and must not block.
+	OnUnreachable func()
 }
 
 // Runner runs scripts and named plain commands on one client, each
 // observed, bounded and classified alike.
 type Runner struct {
-	c    valkey.Client
-	opts Options
-	fns  *functions // nil: every script runs with EVALSHA
+	c           valkey.Client
+	opts        Options
+	fns         *functions // nil: every script runs with EVALSHA
+	unreachable atomic.Bool
 }
 
 // NewRunner is a Runner on c; its scripts run with EVALSHA until
@@ -82,14 +90,42 @@ func (r *Runner) Observe(ctx context.Context, name string) (context.Context, fun
 	ctx, cancel := r.Bound(ctx)
 	obs := r.opts.Observe
 	if obs == nil {
-		return ctx, func(error) { cancel() }
+		return ctx, func(err error) {
+			r.note(classify(err))
+			cancel()
+		}
 	}
 	ctx, end := obs(ctx, name)
 	return ctx, func(err error) {
-		end(classify(err))
+		err = classify(err)
+		r.note(err)
+		end(err)
 		cancel()
 	}
 }
+
+// note keeps whether Valkey was reachable at the last call that says:
+// an answer (an error reply included) says it was, a transport failure
+// says it was not; a deadline, a caller gone or the relay's own refusal
+// of a reply says nothing either way.
+func (r *Runner) note(err error) {
+	switch Class(err) {
+	case "":
+		r.unreachable.Store(false)
+	case "connection":
+		if transportFailure(err) && !r.unreachable.Swap(true) && r.opts.OnUnreachable != nil {
+			r.opts.OnUnreachable()
+		}
+	case "timeout", "canceled":
+	default: // an error reply: the server answered
+		r.unreachable.Store(false)
+	}
+}
+
+// Unreachable says whether the last call that reached a verdict failed in
+// transport (Valkey down, or the network to it), until a call is answered
+// again.
+func (r *Runner) Unreachable() bool { return r.unreachable.Load() }
 
 // Bound is ctx under the per-call deadline (WithTimeout's, else
 // Options.Timeout), for a call the caller observes per request (Observe)

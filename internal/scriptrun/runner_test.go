@@ -3,7 +3,9 @@ package scriptrun
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -121,5 +123,76 @@ func TestRunIsBounded(t *testing.T) {
 	defer rec.mu.Unlock()
 	if rec.class["echo"] != "timeout" || rec.class["do"] != "timeout" {
 		t.Fatalf("classes %v", rec.class)
+	}
+}
+
+// Unreachable turns on at a call that fails in transport, calling
+// OnUnreachable once for the turn, and off at the next call Valkey
+// answers (an error reply included); a deadline on a frozen server says
+// nothing either way.
+func TestUnreachableUntilAnswered(t *testing.T) {
+	srv := relaytest.StartServer(t)
+	c := relaytest.Open(t, srv.URL())
+	var turns atomic.Int32
+	r := NewRunner(c, Options{OnUnreachable: func() { turns.Add(1) }, Timeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	echo := Must("echo", echoSrc)
+	run := func() error {
+		_, err := r.Run(ctx, echo, []string{"k"}, []string{"x"})
+		return err
+	}
+	if err := run(); err != nil || r.Unreachable() {
+		t.Fatalf("a call to a live server: %v, unreachable %v", err, r.Unreachable())
+	}
+
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	err := run()
+	if cerr := srv.Signal(syscall.SIGCONT); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || r.Unreachable() || turns.Load() != 0 {
+		t.Fatalf("a frozen server: %v, unreachable %v, %d turns", err, r.Unreachable(), turns.Load())
+	}
+
+	if _, err := srv.Stop(syscall.SIGKILL, 10*time.Second); err != nil && !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("stop: %v", err)
+	}
+	for i := range 3 {
+		err := run()
+		if err == nil || Class(err) != "connection" && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d to a stopped server: %v", i, err)
+		}
+	}
+	if !r.Unreachable() || turns.Load() != 1 {
+		t.Fatalf("after three failed calls: unreachable %v, %d turns, want true and 1", r.Unreachable(), turns.Load())
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.WaitFor(t, 10*time.Second, "no call answered after the restart", func() bool { return run() == nil })
+	if r.Unreachable() {
+		t.Fatal("a call was answered and the runner still says unreachable")
+	}
+	// Down again: a second turn; then an error reply is an answer too.
+	if _, err := srv.Stop(syscall.SIGKILL, 10*time.Second); err != nil && !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("stop: %v", err)
+	}
+	_ = run()
+	if !r.Unreachable() || turns.Load() != 2 {
+		t.Fatalf("down again: unreachable %v, %d turns, want true and 2", r.Unreachable(), turns.Load())
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	oom := Must("oom", "-- mode: write\nreturn redis.error_reply('OOM command not allowed')\n")
+	relaytest.WaitFor(t, 10*time.Second, "no error reply after the restart", func() bool {
+		_, err := r.Run(ctx, oom, []string{"k"}, nil)
+		return ReplyPrefix(err) == "OOM"
+	})
+	if r.Unreachable() {
+		t.Fatal("an error reply and the runner still says unreachable")
 	}
 }

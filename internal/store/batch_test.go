@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
@@ -586,5 +588,79 @@ func TestIdleHeartbeatWaitsOnce(t *testing.T) {
 	}
 	if p := h.presence("runner_idle"); string(p.Capabilities) != `["changed"]` {
 		t.Fatalf("record holds %s, want the changed lists", p.Capabilities)
+	}
+}
+
+// Heartbeats do not wait for their window while Valkey is unreachable:
+// one already waiting when a call fails in transport is sent at once (and
+// refused at once), one arriving then is sent on its own, and once a call
+// is answered again heartbeats wait for their window as before.
+func TestHeartbeatsSkipTheWindowWhileValkeyIsAway(t *testing.T) {
+	t.Parallel()
+	srv := relaytest.StartServer(t)
+	b := backend{"private", relaytest.Open(t, srv.URL())}
+	// Windows no test outlives: a heartbeat answered at all was not held
+	// for its window.
+	h := newFixture(t, b, Options{HeartbeatBatch: time.Hour, HeartbeatIdleBatch: time.Hour, CallTimeout: 2 * time.Second})
+	dev := freshDevice()
+	h.seen("runner_away", "alice", dev, `[]`, `[]`)
+	beat := func(ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_away", Owner: "alice", Device: dev}})
+			done <- err
+		}()
+		return done
+	}
+	answer := func(what string, done chan error) error {
+		t.Helper()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer within 5 s", what)
+			return nil
+		}
+	}
+	held := func(what string, done chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			t.Fatalf("%s was answered (%v): it did not wait for its window", what, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+
+	waiting := beat(h.ctx)
+	held("a heartbeat while Valkey answers", waiting)
+	if _, err := srv.Stop(syscall.SIGKILL, 10*time.Second); err != nil && !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("stop: %v", err)
+	}
+	// Any call failing in transport sends the waiting heartbeat.
+	if _, err := h.s.Seen(h.ctx, Presence{RunnerID: "runner_other", Owner: "alice", Device: freshDevice()}); !scriptrun.Unavailable(err) {
+		t.Fatalf("a call to a stopped server: %v, want an unavailable store", err)
+	}
+	if err := answer("the heartbeat waiting when Valkey went away", waiting); !scriptrun.Unavailable(err) {
+		t.Fatalf("the waiting heartbeat: %v, want an unavailable store", err)
+	}
+	if err := answer("a heartbeat while Valkey is away", beat(h.ctx)); !scriptrun.Unavailable(err) {
+		t.Fatalf("a heartbeat while Valkey is away: %v, want an unavailable store", err)
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first answered heartbeat goes alone (a restarted server holds
+	// no record: without RequirePresence it writes one).
+	relaytest.WaitFor(t, 10*time.Second, "no heartbeat answered after the restart", func() bool {
+		return answer("a heartbeat after the restart", beat(h.ctx)) == nil
+	})
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	again := beat(ctx)
+	held("a heartbeat once Valkey answers again", again)
+	cancel()
+	if err := answer("the held heartbeat, its caller gone", again); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the held heartbeat: %v, want its caller's cancellation", err)
 	}
 }

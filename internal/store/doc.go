@@ -392,7 +392,10 @@
 // shard's records only, a replica's 100 ms window holds about one record
 // a shard, so a longer one is what fills the calls. A batch goes out at
 // the earliest instant any call in it may wait to, so heartbeats in the
-// short window take the waiting idle ones along. Each
+// short window take the waiting idle ones along. While Valkey is
+// unreachable (the runner's last verdict was a transport failure) no
+// heartbeat waits: the failure sends the waiting ones, and heartbeats go
+// unbatched until a call is answered again. Each
 // record is still decided alone (its condition, its write, its answer);
 // under the condition the script answers only lastSeenAt, since the
 // caller sent the rest. An idle claim the view rules out reads nothing at all, not even

@@ -36,7 +36,12 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 // something are read further. An idle device's heartbeat is that one call.
 func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
 	lane := batched
-	if in.Idle != nil && s.claimLooksEmpty(in.RunnerID, in.Owner, in.Idle) {
+	switch {
+	case s.runner.Unreachable():
+		// Valkey failed the last call: waiting for a batch would only
+		// delay the refusal (or the first answer once it is back).
+		lane = unbatched
+	case in.Idle != nil && s.claimLooksEmpty(in.RunnerID, in.Owner, in.Idle):
 		lane = batchedIdle
 	}
 	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, lane)

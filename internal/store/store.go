@@ -293,11 +293,16 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*scriptrun.Script, len(sources)),
-		runner: scriptrun.NewRunner(c, scriptrun.Options{Observe: opts.ObserveScript, Timeout: opts.CallTimeout})}
+	s := &Store{c: c, k: k, opts: opts, log: opts.Logger, scripts: make(map[string]*scriptrun.Script, len(sources))}
+	runOpts := scriptrun.Options{Observe: opts.ObserveScript, Timeout: opts.CallTimeout}
 	if opts.HeartbeatBatch > 0 {
 		s.beats = newBeatBatch(s, opts.HeartbeatBatch, opts.HeartbeatIdleBatch)
+		// Heartbeats waiting for their window while Valkey goes away are
+		// refused now, not at the window's end (Heartbeat sends the next
+		// ones unbatched until a call is answered again).
+		runOpts.OnUnreachable = s.beats.queue.Flush
 	}
+	s.runner = scriptrun.NewRunner(c, runOpts)
 	s.results.limit = max(opts.ResultCacheBytes, 0)
 	var seed [12]byte
 	if _, err := rand.Read(seed[:]); err != nil {
