@@ -109,16 +109,18 @@ func (r *Runner) Observe(ctx context.Context, name string) (context.Context, fun
 // says it was not; a deadline, a caller gone or the relay's own refusal
 // of a reply says nothing either way.
 func (r *Runner) note(err error) {
+	// Read before writing: every call passes here, and a write per call
+	// would bounce the flag's cache line between cores.
 	switch Class(err) {
-	case "":
-		r.unreachable.Store(false)
 	case "connection":
-		if transportFailure(err) && !r.unreachable.Swap(true) && r.opts.OnUnreachable != nil {
+		if transportFailure(err) && !r.unreachable.Load() && !r.unreachable.Swap(true) && r.opts.OnUnreachable != nil {
 			r.opts.OnUnreachable()
 		}
 	case "timeout", "canceled":
-	default: // an error reply: the server answered
-		r.unreachable.Store(false)
+	default: // an answer: a reply, or an error reply
+		if r.unreachable.Load() {
+			r.unreachable.Store(false)
+		}
 	}
 }
 
