@@ -38,6 +38,16 @@ type client struct {
 	failedOver atomic.Int64
 }
 
+// idleConnTimeout is how long a pooled connection stays unused: 4 s, as
+// the Node clients of the real peers keep theirs (undici's default). It
+// must stay under the relay's header timeout (httpserve.HeaderTimeout, 5 s
+// from the accept): a connection dialed for a request that another
+// connection served first sits in the pool unused, and the relay closes it
+// silently at that timeout, so a request sent on it just then fails with
+// EOF, which a POST cannot safely retry. At Go's default of 90 s such
+// connections also piled up against the relay's per-address share.
+const idleConnTimeout = 4 * time.Second
+
 func newClient(c Config, stats *requestStats) *client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Every simulated party keeps connections open the way a long-running
@@ -45,7 +55,7 @@ func newClient(c Config, stats *requestStats) *client {
 	// request into a new TCP connection at load.
 	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = 1024
-	tr.IdleConnTimeout = 90 * time.Second
+	tr.IdleConnTimeout = idleConnTimeout
 	trim := make([]string, len(c.Replicas))
 	for i, r := range c.Replicas {
 		trim[i] = strings.TrimRight(r, "/")
