@@ -306,7 +306,7 @@ func drive(args []string) error {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = 0
 		tr.MaxIdleConnsPerHost = 1024
-		tr.IdleConnTimeout = 90 * time.Second
+		tr.IdleConnTimeout = 4 * time.Second // loadgen's idleConnTimeout
 		return tr
 	}
 	shared := &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
