@@ -69,14 +69,7 @@ func (b *Batch[C]) Add(c C, idle bool) {
 // Flush sends what is waiting now, on a goroutine of its own, instead of
 // at the end of its window: for when waiting can no longer pay (the store
 // is unreachable, and the calls had better be refused at once).
-func (b *Batch[C]) Flush() {
-	b.mu.Lock()
-	calls := b.takeLocked()
-	b.mu.Unlock()
-	if len(calls) > 0 {
-		go b.send(calls)
-	}
-}
+func (b *Batch[C]) Flush() { go b.flush() }
 
 // takeLocked empties the batch; b.mu is held.
 func (b *Batch[C]) takeLocked() []C {

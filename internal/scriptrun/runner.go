@@ -91,7 +91,7 @@ func (r *Runner) Observe(ctx context.Context, name string) (context.Context, fun
 	obs := r.opts.Observe
 	if obs == nil {
 		return ctx, func(err error) {
-			r.note(classify(err))
+			r.note(err)
 			cancel()
 		}
 	}
