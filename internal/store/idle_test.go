@@ -89,7 +89,7 @@ func benchIdleTick(b *testing.B, view bool, parallel int, evalScripts bool) {
 	for i := range devices { // every device ticks once before the measured ticks
 		tick(i)
 	}
-	cpu0, scripts0, cmds0 := serverCost(b, be.client)
+	before := serverCost(b, be.client)
 	b.ResetTimer()
 	if parallel == 0 {
 		for i := range b.N {
@@ -110,15 +110,20 @@ func benchIdleTick(b *testing.B, view bool, parallel int, evalScripts bool) {
 		wg.Wait()
 	}
 	b.StopTimer()
-	cpu1, scripts1, cmds1 := serverCost(b, be.client)
-	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "valkey-us/op")
-	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/op")
-	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/op")
+	serverCost(b, be.client).report(b, before)
 }
 
-// serverCost is the server's CPU seconds, script calls (EVAL*, FCALL*) and all calls
-// so far (server-wide).
-func serverCost(b *testing.B, c valkey.Client) (cpu float64, scripts, cmds int64) {
+// serverCounters are the server-wide counters a cost benchmark reads before
+// and after its loop (INFO): CPU seconds (used_cpu_sys+used_cpu_user), read
+// events on client connections (total_reads_processed: a round trip, or one
+// pipelined batch), script calls (EVAL*, FCALL*) and all calls.
+type serverCounters struct {
+	cpu                  float64
+	reads, scripts, cmds int64
+}
+
+// serverCost reads the counters so far.
+func serverCost(b *testing.B, c valkey.Client) (n serverCounters) {
 	info, err := c.Do(context.Background(), c.B().Info().Section("all").Build()).ToString()
 	if err != nil {
 		b.Fatal(err)
@@ -126,21 +131,34 @@ func serverCost(b *testing.B, c valkey.Client) (cpu float64, scripts, cmds int64
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
+			n.cpu += f
 		}
 		if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
+			n.cpu += f
+		}
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			n.reads, _ = strconv.ParseInt(v, 10, 64)
 		}
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
 			name, stats, _ := strings.Cut(rest, ":")
 			calls := strings.TrimPrefix(strings.Split(stats, ",")[0], "calls=")
-			n, _ := strconv.ParseInt(calls, 10, 64)
-			cmds += n
+			k, _ := strconv.ParseInt(calls, 10, 64)
+			n.cmds += k
 			if strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall") {
-				scripts += n
+				n.scripts += k
 			}
 		}
 	}
-	return cpu, scripts, cmds
+	return n
+}
+
+// report puts what the server did between from and to, per op of b.N, on
+// b: valkey-us/op, reads/op, scripts/op and cmds/op.
+func (to serverCounters) report(b *testing.B, from serverCounters) {
+	n := float64(b.N)
+	b.ReportMetric((to.cpu-from.cpu)*1e6/n, "valkey-us/op")
+	b.ReportMetric(float64(to.reads-from.reads)/n, "reads/op")
+	b.ReportMetric(float64(to.scripts-from.scripts)/n, "scripts/op")
+	b.ReportMetric(float64(to.cmds-from.cmds)/n, "cmds/op")
 }

@@ -31,6 +31,12 @@ import (
 // a results read lists at most 64, and the figure is a job's own cost.
 // "view-site64-scripts" is that with the operations sent as scripts
 // (EVALSHA, Options.evalScripts) instead of the functions library.
+//
+// reads/op is the job's round trips (the server's read events); floor-us/rt
+// is the server's CPU per round trip of a script that does nothing, timed
+// right after (roundTripFloor); x-floor is valkey-us/op over reads/op such
+// round trips: how far a job's Valkey CPU is above what its round trips
+// alone cost on this machine.
 func BenchmarkJobCost(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { benchJobCost(b, false, 0, false) })
 	b.Run("view", func(b *testing.B) { benchJobCost(b, true, 0, false) })
@@ -85,16 +91,42 @@ func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 			b.Fatal(err)
 		}
 	}
-	cpu0, scripts0, cmds0 := serverCost(b, be.client)
+	before := serverCost(b, be.client)
 	b.ResetTimer()
 	for i := range b.N {
 		one(i)
 	}
 	b.StopTimer()
-	cpu1, scripts1, cmds1 := serverCost(b, be.client)
-	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "valkey-us/op")
-	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/op")
-	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/op")
+	after := serverCost(b, be.client)
+	after.report(b, before)
+	floor := roundTripFloor(b, be.client, int(min(after.reads-before.reads, 20000)))
+	b.ReportMetric(floor, "floor-us/rt")
+	perRT := float64(after.reads-before.reads) / float64(b.N)
+	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N)/(perRT*floor), "x-floor")
+}
+
+// roundTripFloor is the server's CPU per round trip of the cheapest script
+// call (EVALSHA of "return 1", sent one at a time on the benchmark's own
+// client), in µs, over n calls (at least 1,000): what a job's round trips
+// would cost the server if every one of them did nothing. Measured right
+// after the job loop, so the ratio to it (x-floor) holds on a guest whose
+// cost per wake-up varies from run to run.
+func roundTripFloor(b *testing.B, c valkey.Client, n int) float64 {
+	n = max(n, 1000)
+	nop := valkey.NewLuaScript("return 1")
+	ctx := context.Background()
+	before := serverCost(b, c)
+	for range n {
+		if err := nop.Exec(ctx, c, nil, nil).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	after := serverCost(b, c)
+	rts := after.reads - before.reads
+	if rts <= 0 {
+		b.Fatalf("the floor's %d calls show %d reads on the server", n, rts)
+	}
+	return (after.cpu - before.cpu) * 1e6 / float64(rts)
 }
 
 // BenchmarkJobMemory is what a job costs in Valkey memory: used_memory
