@@ -99,10 +99,10 @@ func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 	b.StopTimer()
 	after := serverCost(b, be.client)
 	after.report(b, before)
-	floor := roundTripFloor(b, be.client, int(min(after.reads-before.reads, 20000)))
+	reads := after.reads - before.reads
+	floor := roundTripFloor(b, be.client, int(min(reads, 20000)))
 	b.ReportMetric(floor, "floor-us/rt")
-	perRT := float64(after.reads-before.reads) / float64(b.N)
-	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N)/(perRT*floor), "x-floor")
+	b.ReportMetric((after.cpu-before.cpu)*1e6/(float64(reads)*floor), "x-floor")
 }
 
 // roundTripFloor is the server's CPU per round trip of the cheapest script
