@@ -21,7 +21,7 @@ import (
 // its layout record says. A namespace of any other version is refused at
 // start; a layout change bumps it and registers the step that moves data
 // from the previous one (Steps).
-const Version = 4
+const Version = 5
 
 // DefaultShards is the number of shards a new namespace is laid out over.
 // It is fixed for the life of the namespace (it is in the layout record).

@@ -62,7 +62,7 @@ func (s *Store) SiteStates(ctx context.Context, siteID string, pageSize, maxPage
 		out.Ready += n(6)
 		out.Running += n(7)
 		if v[9] != "" && (out.OldestQueuedID == "" || n(9) < out.OldestQueuedSeq) {
-			id, err := store.DecodeKeyPart("job id", v[10])
+			id, err := store.DecodeJobID(v[10])
 			if err != nil {
 				return SiteStates{}, fmt.Errorf("ops site: %w", err)
 			}
@@ -213,7 +213,7 @@ func (s *Store) DeviceLeases(ctx context.Context, runnerID string, limit int) (D
 			}
 			ce, _ := strconv.ParseInt(f[3], 10, 64)
 			site, err1 := store.DecodeKeyPart("site", f[0])
-			id, err2 := store.DecodeKeyPart("job id", f[1])
+			id, err2 := store.DecodeJobID(f[1])
 			if err := errors.Join(err1, err2); err != nil {
 				return out, fmt.Errorf("ops device: %w", err)
 			}

@@ -45,7 +45,7 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 		return TakeResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
 	msg, err := s.run(ctx, scTake, []string{s.k.lease(sh)},
-		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
+		encJob(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID)
 	if err != nil {
 		return TakeResult{}, fmt.Errorf("take payload: %w", err)
 	}
@@ -84,7 +84,7 @@ func (s *Store) missRefusal(ctx context.Context, jobID, runnerID string, skip in
 		if sh == skip {
 			continue
 		}
-		msg, err := s.run(ctx, scHolds, []string{s.k.heldIDs(sh, runnerID)}, enc(jobID), enc(runnerID))
+		msg, err := s.run(ctx, scHolds, []string{s.k.heldIDs(sh, runnerID)}, encJob(jobID), enc(runnerID))
 		if err != nil {
 			s.log.Warn("store: bare-id probe failed", "runner", runnerID, "err", err)
 			continue
@@ -140,7 +140,7 @@ func (s *Store) Complete(ctx context.Context, in CompleteInput) (CompleteResult,
 		return CompleteResult{Refused: s.missRefusal(ctx, in.JobID, in.RunnerID, -1)}, nil
 	}
 	msg, err := s.run(ctx, scComplete, []string{s.k.lease(sh)},
-		enc(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
+		encJob(in.JobID), in.RunnerID, enc(in.RunnerID), in.LeaseID, string(in.Envelope), in.Disposition)
 	if err != nil {
 		return CompleteResult{}, fmt.Errorf("complete: %w", err)
 	}
@@ -205,7 +205,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, in ReleaseInput) ([]string, e
 		for chunk := range slices.Chunk(idx, GrantChunk) {
 			args := []string{in.RunnerID, in.Reason, retry, strconv.Itoa(len(chunk))}
 			for _, i := range chunk {
-				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
+				args = append(args, encJob(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
 			msg, err := s.run(ctx, scRelease, []string{s.k.lease(sh)}, args...)
 			if err != nil {
@@ -275,7 +275,7 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 		for chunk := range slices.Chunk(idx, GrantChunk) {
 			args := []string{in.RunnerID, strconv.FormatInt(in.LeaseMs, 10), strconv.Itoa(len(chunk))}
 			for _, i := range chunk {
-				args = append(args, enc(in.Leases[i].JobID), in.Leases[i].LeaseID)
+				args = append(args, encJob(in.Leases[i].JobID), in.Leases[i].LeaseID)
 			}
 			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh)}, args...)
 			if err != nil {
@@ -372,7 +372,7 @@ func (s *Store) cancelRequests(ctx context.Context, runnerID string, shards []in
 					if err != nil {
 						return err
 					}
-					id, err := dec("job id", flat[0])
+					id, err := decJob(flat[0])
 					if err != nil {
 						return err
 					}

@@ -85,7 +85,7 @@ func (s *Store) enqueueCall(siteID string, st protocol.JobStub, stub []byte) (ke
 		s.k.readyQueue(siteID, st.Owner, st.Kind, st.Audience), s.k.due(sh), s.k.epoch(sh),
 		s.k.siteLive(siteID), s.k.siteBytes(siteID), s.k.siteRate(siteID)}
 	args = []string{member(siteID, st.ID), string(stub), strconv.FormatInt(st.DeadlineAt, 10),
-		enc(siteID), enc(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience), s.epochCandidate()}
+		enc(siteID), encJob(st.ID), enc(st.Owner), enc(st.Kind), enc(st.Audience), s.epochCandidate()}
 	return keys, append(args, limitArgs(s.opts.SiteLimits.For(siteID))...)
 }
 

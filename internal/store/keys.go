@@ -27,6 +27,81 @@ func dec(what, e string) (string, error) {
 	return string(b), nil
 }
 
+// encJob is a job id's key part. A UUID in canonical lowercase form (what
+// @byollm/server mints, crypto.randomUUID) is '~' and its 16 bytes in
+// base64url, 23 characters where enc takes 48: a job's id is in its record's
+// key and in two to four index members, so this is about a hundred bytes a
+// job (layout v5). Any other id is enc's. '~' is not in base64url's alphabet,
+// so the two forms never name the same id, and like base64url it is none of
+// ':', '{', '}', ';' or '.', which keys and members split on.
+func encJob(id string) string {
+	b, ok := uuidBytes(id)
+	if !ok {
+		return enc(id)
+	}
+	return compactMark + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+const compactMark = "~"
+
+// decJob reverses encJob.
+func decJob(e string) (string, error) {
+	if len(e) != 23 || e[:1] != compactMark {
+		return dec("job id", e)
+	}
+	var b [16]byte
+	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(e[1:])); err != nil || n != 16 {
+		return "", fmt.Errorf("job id %q is not a compact UUID (%v)", e, err)
+	}
+	const hexd = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexd[c>>4], hexd[c&15])
+	}
+	return string(out), nil
+}
+
+// uuidBytes is the 16 bytes of id if it is a UUID in canonical lowercase
+// form (8-4-4-4-12 hex digits), the only form encJob compacts: it is the
+// one that decJob gives back byte for byte.
+func uuidBytes(id string) (b [16]byte, ok bool) {
+	if len(id) != 36 {
+		return b, false
+	}
+	j := 0
+	for i := 0; i < 36; i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if id[i] != '-' {
+				return b, false
+			}
+			continue
+		}
+		hi, ok1 := lowerHex(id[i])
+		lo, ok2 := lowerHex(id[i+1])
+		if !ok1 || !ok2 {
+			return b, false
+		}
+		b[j] = hi<<4 | lo
+		j++
+		i++
+	}
+	return b, true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
 // keys builds every key name of one namespace.
 //
 // Fleet-wide keys (pairing codes, the projection, the policy, the layout
@@ -161,7 +236,7 @@ func (k keys) leaseShard(leaseID string) (int, bool) {
 }
 
 // member names a job inside indexes that span sites: <eS>:<eJ>.
-func member(siteID, jobID string) string { return enc(siteID) + ":" + enc(jobID) }
+func member(siteID, jobID string) string { return enc(siteID) + ":" + encJob(jobID) }
 
 // Per-shard keys. A site's keys are on its shard; a runner's hid and
 // cxl sets exist once per shard where it holds grants.

@@ -191,6 +191,12 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	if given := h.giveBack(UnansweredClaim{RunnerID: "runner_1", Token: "workload", Leases: []string{got[3].Lease.ID}}); len(given) != 1 {
 		t.Fatalf("give back: %v", given)
 	}
+	// relay migrate's move of a job to another key part (compactJobIDs).
+	moved := "0f0e0d0c-0b0a-4908-8706-050403020100"
+	if _, err := h.s.run(ctx, scJobRekey, []string{h.s.k.job(got[3].SiteID, stubID(got[3])), h.s.k.job(got[3].SiteID, moved)},
+		member(got[3].SiteID, stubID(got[3])), encJob(moved)); err != nil {
+		t.Fatalf("job_rekey: %v", err)
+	}
 	_ = h.writeRawStub(got[2].SiteID, stubID(got[2]), `{"bad":1}`)
 	h.claim(routes([]string{a, c}, []string{"alice"}))
 	h.s.Testing().AdvanceClock(3_600_000)

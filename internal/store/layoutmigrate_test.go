@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // The migration mechanism, with a step registered from layout 3 to 4 (this
-// relay ships none): a namespace of an older layout is refused at start,
+// relay ships one from 4 to 5, tested in rekey_test.go): a namespace of an older layout is refused at start,
 // Migrate runs the registered step, records the version it reached, and the
 // relay then starts; one with no path of steps, or newer, is refused with
 // the steps to take, and nothing is written.
@@ -39,7 +40,7 @@ func TestMigrationStepRunsAndRecordsTheVersion(t *testing.T) {
 
 		// A new namespace: Migrate writes the record.
 		rep, err := Migrate(ctx, c, ns, nil)
-		if err != nil || rep.From != 0 || rep.To != LayoutVersion || !rep.Written || version() != "4" {
+		if err != nil || rep.From != 0 || rep.To != LayoutVersion || !rep.Written || version() != strconv.Itoa(LayoutVersion) {
 			t.Fatalf("migrate a new namespace: %+v %v (record v%s)", rep, err, version())
 		}
 		if rep, err := Migrate(ctx, c, ns, nil); err != nil || rep.From != LayoutVersion || rep.Written || len(rep.Steps) != 0 {
@@ -93,11 +94,18 @@ func TestMigrationStepRunsAndRecordsTheVersion(t *testing.T) {
 		if got, _ := c.Do(ctx, c.B().Get().Key(ns+":{"+ns+"}:moved").Build()).ToString(); got != "1" {
 			t.Fatalf("the step's write: %q", got)
 		}
+		// v4 is not this relay's layout: its own step (4 -> 5) moves it on.
+		if _, err := New(ctx, c, Options{Namespace: ns, Logger: relaytest.Discard()}); !errors.Is(err, ErrLayout) {
+			t.Fatalf("New on v4: %v", err)
+		}
+		if rep, err := Migrate(ctx, c, ns, nil); err != nil || !slices.Equal(rep.Steps, []int{4}) || version() != strconv.Itoa(LayoutVersion) {
+			t.Fatalf("migrate v4 -> v%d: %+v %v (record v%s)", LayoutVersion, rep, err, version())
+		}
 		if _, err := New(ctx, c, Options{Namespace: ns, Logger: relaytest.Discard()}); err != nil {
 			t.Fatalf("New after the migration: %v", err)
 		}
 		// Again: nothing to do, the step does not run twice.
-		if rep, err := migrate(ctx, c, ns, steps, 4, nil); err != nil || len(rep.Steps) != 0 || len(ran) != 1 {
+		if rep, err := migrate(ctx, c, ns, steps, LayoutVersion, nil); err != nil || len(rep.Steps) != 0 || len(ran) != 1 {
 			t.Fatalf("migrate again: %+v %v, ran %v", rep, err, ran)
 		}
 
@@ -107,8 +115,9 @@ func TestMigrationStepRunsAndRecordsTheVersion(t *testing.T) {
 			t.Fatalf("migrate from v2 with a gap: %v, ran %v, record v%s", err, ran, version())
 		}
 		// Newer than this relay: refused, by New and Migrate alike.
-		setVersion("5")
-		if _, err := Migrate(ctx, c, ns, nil); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "newer") || version() != "5" {
+		newer := strconv.Itoa(LayoutVersion + 1)
+		setVersion(newer)
+		if _, err := Migrate(ctx, c, ns, nil); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "newer") || version() != newer {
 			t.Fatalf("Migrate on a newer layout: %v", err)
 		}
 	})

@@ -51,6 +51,10 @@ func EncodeKeyPart(v string) string { return enc(v) }
 // DecodeKeyPart: see EncodeKeyPart.
 func DecodeKeyPart(what, e string) (string, error) { return dec(what, e) }
 
+// DecodeJobID is how a script's reply names a job by its id's key part,
+// which is compact for a UUID (encJob), undone.
+func DecodeJobID(e string) (string, error) { return decJob(e) }
+
 // SiteReadKeys are the keys of one site a read of its jobs uses, all on
 // the site's shard.
 type SiteReadKeys struct {

@@ -196,9 +196,10 @@ func (s *Store) siteKeys(ctx context.Context, siteIDs ...string) (keys, error) {
 }
 
 // migrations are the steps this relay can run, on a Store opened on the
-// namespace as it is. Layout 4 is the first layout any release wrote, so
-// there is none yet.
-var migrations = layout.Steps[*Store]{}
+// namespace as it is. Layout 4 is the first layout any release wrote.
+var migrations = layout.Steps[*Store]{
+	4: {From: 4, Run: compactJobIDs},
+}
 
 // Migrate moves a namespace to LayoutVersion (layout.Migrate). ready, when
 // not nil, runs once before the first step and refuses with its error.

@@ -80,7 +80,7 @@ func parseSnapshot(m valkey.ValkeyMessage) (*snapshot, error) {
 		return nil, fmt.Errorf("snapshot: member %q", h["m"])
 	}
 	site, err1 := dec("site", eS)
-	id, err2 := dec("job id", eJ)
+	id, err2 := decJob(eJ)
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

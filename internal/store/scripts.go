@@ -38,6 +38,7 @@ var (
 	scHolds             = Script{Name: "holds", ReadOnly: false, Work: true}
 	scJob               = Script{Name: "job", ReadOnly: true}
 	scJobsPage          = Script{Name: "jobs_page", ReadOnly: true}
+	scJobRekey          = Script{Name: "job_rekey", ReadOnly: false}
 	scLayout            = Script{Name: "layout", ReadOnly: false}
 	scLayoutMove        = Script{Name: "layout_move", ReadOnly: false}
 	scOpsChurn          = Script{Name: "ops_churn", ReadOnly: true}
@@ -94,6 +95,7 @@ var Scripts = []Script{
 	scHolds,
 	scJob,
 	scJobsPage,
+	scJobRekey,
 	scLayout,
 	scLayoutMove,
 	scOpsChurn,

@@ -71,7 +71,7 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 					}
 					f[j] = v
 				}
-				id, err := dec("job id", f[0])
+				id, err := decJob(f[0])
 				if err != nil {
 					return err
 				}
@@ -240,7 +240,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 					return nil, fmt.Errorf("result jobs: %w", err)
 				}
 			}
-			id, err := dec("job id", f[0])
+			id, err := decJob(f[0])
 			if err != nil {
 				return nil, fmt.Errorf("result jobs: %w", err)
 			}

@@ -1,9 +1,14 @@
-// Package upgrade_test proves a rolling upgrade under load: three replicas
-// of the previous release share one Valkey behind a balancer while the load
-// generator runs through it; each is drained (SIGTERM) and replaced on its
-// port by this tree's relay, one at a time, so both versions serve the same
-// store side by side. The history of the run (test/chaos/history) must show
-// nothing lost, nothing run twice, and no refusal a client cannot retry.
+// Package upgrade_test proves an upgrade under load: three replicas of the
+// previous release share one Valkey behind a balancer while the load
+// generator runs through it. When the two releases read the same key
+// layout, each replica is drained (SIGTERM) and replaced on its port by
+// this tree's relay, one at a time, so both versions serve the same store
+// side by side. When this tree's layout is newer, the upgrade is the one
+// the README gives operators: every old replica stops, `relay migrate`
+// runs once their heartbeat records have expired, and the new replicas
+// start, while clients retry through the gap. Either way the history of
+// the run (test/chaos/history) must show nothing lost, nothing run twice,
+// and no refusal a client cannot retry.
 package upgrade_test
 
 import (
@@ -21,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byollm/relay-go/internal/layout"
 	"github.com/byollm/relay-go/internal/loadgen"
 	"github.com/byollm/relay-go/test/chaos/history"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -68,12 +74,14 @@ func buildPrevious(t *testing.T, rev string) string {
 
 const leaseMs = 5000
 
-// TestRollingUpgrade replaces every replica of the previous release with
-// this tree's relay while the load generator runs, one at a time as a
-// Deployment's rolling update (maxUnavailable 0) does: SIGTERM (readiness
-// fails, the balancer stops sending, in-flight requests finish), then the
-// new version on the same port, in rotation before the next one goes.
-func TestRollingUpgrade(t *testing.T) {
+// TestUpgradeUnderLoad replaces every replica of the previous release with
+// this tree's relay while the load generator runs. Within one layout, one
+// at a time as a Deployment's rolling update (maxUnavailable 0) does:
+// SIGTERM (readiness fails, the balancer stops sending, in-flight requests
+// finish), then the new version on the same port, in rotation before the
+// next one goes. Across layouts, all of them stop, `relay migrate` moves
+// the data, and all of the new ones start.
+func TestUpgradeUnderLoad(t *testing.T) {
 	began := time.Now()
 	oldBin := buildPrevious(t, *previousRelease)
 	newBin := relaytest.RelayBinary(t)
@@ -109,8 +117,19 @@ func TestRollingUpgrade(t *testing.T) {
 	for _, name := range names {
 		bal.WaitReady(t, name, 30*time.Second)
 	}
+	oldLayout := layoutOf(t, vk, ns)
+	rolling := oldLayout == layout.Version
+	t.Logf("the previous release wrote layout v%d, this tree reads v%d: %s", oldLayout, layout.Version,
+		map[bool]string{true: "rolling upgrade", false: "stop, relay migrate, start"}[rolling])
 
 	const loadFor = 24 * time.Second
+	// Across layouts every replica is gone until the old ones' heartbeat
+	// records expire (15 s) and the migration has run: clients retry
+	// through that.
+	retryFor := 20 * time.Second
+	if !rolling {
+		retryFor = 60 * time.Second
+	}
 	log := &history.Log{}
 	cfg := loadgen.Config{
 		Replicas:    []string{bal.URL()},
@@ -131,7 +150,7 @@ func TestRollingUpgrade(t *testing.T) {
 		Timeout:     10 * time.Second,
 		// Real clients retry what a replica going away refuses
 		// (transport errors, 502, 503, 504); anything else is an error.
-		RetryFor: 20 * time.Second,
+		RetryFor: retryFor,
 		History:  log,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), loadFor+2*time.Minute)
@@ -149,26 +168,31 @@ func TestRollingUpgrade(t *testing.T) {
 		bal.Event(line)
 	}
 	servedOld := map[string]int64{}
-	for i, old := range relays {
-		time.Sleep(time.Until(loadStart.Add(time.Duration(i+1) * 5 * time.Second)))
-		event("SIGTERM %s (%s)", names[i], *previousRelease)
-		took, err := old.Stop(syscall.SIGTERM, 20*time.Second)
-		if errors.Is(err, relaytest.ErrStillRunning) {
-			t.Fatalf("%s: %v", names[i], err)
+	if rolling {
+		for i, old := range relays {
+			time.Sleep(time.Until(loadStart.Add(time.Duration(i+1) * 5 * time.Second)))
+			event("SIGTERM %s (%s)", names[i], *previousRelease)
+			took, err := old.Stop(syscall.SIGTERM, 20*time.Second)
+			if errors.Is(err, relaytest.ErrStillRunning) {
+				t.Fatalf("%s: %v", names[i], err)
+			}
+			if err != nil {
+				t.Errorf("%s (previous release) exited with %v after SIGTERM, want status 0", names[i], err)
+			}
+			servedOld[names[i]] = bal.Served(names[i])
+			event("%s drained and exited in %v; starting this tree's relay on %s", names[i], took.Round(time.Millisecond), old.Listen)
+			nr := relaytest.NewRelay(t, relaytest.RelayConfig{Name: names[i] + "-new", Bin: newBin,
+				Env: append(env, "RELAY_LISTEN="+old.Listen, "RELAY_ADMIN_LISTEN="+old.Admin)})
+			if err := nr.Start(); err != nil {
+				t.Fatal(err)
+			}
+			bal.WaitReady(t, names[i], 30*time.Second)
+			event("%s (new) in rotation", names[i])
+			relays[i] = nr
 		}
-		if err != nil {
-			t.Errorf("%s (previous release) exited with %v after SIGTERM, want status 0", names[i], err)
-		}
-		servedOld[names[i]] = bal.Served(names[i])
-		event("%s drained and exited in %v; starting this tree's relay on %s", names[i], took.Round(time.Millisecond), old.Listen)
-		nr := relaytest.NewRelay(t, relaytest.RelayConfig{Name: names[i] + "-new", Bin: newBin,
-			Env: append(env, "RELAY_LISTEN="+old.Listen, "RELAY_ADMIN_LISTEN="+old.Admin)})
-		if err := nr.Start(); err != nil {
-			t.Fatal(err)
-		}
-		bal.WaitReady(t, names[i], 30*time.Second)
-		event("%s (new) in rotation", names[i])
-		relays[i] = nr
+	} else {
+		time.Sleep(time.Until(loadStart.Add(5 * time.Second)))
+		offlineUpgrade(t, relays, names, newBin, env, bal, event, servedOld)
 	}
 
 	rep, err := load.Wait(ctx)
@@ -183,8 +207,8 @@ func TestRollingUpgrade(t *testing.T) {
 
 	ops := append(log.Ops(), finalStates(t, vk, ns, log.Ops())...)
 	sum := history.Check(ops, history.Options{End: end})
-	t.Logf("SUMMARY upgrade %s -> this tree: %.0fs of load, %d ops | jobs enqueued %d: done %d, cancelled %d, expired %d, still in the store %d | grants %d (%d jobs granted more than once), results accepted %d | errors %d | violations %d",
-		*previousRelease, loadFor.Seconds(), sum.Ops, sum.Enqueued, sum.Done, sum.Cancelled, sum.Expired, sum.InStore, sum.Grants, sum.Regranted, sum.Accepted, rep.Errors, len(sum.Violations))
+	t.Logf("SUMMARY upgrade %s (layout v%d) -> this tree (v%d): %.0fs of load, %d ops | jobs enqueued %d: done %d, cancelled %d, expired %d, still in the store %d | grants %d (%d jobs granted more than once), results accepted %d | errors %d | violations %d",
+		*previousRelease, oldLayout, layout.Version, loadFor.Seconds(), sum.Ops, sum.Enqueued, sum.Done, sum.Cancelled, sum.Expired, sum.InStore, sum.Grants, sum.Regranted, sum.Accepted, rep.Errors, len(sum.Violations))
 
 	for i, v := range sum.Violations {
 		if i == 10 {
@@ -235,4 +259,78 @@ func finalStates(t *testing.T, vk *relaytest.ValkeyServer, ns string, ops []load
 		t.Fatal(err)
 	}
 	return out
+}
+
+// offlineUpgrade is the upgrade across layouts: every old replica drains
+// and stops, `relay migrate` of this tree runs until the old replicas'
+// heartbeat records have expired and it no longer refuses, then the new
+// replicas start on the old ones' ports. relays is updated in place.
+func offlineUpgrade(t *testing.T, relays []*relaytest.Relay, names []string, newBin string, env []string,
+	bal *relaytest.Balancer, event func(string, ...any), servedOld map[string]int64) {
+	t.Helper()
+	for i, old := range relays {
+		event("SIGTERM %s (%s)", names[i], *previousRelease)
+		took, err := old.Stop(syscall.SIGTERM, 20*time.Second)
+		if errors.Is(err, relaytest.ErrStillRunning) {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+		if err != nil {
+			t.Errorf("%s (previous release) exited with %v after SIGTERM, want status 0", names[i], err)
+		}
+		servedOld[names[i]] = bal.Served(names[i])
+		event("%s drained and exited in %v", names[i], took.Round(time.Millisecond))
+	}
+	refused := 0
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		cmd := exec.Command(newBin, "migrate")
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			event("relay migrate after %d refusals: %s", refused, strings.TrimSpace(string(out)))
+			if !strings.Contains(string(out), "-> v") {
+				t.Errorf("relay migrate moved nothing: %s", out)
+			}
+			break
+		}
+		// While an old replica's record is live it must refuse, and say why.
+		if !strings.Contains(string(out), "cannot read layout") || time.Now().After(deadline) {
+			t.Fatalf("relay migrate: %v\n%s", err, out)
+		}
+		if refused == 0 {
+			event("relay migrate refused while the old replicas' records live: %s", strings.TrimSpace(string(out)))
+		}
+		refused++
+		time.Sleep(time.Second)
+	}
+	if refused == 0 {
+		t.Errorf("relay migrate ran at once: the stopped replicas' heartbeat records should have held it back")
+	}
+	for i, old := range relays {
+		nr := relaytest.NewRelay(t, relaytest.RelayConfig{Name: names[i] + "-new", Bin: newBin,
+			Env: append(env, "RELAY_LISTEN="+old.Listen, "RELAY_ADMIN_LISTEN="+old.Admin)})
+		if err := nr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		relays[i] = nr
+	}
+	for _, name := range names {
+		bal.WaitReady(t, name, 30*time.Second)
+		event("%s (new) in rotation", name)
+	}
+}
+
+// layoutOf is the layout version namespace ns's record names.
+func layoutOf(t *testing.T, vk *relaytest.ValkeyServer, ns string) int {
+	t.Helper()
+	c, err := vk.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, err := c.Do(context.Background(), c.B().Hget().Key(ns+":{"+ns+"}:layout").Field("version").Build()).AsInt64()
+	if err != nil {
+		t.Fatalf("read the layout record: %v", err)
+	}
+	return int(v)
 }
