@@ -19,11 +19,14 @@ import (
 // migrateUsage heads relay migrate -h.
 const migrateUsage = `Usage: relay migrate [-valkey-url URL] [-namespace NS]
 
-Moves a namespace to this relay's key layout (v4): a new namespace gets its
+Moves a namespace to this relay's key layout (v5): a new namespace gets its
 layout record; an older one is moved step by step, each version recorded as
 it is reached, once no live replica reads an older layout only. Run it with
-the relays of the older version stopped. Exit 0: the namespace is in this
-layout; 1: it is not (the message says why) or an error; 2: bad flags.
+the relays of the older version stopped. From v4: every job whose id is a
+UUID is moved to the id's compact key part, one job per script, so an
+interrupted run leaves each job moved or not and a second run finishes it.
+Exit 0: the namespace is in this layout; 1: it is not (the message says
+why) or an error; 2: bad flags.
 
 `
 

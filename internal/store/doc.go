@@ -127,8 +127,11 @@
 //
 // Variable key parts are base64url without padding, written ⟨x⟩ below: they
 // contain no ':', '{', '}' or ';', so any site id, job id, owner, runner or
-// kind yields an unambiguous key. A job's member in indexes that span sites
-// of a shard is m = ⟨S⟩:⟨J⟩. Per shard:
+// kind yields an unambiguous key. A job id in canonical lowercase UUID form
+// (what @byollm/server mints) is instead '~' and its 16 bytes in base64url,
+// 23 characters for 48 (layout v5, encJob in keys.go); '~' is outside
+// base64url, so the forms never meet. A job's member in indexes that span
+// sites of a shard is m = ⟨S⟩:⟨J⟩. Per shard:
 //
 //	j:⟨S⟩:⟨J⟩              HASH  the job (fields below)
 //	j:⟨S⟩:⟨J⟩:ref          ZSET  refusedBy: runner -> position (refusal order)
@@ -496,7 +499,8 @@
 // older one `relay migrate` (Migrate) once the older relays are stopped,
 // if this relay has steps leading from it, else a new namespace. Migrate
 // runs each registered step (migrations, keyed by the version it moves
-// from; none yet, as 4 is the first layout a release wrote), recording
+// from; 4 is the first layout a release wrote, and its step to 5 moves
+// UUID job ids to their compact key part, rekey.go), recording
 // each version as it is reached (lua/layout_move.lua), and refuses while a
 // live replica's heartbeat record says it reads an older layout.
 //
