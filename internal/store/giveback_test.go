@@ -196,7 +196,10 @@ func TestClaimAnswerLostAfterTheScriptRan(t *testing.T) {
 			if err := srv.Signal(syscall.SIGSTOP); err != nil {
 				t.Errorf("SIGSTOP: %v", err)
 			}
-			ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			// Long enough that the command is written before the
+			// deadline even on a loaded machine: a client that finds its
+			// context done before sending sends nothing.
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			return ctx, func(error) { cancel() }
 		},
 	})

@@ -50,8 +50,9 @@
 #    Ed25519 verify, one Valkey script call) driven at the request rate
 #    that run served, from as many keep-alive clients as it had parties
 #    (IDLE_DAEMONS + 1 for the idle fleet), on loadgen's shared connection
-#    pool; its CPU per request (utime+stime over the window, as for the
-#    relay) is the floor every per-request figure is also divided by.
+#    pool; its CPU per request (user+system over the window, from its own
+#    getrusage, since a short run's floor CPU is under one clock tick) is
+#    the floor every per-request figure is also divided by.
 #
 # Output: test/bench/out/capacity.md and capacity.json (raw per-run JSON in
 # test/bench/out/cap-*), and the markdown printed at the end.
@@ -454,7 +455,8 @@ if not ramp_only:
         floor_runs[c["name"]] = {"key": c["profile"], "ok": req > 0 and c["statsAfter"]["refused"] == 0 and c["driveExit"] == 0,
             "clients": c["clients"], "burst": c["burst"], "rateAsked": c["rate"], "requests": req, "windowS": c["windowS"],
             "requestsPerSecond": req / c["windowS"] if c["windowS"] else None,
-            "serverUsPerRequest": c["serverTicks"] / tck * 1e6 / req if req else None,
+            "serverUsPerRequest": ((c["statsAfter"]["cpuSeconds"] - c["statsBefore"]["cpuSeconds"]) if "cpuSeconds" in c["statsAfter"]
+                                   else c["serverTicks"] / tck) * 1e6 / req if req else None,
             "valkeyUsPerRequest": vk * 1e6 / req if req else None,
             "refused": c["statsAfter"]["refused"], "driveFailed": d["failed"], "p50Ms": d["p50Ms"], "p99Ms": d["p99Ms"],
             "driverCpuSeconds": d["cpuSeconds"], "bodyBytes": d["bodyBytes"], "load": c["load"]}
@@ -569,7 +571,7 @@ if not ramp_only:
     L.append("`test/bench/floor`: net/http, a ~1.5 KB JSON body decoded, one Ed25519 verify over the body's canonical request, "
              "one Valkey script call (HSET + HINCRBY); driven right after each new-1 cost run at the request rate that run served, "
              "from as many keep-alive clients as it had parties, on loadgen's shared connection pool. CPU per request: "
-             "the server's utime+stime over the window ÷ the requests it answered in it.\n")
+             "the server's user+system CPU over the window (its getrusage) ÷ the requests it answered in it.\n")
     L.append("| profile copied | clients | requests a tick | rate asked / served, req/s | floor CPU per request, µs | floor ÷ one verify | floor's Valkey per request, µs | old relay ÷ floor | new relay ÷ floor | new Valkey ÷ floor's |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     for p in ("idle", "aggressive", "real"):
