@@ -17,7 +17,9 @@
 -- ARGV[4]  m           member <eS>:<eJ>
 -- ARGV[5]  envelope    (raw JSON)
 -- ARGV[6]  max_bytes   most stored bytes of the site ("0": no limit)
--- Reply: {'ready', reports} | {'not-found', reports} | {'too-late', was, reports}
+-- Announces the seal on the shard's channel P..'work' (announce_sealed() in
+-- lib/store.lua), for a replica holding the grant's fetch.
+-- Reply: {'ready', lease, reports} | {'not-found', reports} | {'too-late', was, reports}
 --        | {'site-limit', 'bytes', reports}
 
 local job = KEYS[1]
@@ -52,4 +54,5 @@ redis.call('HDEL', job, 'au', 'sa')
 leave_awaiting(h)
 h.state, h.au, h.sa = READY, nil, nil
 rescore(m, h)
-return {'ready', REPORTS}
+announce_sealed(h.cl)
+return {'ready', h.cl, REPORTS}

@@ -176,6 +176,9 @@ type Config struct {
 	GrantTimeout, GrantBudget time.Duration
 	// GrantRetryAfter keeps a transiently declined job from its runner.
 	GrantRetryAfter time.Duration
+	// FetchWait is how long a fetch of a payload not sealed yet waits for
+	// the seal (relay.Config.FetchWait).
+	FetchWait time.Duration
 }
 
 // Grant modes (Config.GrantMode).
@@ -303,6 +306,7 @@ func (c Config) LogAttrs() []any {
 		slog.Duration("grantTimeout", c.GrantTimeout),
 		slog.Duration("grantBudget", c.GrantBudget),
 		slog.Duration("grantRetryAfter", c.GrantRetryAfter),
+		slog.Duration("fetchWait", c.FetchWait),
 	}
 }
 
@@ -793,6 +797,13 @@ var options = []option{
 		}
 		return err
 	}},
+	{env: "RELAY_FETCH_WAIT", flag: "fetch-wait", def: relay.DefaultFetchWait.String(), usage: "how long a daemon's fetch of a payload its site has not sealed yet waits for the seal before answering not-ready (0s: at once, as the reference); the daemon asks again after 50 ms to 1 s, so a wait answers it the moment the site seals and saves its repeated fetches", apply: func(c *Config, v string) error {
+		d, err := boundedDuration(v, "fetch wait", 0, maxFetchWait, "2s, or 0s to answer at once")
+		if err == nil {
+			c.FetchWait = d
+		}
+		return err
+	}},
 }
 
 const (
@@ -841,6 +852,9 @@ const (
 	// claim the job straight back; longer than an hour strands it.
 	minGrantRetryAfter = time.Second
 	maxGrantRetryAfter = time.Hour
+	// A held fetch keeps its connection and delays a drain; the daemon
+	// gives a request 30 s.
+	maxFetchWait = 10 * time.Second
 )
 
 var (

@@ -103,6 +103,7 @@ func TestDefaults(t *testing.T) {
 		GrantTimeout:      2 * time.Second,
 		GrantBudget:       5 * time.Second,
 		GrantRetryAfter:   30 * time.Second,
+		FetchWait:         2 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -272,6 +273,10 @@ func TestProblems(t *testing.T) {
 			[]string{`RELAY_GRANT_RETRY_AFTER: "100ms" is not a usable grant retry-after`, "from 1s to 1h0m0s"}},
 		{"grant retry-after not a duration", nil, map[string]string{"RELAY_GRANT_RETRY_AFTER": "30"},
 			[]string{`RELAY_GRANT_RETRY_AFTER: "30" is not a usable grant retry-after`, "e.g. 30s"}},
+		{"fetch wait too long", nil, map[string]string{"RELAY_FETCH_WAIT": "11s"},
+			[]string{`RELAY_FETCH_WAIT: "11s" is not a usable fetch wait`, "from 0s to 10s"}},
+		{"fetch wait negative", nil, map[string]string{"RELAY_FETCH_WAIT": "-1s"},
+			[]string{`RELAY_FETCH_WAIT: "-1s" is not a usable fetch wait`, "0s to answer at once"}},
 		{"retention below the floor", nil, map[string]string{"RELAY_DEVICE_RETENTION": "23h"},
 			[]string{`RELAY_DEVICE_RETENTION: "23h" is not a usable device retention`, "from 24h to 3650d", "e.g. 7d"}},
 		{"retention not a duration", nil, map[string]string{"RELAY_DEVICE_RETENTION": "1.5d"},
@@ -497,6 +502,7 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 		{"RELAY_GRANT_TIMEOUT", cfg.GrantTimeout, relay.DefaultGrantTimeout},
 		{"RELAY_GRANT_BUDGET", cfg.GrantBudget, relay.DefaultGrantBudget},
 		{"RELAY_GRANT_RETRY_AFTER", cfg.GrantRetryAfter, relay.DefaultGrantRetryAfter},
+		{"RELAY_FETCH_WAIT", cfg.FetchWait, relay.DefaultFetchWait},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s defaults to %v (%T), its owner's default is %v (%T)", c.name, c.got, c.got, c.want, c.want)

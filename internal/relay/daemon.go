@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/byollm/relay-go/internal/projection"
 	"github.com/byollm/relay-go/internal/protocol"
@@ -353,11 +354,32 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	if err != nil {
 		return refusalReply(err)
 	}
-	taken, err := r.store.TakePayload(req.ctx, store.HolderInput{
-		JobID: in.JobID, RunnerID: dev.runnerID, LeaseID: in.LeaseID,
-	})
+	hi := store.HolderInput{JobID: in.JobID, RunnerID: dev.runnerID, LeaseID: in.LeaseID}
+	// Registered before the first read, so a seal landing between that
+	// read and the wait still wakes it.
+	var sealed <-chan struct{}
+	wait := r.fetchWait > 0
+	if wait {
+		var done func()
+		sealed, done, wait = r.store.AwaitPayload(in.LeaseID)
+		defer done()
+	}
+	taken, err := r.store.TakePayload(req.ctx, hi)
 	if err != nil {
 		return reply{}, fmt.Errorf("fetch: %w", err)
+	}
+	if taken.Refused == store.RefusedNotReady && wait {
+		t := time.NewTimer(r.fetchWait)
+		defer t.Stop()
+		select {
+		case <-sealed:
+		case <-t.C: // read once more anyway: a seal whose news was lost
+		case <-req.ctx.Done():
+			return holderRefusal(taken.Refused), nil // the daemon hung up
+		}
+		if taken, err = r.store.TakePayload(req.ctx, hi); err != nil {
+			return reply{}, fmt.Errorf("fetch: %w", err)
+		}
 	}
 	if taken.Refused != "" {
 		return holderRefusal(taken.Refused), nil

@@ -41,6 +41,9 @@ const (
 	// a claim of 64 jobs against an authority that times out every call
 	// would otherwise hold the daemon for 64 timeouts.
 	DefaultGrantBudget = 5 * time.Second
+	// DefaultFetchWait is RELAY_FETCH_WAIT's default: twice the daemon's
+	// longest pause between fetches, well inside its 30 s request timeout.
+	DefaultFetchWait = 2 * time.Second
 	// DefaultGrantRetryAfter is the reference's RETRY_AFTER_MS: a
 	// transient decline keeps the job away from its runner this long.
 	DefaultGrantRetryAfter = 30 * time.Second

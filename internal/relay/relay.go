@@ -134,6 +134,9 @@ type Store interface {
 	// GiveBack hands back the grants of a claim whose answer was lost
 	// (store.UnansweredClaim); it is idempotent.
 	GiveBack(ctx context.Context, u store.UnansweredClaim) ([]string, error)
+	// AwaitPayload registers a fetch waiting for the seal of grant
+	// leaseID; ok false: a seal might go unheard, so do not wait.
+	AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool)
 }
 
 // ProjectionSource hands out the projection in force. Current returns nil
@@ -192,6 +195,13 @@ type Config struct {
 	// from the runner it was declined for (default DefaultGrantRetryAfter,
 	// the reference's).
 	GrantRetryAfter time.Duration
+	// FetchWait (RELAY_FETCH_WAIT, default DefaultFetchWait in the relay's
+	// configuration) is how long a fetch whose payload is not sealed yet waits
+	// for the seal before answering not-ready (0: at once, as the
+	// reference). The daemon asks again after a pause that doubles from
+	// 50 ms to 1 s, so a wait saves it requests and answers it as soon as
+	// the site seals.
+	FetchWait time.Duration
 	// Work, if set, is told what the planes' store calls meant (metrics,
 	// the operations view's activity).
 	Work WorkObserver
@@ -238,6 +248,7 @@ type Relay struct {
 	grantTimeout       time.Duration
 	grantBudget        time.Duration
 	grantRetryAfter    time.Duration
+	fetchWait          time.Duration
 	grantObs           GrantObserver
 	work               WorkObserver
 
@@ -309,6 +320,7 @@ func New(cfg Config) (*Relay, error) {
 		grantTimeout:       cfg.GrantTimeout,
 		grantBudget:        cfg.GrantBudget,
 		grantRetryAfter:    cfg.GrantRetryAfter,
+		fetchWait:          max(cfg.FetchWait, 0),
 		grantObs:           cfg.GrantObserver,
 		work:               cfg.Work,
 	}

@@ -82,6 +82,7 @@ func (r *replica) newPlanes(startCtx context.Context) error {
 		GrantTimeout:       cfg.GrantTimeout,
 		GrantBudget:        cfg.GrantBudget,
 		GrantRetryAfter:    cfg.GrantRetryAfter,
+		FetchWait:          cfg.FetchWait,
 		GrantObserver:      metrics,
 		LeaseObserver:      metrics,
 

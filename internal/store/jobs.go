@@ -336,6 +336,14 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	s.fireChurn(reports)
 	switch status {
 	case StateReady:
+		if len(parts) != 3 {
+			return SealResult{}, fmt.Errorf("seal: ready reply of %d parts", len(parts))
+		}
+		lease, err := str(parts[1])
+		if err != nil {
+			return SealResult{}, fmt.Errorf("seal: %w", err)
+		}
+		s.payloads.Sealed(lease)
 		return SealResult{State: StateReady}, nil
 	case RefusedNotFound:
 		return SealResult{Refused: RefusedNotFound}, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/layout"
+	"github.com/byollm/relay-go/internal/payloadwait"
 	"github.com/byollm/relay-go/internal/scriptrun"
 	"github.com/byollm/relay-go/internal/workview"
 
@@ -256,6 +257,9 @@ type Store struct {
 	// entries (lib/store.lua announce()) for the replicas' work views.
 	announce bool
 	view     *workview.View
+	// payloads: fetches waiting for their payload (AwaitPayload), woken by
+	// this Store's seals and by the seals announced on the shards' channels.
+	payloads *payloadwait.Waiters
 	results  resultCache
 	limits   pageLimits
 	// epochSeed and epochN make every enqueue's epoch candidate unique, so
@@ -332,7 +336,8 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	if err := s.loadLayout(ctx); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s.view = workview.New(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues), viewPubSub{s.c})
+	s.payloads = payloadwait.New()
+	s.view = workview.New(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues), viewPubSub{c: s.c, sealed: s.payloads.Sealed})
 	// The embedded store has no SPUBLISH: no announcements, no view (and
 	// one replica, nobody to tell).
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil

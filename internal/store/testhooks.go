@@ -62,3 +62,7 @@ func (h TestHooks) RunJobScript(ctx context.Context, op, siteID, jobID string, a
 	}
 	return num(msg)
 }
+
+// PayloadWaits is how many grants have a fetch waiting for their payload
+// (AwaitPayload), so a test can seal once a fetch is known to wait.
+func (h TestHooks) PayloadWaits() int { return h.s.payloads.Len() }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -25,13 +26,39 @@ func (s *Store) RunWorkView(ctx context.Context) {
 	s.view.Run(ctx)
 }
 
-// viewPubSub gives the work view the shards' channels.
-type viewPubSub struct{ c valkey.Client }
+// viewPubSub gives the work view the shards' channels. A channel also
+// carries seals ("!" and the grant's lease id, lib/store.lua
+// announce_sealed), which go to sealed instead of the view.
+type viewPubSub struct {
+	c      valkey.Client
+	sealed func(lease string)
+}
 
 func (p viewPubSub) Publish(ctx context.Context, channel, msg string) error {
 	return p.c.Do(ctx, p.c.B().Spublish().Channel(channel).Message(msg).Build()).Error()
 }
 
 func (p viewPubSub) Receive(ctx context.Context, channel string, fn func(string)) error {
-	return p.c.Receive(ctx, p.c.B().Ssubscribe().Channel(channel).Build(), func(m valkey.PubSubMessage) { fn(m.Message) })
+	return p.c.Receive(ctx, p.c.B().Ssubscribe().Channel(channel).Build(), func(m valkey.PubSubMessage) {
+		if lease, ok := strings.CutPrefix(m.Message, "!"); ok {
+			p.sealed(lease)
+			return
+		}
+		fn(m.Message)
+	})
+}
+
+// AwaitPayload registers a fetch waiting for the payload of grant leaseID
+// (internal/payloadwait): sealed is closed when this Store learns of the
+// seal, from its own Seal or, through its work view's subscriptions, from
+// another replica's. done must be called when the fetch stops waiting.
+// ok is false when a seal elsewhere might go unheard (a shard's
+// subscription is not live): the caller should not wait then. The
+// embedded store has one replica, so its own seals are all there are.
+func (s *Store) AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool) {
+	if s.announce && !s.view.Live() {
+		return nil, func() {}, false
+	}
+	sealed, done = s.payloads.Wait(leaseID)
+	return sealed, done, true
 }

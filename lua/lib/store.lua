@@ -47,6 +47,16 @@ local function announce(qk)
   end
 end
 
+-- announce_sealed(lease_id): the payload of the grant lease_id was sealed,
+-- on the same channel (internal/payloadwait: a replica holding that grant's
+-- fetch answers it at once). '!' starts no queue key, so a work view of a
+-- release before this one only notes a queue that does not exist.
+local function announce_sealed(lease_id)
+  if announcing() then
+    redis.call('SPUBLISH', P .. 'work', '!' .. lease_id)
+  end
+end
+
 local function jkey(m)
   return P .. 'j:' .. m
 end

@@ -1,0 +1,72 @@
+package payloadwait
+
+import (
+	"sync"
+	"testing"
+)
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
+	t.Parallel()
+	w := New()
+	a1, doneA1 := w.Wait("a")
+	a2, doneA2 := w.Wait("a")
+	b, doneB := w.Wait("b")
+	if w.Len() != 2 {
+		t.Fatalf("Len %d, want 2", w.Len())
+	}
+	w.Sealed("a")
+	if !closed(a1) || !closed(a2) || closed(b) {
+		t.Fatalf("after Sealed(a): a1 %v a2 %v b %v", closed(a1), closed(a2), closed(b))
+	}
+	w.Sealed("a")      // again: nothing waits, nothing happens
+	w.Sealed("nobody") // a lease no fetch waits for
+	doneA1()
+	doneA2()
+	doneA2() // twice: counted once
+	if w.Len() != 1 {
+		t.Fatalf("Len %d after a's fetches ended, want 1 (b)", w.Len())
+	}
+	doneB()
+	if w.Len() != 0 || closed(b) {
+		t.Fatalf("Len %d, b closed %v: a fetch that stops waiting leaves nothing behind", w.Len(), closed(b))
+	}
+	// A fetch that registers after the seal waits for the next one: the
+	// caller reads the store after registering, so it sees that seal there.
+	c, doneC := w.Wait("a")
+	if closed(c) {
+		t.Fatal("a new wait on a sealed lease is closed at once")
+	}
+	doneC()
+}
+
+func TestWaitersUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	w := New()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease := string(rune('a' + i%8))
+			for range 200 {
+				ch, done := w.Wait(lease)
+				w.Sealed(lease)
+				<-ch // sealed by this goroutine's call, or an earlier one
+				done()
+			}
+		}()
+	}
+	wg.Wait()
+	if w.Len() != 0 {
+		t.Fatalf("Len %d after every fetch ended", w.Len())
+	}
+}

@@ -1,0 +1,110 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/byollm/relay-go/internal/store"
+	"github.com/byollm/relay-go/test/relaytest"
+)
+
+func withFetchWait(d time.Duration) envOption { return func(c *Config) { c.FetchWait = d } }
+
+// liveViews runs st's work view for the test and waits until a seal on any
+// replica would be heard (AwaitPayload says so).
+func liveViews(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { st.RunWorkView(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	relaytest.WaitFor(t, 10*time.Second, "the store hears seals", func() bool {
+		_, stop, ok := st.AwaitPayload("probe")
+		stop()
+		return ok
+	})
+}
+
+type fetchAnswer struct {
+	r    resp
+	took time.Duration
+}
+
+// With RELAY_FETCH_WAIT, a fetch made before the site seals is held and
+// answered with the payload once the seal lands, on this replica or on
+// another one sharing the store: one request where the daemon would have
+// polled. Without a seal it answers not-ready when the wait ends.
+func TestFetchWaitsForTheSeal(t *testing.T) {
+	t.Parallel()
+	const wait = 8 * time.Second
+	for _, where := range []string{"this replica", "another replica"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, withFetchWait(wait))
+			liveViews(t, e.st)
+			sealer := e
+			if where == "another replica" {
+				other, err := store.New(context.Background(), relaytest.Client(t), store.Options{Namespace: e.st.Namespace(), Logger: relaytest.Logger(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sealer = newEnvOn(t, other)
+			}
+			w := newWorld(t)
+			w.install(e)
+			w.install(sealer)
+			stub := e.stub("job-1", "alice", w.siteA)
+			expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", stub)), 200, `{"jobId":"job-1","state":"queued"}`)
+			jobs := e.claim(t, w.alice, "runner_alice", 1)
+			if len(jobs) != 1 {
+				t.Fatalf("claimed %d", len(jobs))
+			}
+			answered := make(chan fetchAnswer, 1)
+			go func() {
+				start := time.Now()
+				r := e.daemonPost(w.alice, "runner_alice", "fetch", fetchJSON(t, "runner_alice", "job-1", jobs[0].Lease.ID))
+				answered <- fetchAnswer{r, time.Since(start)}
+			}()
+			relaytest.WaitFor(t, 5*time.Second, "the fetch waits", func() bool { return e.st.Testing().PayloadWaits() == 1 })
+			payload := envelope("payload")
+			expect(t, sealer.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "job-1", payload)), 200, `{"jobId":"job-1","state":"ready"}`)
+			got := <-answered
+			expect(t, got.r, 200, `{"envelope":`+string(mustJSON(t, payload))+`}`)
+			// Woken by the seal, not by the end of the wait (after which
+			// the fetch reads once more and would find the payload too).
+			if got.took >= wait/2 {
+				t.Fatalf("the fetch answered after %v: the seal did not wake it (wait %v)", got.took, wait)
+			}
+			if n := e.st.Testing().PayloadWaits(); n != 0 {
+				t.Fatalf("%d waits left after the answer", n)
+			}
+		})
+	}
+
+	t.Run("no seal", func(t *testing.T) {
+		t.Parallel()
+		const short = 300 * time.Millisecond
+		e := newEnv(t, withFetchWait(short))
+		liveViews(t, e.st)
+		w := newWorld(t)
+		w.install(e)
+		expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", e.stub("job-1", "alice", w.siteA))), 200, `{"jobId":"job-1","state":"queued"}`)
+		jobs := e.claim(t, w.alice, "runner_alice", 1)
+		start := time.Now()
+		got := e.daemonPost(w.alice, "runner_alice", "fetch", fetchJSON(t, "runner_alice", "job-1", jobs[0].Lease.ID))
+		expect(t, got, 409, `{"error":"not-ready","message":"the site has not sealed this job yet"}`)
+		if took := time.Since(start); took < short {
+			t.Fatalf("answered not-ready after %v, before the %v wait ended", took, short)
+		}
+		// A stale lease is refused at once, whatever the wait.
+		start = time.Now()
+		got = e.daemonPost(w.alice, "runner_alice", "fetch", fetchJSON(t, "runner_alice", "job-1", "not-a-lease"))
+		if got.status == 200 || got.status == 409 && time.Since(start) >= short {
+			t.Fatalf("a fetch with a lease that is not the job's: %d %s after %v", got.status, got.body, time.Since(start))
+		}
+		if n := e.st.Testing().PayloadWaits(); n != 0 {
+			t.Fatalf("%d waits left", n)
+		}
+	})
+}
