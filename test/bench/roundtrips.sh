@@ -8,6 +8,7 @@
 #   RT_VARIANTS="flush0:RELAY_VALKEY_FLUSH_DELAY=0 flush20:RELAY_VALKEY_FLUSH_DELAY=20us" test/bench/roundtrips.sh
 #   RT_ROUNDS=2 RT_PORT=6393 test/bench/roundtrips.sh
 #   RT_OLD_REV=81bd9cb RT_VARIANTS="old: new:" test/bench/roundtrips.sh   # a label starting "old" runs RT_OLD_REV's relay
+#   RT_SLOWLOG=1 RT_ROUNDS=1 test/bench/roundtrips.sh   # and where the server's time goes, by script
 #
 # One private redis-server (RT_PORT, default a free port; --save ''), one
 # relay replica per run, the standard load of capacity.sh (4 sites, 16
@@ -23,7 +24,13 @@
 #     (relay_valkey_script_duration_seconds_count: a script, or one
 #     pipelined batch of plain commands);
 #   - the relay process's utime+stime;
-#   - the load generator's report: jobs collected, lost, e2e p50/p99.
+#   - the load generator's report: jobs collected, lost, e2e p50/p99;
+#   - with RT_SLOWLOG=1, the server's SLOWLOG with every command logged
+#     (slowlog-log-slower-than 0): each top-level call's execution time,
+#     FCALLs by function, so a job's server time splits by script. Only
+#     execution is logged (not reading, parsing or replying), and logging
+#     costs the server CPU of its own: read the CPU figures of those runs as
+#     inflated and use the split, not the total.
 #
 # Output: test/bench/out/roundtrips.md (and roundtrips.json, raw files in
 # test/bench/out/rt-*), and the markdown printed at the end. Run it under
@@ -40,6 +47,7 @@ FOR=${RT_FOR:-15s}
 ROUNDS=${RT_ROUNDS:-1}
 PROFILES=${RT_PROFILES:-aggressive real}
 VARIANTS=${RT_VARIANTS:-tree:}
+SLOWLOG=${RT_SLOWLOG:-0}
 STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -arrivals poisson
      -results-poll 250ms -pending-poll 20ms -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
 
@@ -95,6 +103,27 @@ for line in sys.stdin:
 print(json.dumps(o))'
 }
 
+# slowlog_split: the SLOWLOG's calls and µs by script (FCALL and FCALL_RO
+# by function; EVALSHA by digest) and by plain command. The server is this
+# script's own and one relay runs at a time, so every call is the run's.
+slowlog_split() {
+  "$CLI" -p "$VPORT" --json slowlog get -1 | python3 -c '
+import json, sys
+by = {}
+for e in json.load(sys.stdin):
+    us, argv = e[2], [str(a) for a in e[3]]
+    if not argv: continue
+    cmd = argv[0].lower()
+    if cmd in ("fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval") and len(argv) > 1:
+        key = cmd + " " + argv[1]
+    else:
+        key = cmd
+    if cmd in ("slowlog", "config", "info"): continue
+    b = by.setdefault(key, [0, 0])
+    b[0] += 1; b[1] += us
+print(json.dumps({k: {"calls": v[0], "us": v[1]} for k, v in by.items()}))'
+}
+
 run_one() { # LABEL ENVSPEC PROFILE ROUND
   local label=$1 envspec=$2 profile=$3 round=$4 name ns outf pid r0 r1 s0 s1 m0 m1 rc=0
   name=$label-$profile-$round
@@ -113,10 +142,20 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
   timeout 120 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" \
     -sites 2 -daemons 4 -jobs 200 -concurrency 16 -quiet >/dev/null || log "warm-up did not balance"
   log "$name: $RATE jobs/s for $FOR (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  if [ "$SLOWLOG" = 1 ]; then
+    "$CLI" -p "$VPORT" config set slowlog-max-len 1000000 >/dev/null
+    "$CLI" -p "$VPORT" config set slowlog-log-slower-than 0 >/dev/null
+    "$CLI" -p "$VPORT" slowlog reset >/dev/null
+  fi
   r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_metrics)
   timeout 300 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" "${STD[@]}" \
     -profile "$profile" -rate "$RATE" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
   r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_metrics)
+  if [ "$SLOWLOG" = 1 ]; then
+    "$CLI" -p "$VPORT" config set slowlog-log-slower-than -1 >/dev/null
+    slowlog_split >"$OUT/rt-$name.slowlog.json"
+    "$CLI" -p "$VPORT" slowlog reset >/dev/null
+  fi
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
   printf '{"name":"%s","label":"%s","env":"%s","profile":"%s","round":%s,"relayTicks":%s,"s0":%s,"s1":%s,"m0":%s,"m1":%s,"loadgenExit":%s,"load":"%s"}\n' \
     "$name" "$label" "$envspec" "$profile" "$round" $((r1 - r0)) "$s0" "$s1" "$m0" "$m1" "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/rt-runs.jsonl"
@@ -153,6 +192,9 @@ for r in runs:
                  "cmdPerJob": {k: v / jobs for k, v in sorted(cmd.items()) if v},
                  "cmdUsPerJob": {k: v / jobs for k, v in sorted(us.items()) if v},
                  "p50": rep["phases"]["end-to-end"]["p50Ms"], "p99": rep["phases"]["end-to-end"]["p99Ms"], "load": r["load"]})
+    sl = os.path.join(out, f"rt-{r['name']}.slowlog.json")
+    if os.path.exists(sl):
+        rows[-1]["slowlogPerJob"] = {k: {"calls": v["calls"] / jobs, "us": v["us"] / jobs} for k, v in json.load(open(sl)).items()}
 json.dump(rows, open(os.path.join(out, "roundtrips.json"), "w"), indent=2)
 L = [f"# Valkey round trips per job, {rev}, {rate} jobs/s for {dur} per run\n",
      "| run | jobs (lost) | server reads / job | commands / job | scripts / job | Valkey CPU ms / job | relay CPU ms / job | requests / job | e2e p50 / p99 ms | load |",
@@ -165,5 +207,13 @@ for x in rows:
     L.append("store calls " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(x["storePerJob"].items(), key=lambda kv: -kv[1])))
     L.append("server commands " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(x["cmdPerJob"].items(), key=lambda kv: -kv[1])))
     L.append("server command µs " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(x["cmdUsPerJob"].items(), key=lambda kv: -kv[1])[:12]))
+    if "slowlogPerJob" in x:
+        sl = sorted(x["slowlogPerJob"].items(), key=lambda kv: -kv[1]["us"])
+        tot = sum(v["us"] for _, v in sl) or 1
+        L.append(f"\nSLOWLOG, execution µs a job by call ({tot:.0f} µs in all; calls a job, µs a job, µs a call, share):\n")
+        L.append("| call | calls / job | µs / job | µs / call | share |")
+        L.append("|---|---|---|---|---|")
+        for k, v in sl[:16]:
+            L.append(f"| {k} | {v['calls']:.2f} | {v['us']:.1f} | {v['us'] / v['calls']:.1f} | {100 * v['us'] / tot:.0f}% |")
 print("\n".join(L))
 EOF
