@@ -59,6 +59,18 @@ func (w *Waiters) Sealed(lease string) {
 	}
 }
 
+// WakeAll wakes every waiting fetch, sealed or not: the seals of some
+// shard may go unheard from now on (its subscription ended), so each
+// fetch reads the store again instead of waiting out its time.
+func (w *Waiters) WakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for lease, e := range w.m {
+		close(e.sealed)
+		delete(w.m, lease)
+	}
+}
+
 // Len is how many leases have a fetch waiting.
 func (w *Waiters) Len() int {
 	w.mu.Lock()

@@ -70,3 +70,22 @@ func TestWaitersUnderConcurrency(t *testing.T) {
 		t.Fatalf("Len %d after every fetch ended", w.Len())
 	}
 }
+
+func TestWakeAllWakesEveryFetch(t *testing.T) {
+	t.Parallel()
+	w := New()
+	a, doneA := w.Wait("a")
+	b, doneB := w.Wait("b")
+	w.WakeAll()
+	if !closed(a) || !closed(b) || w.Len() != 0 {
+		t.Fatalf("after WakeAll: a %v b %v, Len %d", closed(a), closed(b), w.Len())
+	}
+	doneA()
+	doneB()
+	w.Sealed("a") // nothing waits: nothing to close twice
+	c, doneC := w.Wait("a")
+	defer doneC()
+	if closed(c) || w.Len() != 1 {
+		t.Fatalf("a wait after WakeAll: closed %v, Len %d", closed(c), w.Len())
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,4 +75,46 @@ func TestAwaitPayloadHearsSealsOfOtherReplicas(t *testing.T) {
 	if n := h.s.Testing().PayloadWaits(); n != 0 {
 		t.Fatalf("%d waits left", n)
 	}
+}
+
+// A fetch waiting for a seal is woken when a shard's subscription ends
+// (here: its server is killed), so it reads again and answers as any
+// request to a store that went away does, instead of waiting out its
+// time; until the subscription is back no new wait is offered, and once
+// it is back waits are offered again.
+func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
+	t.Parallel()
+	srv := relaytest.StartServer(t)
+	s := newStore(t, backend{"private", relaytest.Open(t, srv.URL())}, Options{})
+	if !s.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	withView(t, s)
+	sealed, done, ok := s.AwaitPayload("lease-1")
+	if !ok {
+		t.Fatal("no wait offered with the view live")
+	}
+	defer done()
+	if _, err := srv.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	select {
+	case <-sealed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait outlived its server's subscription")
+	}
+	if _, d, ok := s.AwaitPayload("lease-2"); ok {
+		d()
+		t.Fatal("a wait offered with the subscription down")
+	}
+	// The server back (and with it the namespace cleanup): the view
+	// subscribes again and waits are offered again.
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.WaitFor(t, 15*time.Second, "a wait offered again", func() bool {
+		_, d, ok := s.AwaitPayload("lease-3")
+		d()
+		return ok
+	})
 }

@@ -338,6 +338,7 @@ func New(ctx context.Context, c valkey.Client, opts Options) (*Store, error) {
 	}
 	s.payloads = payloadwait.New()
 	s.view = workview.New(s.k.shards, cmp.Or(opts.WorkViewQueues, DefaultWorkViewQueues), viewPubSub{c: s.c, sealed: s.payloads.Sealed})
+	s.view.OnDown(s.payloads.WakeAll)
 	// The embedded store has no SPUBLISH: no announcements, no view (and
 	// one replica, nobody to tell).
 	s.announce = s.c.Do(ctx, s.c.B().Spublish().Channel(s.k.p+"probe").Message("~").Build()).Error() == nil

@@ -53,12 +53,18 @@ func (p viewPubSub) Receive(ctx context.Context, channel string, fn func(string)
 // seal, from its own Seal or, through its work view's subscriptions, from
 // another replica's. done must be called when the fetch stops waiting.
 // ok is false when a seal elsewhere might go unheard (a shard's
-// subscription is not live): the caller should not wait then. The
-// embedded store has one replica, so its own seals are all there are.
+// subscription is not live): the caller should not wait then; a
+// subscription that ends while fetches wait wakes them all (OnDown), so
+// a store going away costs a waiting fetch no more than any other
+// request. The embedded store has one replica, so its own seals are all
+// there are.
 func (s *Store) AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool) {
+	// Registered before liveness is read: a subscription that ends after
+	// the read wakes this wait (the view marks itself down, then wakes).
+	sealed, done = s.payloads.Wait(leaseID)
 	if s.announce && !s.view.Live() {
+		done()
 		return nil, func() {}, false
 	}
-	sealed, done = s.payloads.Wait(leaseID)
 	return sealed, done, true
 }

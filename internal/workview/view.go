@@ -104,6 +104,17 @@ type View struct {
 	epoch  time.Time // emptySeen.at counts from here (monotonic)
 	ps     PubSub
 	prefix []string // shard i's key prefix; its channel is prefix+"work"
+	// down is told each time a shard's subscription ends (OnDown).
+	down func()
+}
+
+// OnDown sets fn, called each time a shard's subscription ends, after the
+// view stopped counting the shard live: whoever waits for a message on the
+// shard's channel may now never hear it. Set it before Run.
+func (v *View) OnDown(fn func()) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.down = fn
 }
 
 // shardView is one shard's part of the view.
@@ -456,6 +467,12 @@ func (v *View) subscribeShard(ctx context.Context, i int, channel string) {
 		v.Announced(i, v.prefix[i]+msg)
 	})
 	v.SetLive(i, false)
+	v.mu.Lock()
+	down := v.down
+	v.mu.Unlock()
+	if down != nil {
+		down()
+	}
 }
 
 // Live: every shard's view is live.
