@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -58,7 +59,7 @@ func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: dev, Kinds: []string{protocol.KindGenerate},
 		Routes: []Route{{SiteID: site, Owner: "alice"}}, Max: 1, LeaseMs: 60000}
 	one := func(i int) {
-		id := fmt.Sprint("job-", i)
+		id := uuid.NewString() // the relay's job ids, stored in their compact form
 		site := site
 		if perSite > 0 {
 			site = fmt.Sprint("site-", i/perSite)

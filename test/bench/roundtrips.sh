@@ -9,6 +9,7 @@
 #   RT_ROUNDS=2 RT_PORT=6393 test/bench/roundtrips.sh
 #   RT_OLD_REV=81bd9cb RT_VARIANTS="old: new:" test/bench/roundtrips.sh   # a label starting "old" runs RT_OLD_REV's relay
 #   RT_SLOWLOG=1 RT_ROUNDS=1 test/bench/roundtrips.sh   # and where the server's time goes, by script
+#   RT_PERF=1 RT_ROUNDS=1 test/bench/roundtrips.sh      # and by layer of the server process (perf)
 #
 # One private redis-server (RT_PORT, default a free port; --save ''), one
 # relay replica per run, the standard load of capacity.sh (4 sites, 16
@@ -31,6 +32,15 @@
 #     execution is logged (not reading, parsing or replying), and logging
 #     costs the server CPU of its own: read the CPU figures of those runs as
 #     inflated and use the split, not the total.
+#   - with RT_PERF=1, perf samples of the server process over the window
+#     (`perf record`, Debian's linux-perf), split by layer: the kernel,
+#     Lua (the interpreter and its libraries, the address range of the
+#     binary's exported lua_*/luaL_*/luaopen_* symbols), libc's malloc,
+#     number formatting, jemalloc, listpacks, sorted sets, the keyspace,
+#     replies and networking, the rest. Each share times the run's Valkey
+#     CPU a job gives µs a job by layer. Sampling costs the server little
+#     (about 2,000 samples a second); the split, not the total, is the
+#     figure.
 #
 # Output: test/bench/out/roundtrips.md (and roundtrips.json, raw files in
 # test/bench/out/rt-*), and the markdown printed at the end. Run it under
@@ -48,6 +58,10 @@ ROUNDS=${RT_ROUNDS:-1}
 PROFILES=${RT_PROFILES:-aggressive real}
 VARIANTS=${RT_VARIANTS:-tree:}
 SLOWLOG=${RT_SLOWLOG:-0}
+PERF=${RT_PERF:-0}
+if [ "$PERF" = 1 ] && ! command -v perf >/dev/null 2>&1; then
+  echo "RT_PERF=1 needs perf (Debian: apt-get install linux-perf)" >&2; exit 2
+fi
 STD=(-sites 4 -daemons 16 -slots 8 -payload 256 -ttl 20s -arrivals poisson
      -results-poll 250ms -pending-poll 20ms -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -lease-ms 60000 -quiet)
 
@@ -61,7 +75,8 @@ VPORT=${RT_PORT:-$(free_port)}
 mkdir -p "$OUT/rt-valkey"
 "$SERVER" --port "$VPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/rt-valkey" \
   --logfile "$OUT/rt-valkey/server.log" --lazyfree-lazy-user-del yes &
-STARTED+=($!)
+VPID=$!
+STARTED+=($VPID)
 for _ in $(seq 1 50); do "$CLI" -p "$VPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 VALKEY_URL=redis://127.0.0.1:$VPORT/0
 field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
@@ -124,6 +139,54 @@ for e in json.load(sys.stdin):
 print(json.dumps({k: {"calls": v[0], "us": v[1]} for k, v in by.items()}))'
 }
 
+# perf_split DATA: the perf samples of the server in DATA by layer, as
+# shares of the process's samples (JSON). Symbols come from perf; the
+# server binary may be stripped, so an unnamed address inside it counts as
+# Lua when it lies within the exported Lua block (the lowest lua_*, luaL_*
+# or luaopen_* symbol up to the first symbol after the last of them that
+# is not Lua's or its bundled cjson's strbuf_*/fpconv_*), else as "server,
+# unnamed".
+perf_split() {
+  local data=$1
+  nm -D --defined-only "$(readlink -f "$SERVER")" 2>/dev/null | awk '$2 == "T" || $2 == "t" {print $1, $3}' | sort >"$data.syms" || true
+  perf report -i "$data" --no-children --sort dso,symbol -g none --stdio --percent-limit 0 2>/dev/null |
+    python3 -c '
+import json, re, sys
+syms = [(int(a, 16), n) for a, n in (l.split() for l in open(sys.argv[1]) if len(l.split()) == 2)]
+lua = [a for a, n in syms if n.startswith(("lua_", "luaL_", "luaopen_"))]
+lo, hi = (min(lua), max(lua)) if lua else (0, 0)
+server = sys.argv[2] # the binary perf names the process by (Debian: redis-check-rdb)
+if lua:
+    after = [a for a, n in syms if a > hi and not n.startswith(("strbuf_", "fpconv_"))]
+    hi = min(after) if after else hi + 0x10000
+def layer(dso, sym):
+    if dso.startswith("[kernel"): return "kernel"
+    if dso.startswith("[vdso"): return "vdso (clock)"
+    if dso.startswith("libjemalloc"): return "jemalloc"
+    if dso.startswith("liblua"): return "Lua"
+    if sym.startswith("0x"):
+        if dso == server:
+            return "Lua" if lo <= int(sym, 16) < hi else "server, unnamed"
+        return dso + ", unnamed"
+    if re.match(r"(lua|luaL|luaopen|strbuf|fpconv)_", sym): return "Lua"
+    if re.match(r"(_int_malloc|_int_free|_int_realloc|malloc|free|cfree|realloc|calloc|unlink_chunk|malloc_consolidate|tcache)", sym) and dso.startswith("libc"): return "libc malloc/free"
+    if re.search(r"printf|hack_digit|mpn_|strtod|str_to_mpn|ull2string|ll2string|string2ll|d2string|fpconv|round_and_return", sym): return "number formatting"
+    if sym.startswith("je_"): return "jemalloc"
+    if sym.startswith(("lp", "hashTypeGetFromListpack", "hashTypeSet", "hashType")): return "listpack and hashes"
+    if sym.startswith(("zsl", "zzl", "zset", "zadd", "zrange", "genericZ")): return "sorted sets"
+    if re.match(r"(dict|kvstore|lookupKey|hashtable|siphash|dbFind|dbAdd)", sym): return "keyspace"
+    if re.search(r"[Rr]eply|writeToClient|readQueryFromClient|processInputBuffer|processMultibulk|connSocket|epoll|^read$|^write|writev|sock|aeProcess", sym): return "replies and networking"
+    if re.match(r"__mem|__str|memcpy|memmove|memcmp|strlen", sym): return "libc string ops"
+    return "server, named" if dso == server else dso
+out = {}
+for line in sys.stdin:
+    m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(\S+)", line)
+    if not m: continue
+    k = layer(m.group(2), m.group(3))
+    out[k] = out.get(k, 0) + float(m.group(1)) / 100
+print(json.dumps(out))' "$data.syms" "$(basename "$(readlink -f "$SERVER")")"
+}
+
 run_one() { # LABEL ENVSPEC PROFILE ROUND
   local label=$1 envspec=$2 profile=$3 round=$4 name ns outf pid r0 r1 s0 s1 m0 m1 rc=0
   name=$label-$profile-$round
@@ -147,10 +210,19 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
     "$CLI" -p "$VPORT" config set slowlog-log-slower-than 0 >/dev/null
     "$CLI" -p "$VPORT" slowlog reset >/dev/null
   fi
+  local perfpid=""
+  if [ "$PERF" = 1 ]; then
+    perf record -q -F 1999 -p "$VPID" -o "$OUT/rt-$name.perf.data" >/dev/null 2>"$OUT/rt-$name.perf.log" &
+    perfpid=$!
+  fi
   r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_metrics)
   timeout 300 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" "${STD[@]}" \
     -profile "$profile" -rate "$RATE" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
   r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_metrics)
+  if [ -n "$perfpid" ]; then
+    kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true
+    perf_split "$OUT/rt-$name.perf.data" >"$OUT/rt-$name.perf.json" || log "perf split failed: $(cat "$OUT/rt-$name.perf.log")"
+  fi
   if [ "$SLOWLOG" = 1 ]; then
     "$CLI" -p "$VPORT" config set slowlog-log-slower-than -1 >/dev/null
     slowlog_split >"$OUT/rt-$name.slowlog.json"
@@ -195,6 +267,9 @@ for r in runs:
     sl = os.path.join(out, f"rt-{r['name']}.slowlog.json")
     if os.path.exists(sl):
         rows[-1]["slowlogPerJob"] = {k: {"calls": v["calls"] / jobs, "us": v["us"] / jobs} for k, v in json.load(open(sl)).items()}
+    pf = os.path.join(out, f"rt-{r['name']}.perf.json")
+    if os.path.exists(pf) and os.path.getsize(pf) > 0:
+        rows[-1]["perfShare"] = json.load(open(pf))
 json.dump(rows, open(os.path.join(out, "roundtrips.json"), "w"), indent=2)
 L = [f"# Valkey round trips per job, {rev}, {rate} jobs/s for {dur} per run\n",
      "| run | jobs (lost) | server reads / job | commands / job | scripts / job | Valkey CPU ms / job | relay CPU ms / job | requests / job | e2e p50 / p99 ms | load |",
@@ -215,5 +290,13 @@ for x in rows:
         L.append("|---|---|---|---|---|")
         for k, v in sl[:16]:
             L.append(f"| {k} | {v['calls']:.2f} | {v['us']:.1f} | {v['us'] / v['calls']:.1f} | {100 * v['us'] / tot:.0f}% |")
+    if "perfShare" in x:
+        ps = sorted(x["perfShare"].items(), key=lambda kv: -kv[1])
+        tot = sum(v for _, v in ps) or 1
+        L.append(f"\nServer CPU by layer (perf samples of the server process, as shares of its {x['valkeyMsPerJob'] * 1000:.0f} µs a job):\n")
+        L.append("| layer | share | µs / job |")
+        L.append("|---|---|---|")
+        for k, v in ps:
+            L.append(f"| {k} | {100 * v / tot:.1f}% | {x['valkeyMsPerJob'] * 1000 * v / tot:.0f} |")
 print("\n".join(L))
 EOF
