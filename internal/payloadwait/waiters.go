@@ -5,14 +5,31 @@
 // announced on the shard's channel) wakes every fetch waiting on that lease.
 // An entry lives only while a fetch waits, so the registry is bounded by
 // the requests in flight.
+//
+// It also keeps notes of the grants this replica made whose seal it has
+// not heard (Granted, Unsealed): a fetch of such a grant would only read
+// not-ready, so it can wait for the seal first and read the store once.
+// Notes are bounded (MaxNotes) and each ends with its seal, its time, or
+// WakeAll.
 package payloadwait
 
-import "sync"
+import (
+	"strings"
+	"sync"
+	"time"
+)
 
-// Waiters are the fetches waiting for a payload, by lease id.
+// MaxNotes bounds the grant notes one replica keeps (about 100 B each):
+// at the awaiting window of 10 s it covers 6,500 grants a second; past it,
+// grants go unnoted and their fetches read first, as without notes.
+const MaxNotes = 65536
+
+// Waiters are the fetches waiting for a payload, by lease id, and the
+// notes of unsealed grants made here.
 type Waiters struct {
-	mu sync.Mutex
-	m  map[string]*entry
+	mu    sync.Mutex
+	m     map[string]*entry
+	notes map[string]time.Time // note key (noteKey) -> when the note stops counting
 }
 
 type entry struct {
@@ -21,7 +38,53 @@ type entry struct {
 }
 
 // New returns an empty registry.
-func New() *Waiters { return &Waiters{m: map[string]*entry{}} }
+func New() *Waiters { return &Waiters{m: map[string]*entry{}, notes: map[string]time.Time{}} }
+
+// noteKey is a lease id up to its first '.': the id as minted, before the
+// claim script appends the job's site, so a note taken before the grant
+// matches the id the seal announces.
+func noteKey(lease string) string {
+	k, _, _ := strings.Cut(lease, ".")
+	return k
+}
+
+// Granted notes that lease (as minted) may be granted here, its payload
+// not sealed, until until. Taken before the claim is sent, so a seal
+// heard right after the grant finds it. It reports whether the note was
+// taken (false: MaxNotes notes are current).
+func (w *Waiters) Granted(lease string, now, until time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.notes) >= MaxNotes {
+		for k, t := range w.notes {
+			if !t.After(now) {
+				delete(w.notes, k)
+			}
+		}
+		if len(w.notes) >= MaxNotes {
+			return false
+		}
+	}
+	w.notes[noteKey(lease)] = until
+	return true
+}
+
+// Forget drops the note of lease: it was not granted after all.
+func (w *Waiters) Forget(lease string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.notes, noteKey(lease))
+}
+
+// Unsealed reports whether lease has a current note: granted here, and no
+// seal of it heard since. Call it after Wait: a seal heard after this
+// answers true closes the wait's channel.
+func (w *Waiters) Unsealed(lease string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	until, ok := w.notes[noteKey(lease)]
+	return ok && until.After(now)
+}
 
 // Wait registers a fetch waiting for the payload of lease: sealed is closed
 // when Sealed(lease) is called after this. done must be called when the
@@ -48,27 +111,37 @@ func (w *Waiters) Wait(lease string) (sealed <-chan struct{}, done func()) {
 	}
 }
 
-// Sealed wakes every fetch waiting for the payload of lease. A lease no
-// fetch waits for costs a map lookup.
+// Sealed wakes every fetch waiting for the payload of lease and ends its
+// note. A lease no fetch waits for costs two map lookups.
 func (w *Waiters) Sealed(lease string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	delete(w.notes, noteKey(lease))
 	if e := w.m[lease]; e != nil {
 		close(e.sealed)
 		delete(w.m, lease)
 	}
 }
 
-// WakeAll wakes every waiting fetch, sealed or not: the seals of some
-// shard may go unheard from now on (its subscription ended), so each
-// fetch reads the store again instead of waiting out its time.
+// WakeAll wakes every waiting fetch, sealed or not, and drops every
+// note: the seals of some shard may go unheard from now on (its
+// subscription ended), so each fetch reads the store again instead of
+// waiting out its time.
 func (w *Waiters) WakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	clear(w.notes)
 	for lease, e := range w.m {
 		close(e.sealed)
 		delete(w.m, lease)
 	}
+}
+
+// Notes is how many grant notes are kept (current or not yet pruned).
+func (w *Waiters) Notes() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.notes)
 }
 
 // Len is how many leases have a fetch waiting.

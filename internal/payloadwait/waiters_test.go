@@ -1,8 +1,10 @@
 package payloadwait
 
 import (
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 func closed(ch <-chan struct{}) bool {
@@ -87,5 +89,53 @@ func TestWakeAllWakesEveryFetch(t *testing.T) {
 	defer doneC()
 	if closed(c) || w.Len() != 1 {
 		t.Fatalf("a wait after WakeAll: closed %v, Len %d", closed(c), w.Len())
+	}
+}
+
+// A note says a grant made here is unsealed until its seal is heard (under
+// the id as announced, with the site appended), its time ends, it is
+// forgotten, or every note is dropped; notes are bounded, and a full
+// registry makes room only from notes whose time has ended.
+func TestGrantNotes(t *testing.T) {
+	t.Parallel()
+	w := New()
+	now := time.Unix(1000, 0)
+	if !w.Granted("u1", now, now.Add(10*time.Second)) || !w.Granted("u2", now, now.Add(10*time.Second)) {
+		t.Fatal("a note refused with room")
+	}
+	if !w.Unsealed("u1", now) || !w.Unsealed("u1.c2l0ZQ", now) {
+		t.Fatal("a noted grant is not unsealed, as minted or as granted")
+	}
+	if w.Unsealed("u1", now.Add(10*time.Second)) {
+		t.Fatal("a note counts after its time")
+	}
+	if w.Unsealed("u3", now) || w.Unsealed("", now) || w.Unsealed(".", now) {
+		t.Fatal("an id never noted is unsealed")
+	}
+	w.Sealed("u1.c2l0ZQ")
+	if w.Unsealed("u1", now) {
+		t.Fatal("a sealed grant is still unsealed")
+	}
+	w.Forget("u2")
+	if w.Unsealed("u2", now) || w.Notes() != 0 {
+		t.Fatalf("after Forget: unsealed %v, %d notes", w.Unsealed("u2", now), w.Notes())
+	}
+	w.Granted("u4", now, now.Add(time.Second))
+	w.WakeAll()
+	if w.Unsealed("u4", now) {
+		t.Fatal("a note outlived WakeAll")
+	}
+
+	for i := range MaxNotes {
+		if !w.Granted(fmt.Sprint("n", i), now, now.Add(time.Second)) {
+			t.Fatalf("note %d refused below the bound", i)
+		}
+	}
+	if w.Granted("over", now, now.Add(time.Second)) || w.Unsealed("over", now) {
+		t.Fatal("a note taken past MaxNotes with every note current")
+	}
+	later := now.Add(2 * time.Second)
+	if !w.Granted("over", later, later.Add(time.Second)) || w.Notes() != 1 || !w.Unsealed("over", later) {
+		t.Fatalf("a full registry of ended notes made no room: %d notes", w.Notes())
 	}
 }

@@ -364,18 +364,34 @@ func (r *Relay) fetch(req *request) (reply, error) {
 		sealed, done, wait = r.store.AwaitPayload(in.LeaseID)
 		defer done()
 	}
-	taken, err := r.store.TakePayload(req.ctx, hi)
-	if err != nil {
-		return reply{}, fmt.Errorf("fetch: %w", err)
-	}
-	if taken.Refused == store.RefusedNotReady && wait {
+	holdFor := func() bool {
 		t := time.NewTimer(r.fetchWait)
 		defer t.Stop()
 		select {
 		case <-sealed:
-		case <-t.C: // read once more anyway: a seal whose news was lost
+		case <-t.C: // read anyway: a seal whose news was lost
 		case <-req.ctx.Done():
-			return holderRefusal(taken.Refused), nil // the daemon hung up
+			return false // the daemon hung up
+		}
+		return true
+	}
+	// A grant made on this replica whose seal it has not heard would read
+	// not-ready: wait first, then read once. The read after the wait
+	// answers whatever happened meanwhile (sealed, cancelled, expired).
+	waited := false
+	if wait && r.store.PayloadUnsealed(in.LeaseID) {
+		if !holdFor() {
+			return holderRefusal(store.RefusedNotReady), nil
+		}
+		waited = true
+	}
+	taken, err := r.store.TakePayload(req.ctx, hi)
+	if err != nil {
+		return reply{}, fmt.Errorf("fetch: %w", err)
+	}
+	if taken.Refused == store.RefusedNotReady && wait && !waited {
+		if !holdFor() {
+			return holderRefusal(taken.Refused), nil
 		}
 		if taken, err = r.store.TakePayload(req.ctx, hi); err != nil {
 			return reply{}, fmt.Errorf("fetch: %w", err)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,42 +32,80 @@ type fetchAnswer struct {
 	took time.Duration
 }
 
+// takeCounter counts a store's take scripts (ObserveScript).
+func takeCounter(n *atomic.Int64) store.Options {
+	return store.Options{ObserveScript: func(ctx context.Context, name string) (context.Context, func(error)) {
+		if name == "take" {
+			n.Add(1)
+		}
+		return ctx, func(error) {}
+	}}
+}
+
 // With RELAY_FETCH_WAIT, a fetch made before the site seals is held and
 // answered with the payload once the seal lands, on this replica or on
 // another one sharing the store: one request where the daemon would have
-// polled. Without a seal it answers not-ready when the wait ends.
+// polled. Without a seal it answers not-ready when the wait ends. A fetch
+// on the replica that made the grant waits before it reads (one take
+// script in all); on another replica it reads first (two).
 func TestFetchWaitsForTheSeal(t *testing.T) {
 	t.Parallel()
 	const wait = 8 * time.Second
-	for _, where := range []string{"this replica", "another replica"} {
-		t.Run(where, func(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		sealElse  bool // the seal lands on another replica
+		fetchElse bool // the fetch lands on another replica than the claim
+		takes     int64
+	}{
+		{"this replica", false, false, 1},
+		{"sealed on another replica", true, false, 1},
+		{"fetched on another replica", false, true, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, withFetchWait(wait))
+			var takes atomic.Int64
+			e := newEnvOn(t, newStore(t, relaytest.Client(t), takeCounter(&takes)), withFetchWait(wait))
 			liveViews(t, e.st)
-			sealer := e
-			if where == "another replica" {
-				other, err := store.New(context.Background(), relaytest.Client(t), store.Options{Namespace: e.st.Namespace(), Logger: relaytest.Logger(t)})
+			second := func(opts store.Options) *env {
+				opts.Namespace, opts.Logger = e.st.Namespace(), relaytest.Logger(t)
+				other, err := store.New(context.Background(), relaytest.Client(t), opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				sealer = newEnvOn(t, other)
+				o := newEnvOn(t, other, withFetchWait(wait))
+				liveViews(t, other)
+				return o
+			}
+			sealer, fetcher := e, e
+			if c.sealElse {
+				sealer = second(store.Options{})
+			}
+			if c.fetchElse {
+				takes.Store(0)
+				fetcher = second(takeCounter(&takes))
 			}
 			w := newWorld(t)
 			w.install(e)
-			w.install(sealer)
+			if sealer != e {
+				w.install(sealer)
+			}
+			if fetcher != e {
+				w.install(fetcher)
+			}
 			stub := e.stub("job-1", "alice", w.siteA)
 			expect(t, e.sitePost(w.siteA, "site_a", "enqueue", enqueueJSON(t, "site_a", stub)), 200, `{"jobId":"job-1","state":"queued"}`)
 			jobs := e.claim(t, w.alice, "runner_alice", 1)
 			if len(jobs) != 1 {
 				t.Fatalf("claimed %d", len(jobs))
 			}
+			takes.Store(0)
 			answered := make(chan fetchAnswer, 1)
 			go func() {
 				start := time.Now()
-				r := e.daemonPost(w.alice, "runner_alice", "fetch", fetchJSON(t, "runner_alice", "job-1", jobs[0].Lease.ID))
+				r := fetcher.daemonPost(w.alice, "runner_alice", "fetch", fetchJSON(t, "runner_alice", "job-1", jobs[0].Lease.ID))
 				answered <- fetchAnswer{r, time.Since(start)}
 			}()
-			relaytest.WaitFor(t, 5*time.Second, "the fetch waits", func() bool { return e.st.Testing().PayloadWaits() == 1 })
+			relaytest.WaitFor(t, 5*time.Second, "the fetch waits", func() bool { return fetcher.st.Testing().PayloadWaits() == 1 })
 			payload := envelope("payload")
 			expect(t, sealer.sitePost(w.siteA, "site_a", "payload", payloadJSON(t, "site_a", "job-1", payload)), 200, `{"jobId":"job-1","state":"ready"}`)
 			got := <-answered
@@ -76,7 +115,10 @@ func TestFetchWaitsForTheSeal(t *testing.T) {
 			if got.took >= wait/2 {
 				t.Fatalf("the fetch answered after %v: the seal did not wake it (wait %v)", got.took, wait)
 			}
-			if n := e.st.Testing().PayloadWaits(); n != 0 {
+			if n := takes.Load(); n != c.takes {
+				t.Fatalf("the fetch ran %d take scripts, want %d", n, c.takes)
+			}
+			if n := fetcher.st.Testing().PayloadWaits(); n != 0 {
 				t.Fatalf("%d waits left after the answer", n)
 			}
 		})

@@ -137,6 +137,9 @@ type Store interface {
 	// AwaitPayload registers a fetch waiting for the seal of grant
 	// leaseID; ok false: a seal might go unheard, so do not wait.
 	AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool)
+	// PayloadUnsealed: leaseID was granted here and no seal of it heard
+	// since (ask after AwaitPayload); a fetch can wait before reading.
+	PayloadUnsealed(leaseID string) bool
 }
 
 // ProjectionSource hands out the projection in force. Current returns nil

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
@@ -61,11 +63,30 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	}
 	u := &UnansweredClaim{RunnerID: in.RunnerID, Token: token}
 	out, stats, err := s.claimWith(ctx, in, u)
+	s.forgetUngranted(u.Leases, out)
 	if err != nil && len(u.Leases) > 0 {
 		u.Err = err
 		return nil, stats, u
 	}
 	return out, stats, err
+}
+
+// forgetUngranted drops the notes of the minted lease ids that granted
+// nothing (noteGrants): no fetch will present them.
+func (s *Store) forgetUngranted(minted []string, out []ClaimedStub) {
+	if len(minted) == 0 {
+		return
+	}
+	granted := make(map[string]bool, len(out))
+	for _, g := range out {
+		id, _, _ := strings.Cut(g.Lease.ID, ".")
+		granted[id] = true
+	}
+	for _, id := range minted {
+		if !granted[id] {
+			s.payloads.Forget(id)
+		}
+	}
 }
 
 // claimWith is Claim under u's token; each lease id minted for a claim
@@ -364,6 +385,13 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 		args = append(args, "") // every queue from its head
 	}
 	leaseAt := len(args)
+	// Each id is noted as an unsealed grant of this replica before the
+	// script is sent (a seal announced right after the grant must find
+	// the note to end it), and only while every seal would be heard: a
+	// fetch of a noted grant waits for the seal before it reads (Store.
+	// PayloadUnsealed).
+	at := s.view.Now()
+	noting := !s.announce || s.view.Live()
 	// One lease id per possible grant: at most remaining, at most 2 per pair.
 	for range min(remaining, UnsealedPerPair*len(routes)) {
 		id, err := mintLease(sh)
@@ -372,6 +400,9 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 		}
 		args = append(args, id)
 		u.Leases = append(u.Leases, id) // before the script is sent: it may run unanswered
+		if noting {
+			s.payloads.Granted(id, at, at.Add(AwaitingPayloadMs*time.Millisecond))
+		}
 	}
 	if u.Sites == nil {
 		u.Sites = map[int][]string{}

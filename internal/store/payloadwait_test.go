@@ -95,6 +95,7 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 		t.Fatal("no wait offered with the view live")
 	}
 	defer done()
+	s.payloads.Granted("lease-1", s.view.Now(), s.view.Now().Add(time.Minute))
 	if _, err := srv.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
 		t.Logf("stop: %v", err)
 	}
@@ -102,6 +103,9 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 	case <-sealed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait outlived its server's subscription")
+	}
+	if s.PayloadUnsealed("lease-1") {
+		t.Fatal("a grant's note outlived the subscription that would hear its seal")
 	}
 	if _, d, ok := s.AwaitPayload("lease-2"); ok {
 		d()
@@ -117,4 +121,66 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 		d()
 		return ok
 	})
+}
+
+// PayloadUnsealed: a grant this Store made while every seal would be heard
+// is unsealed until a seal of it is heard, from this Store's own Seal or
+// from another replica's announcement; another Store knows nothing of it,
+// the minted ids a claim did not grant leave no note, and a grant made
+// before the work view was live is not noted at all.
+func TestPayloadUnsealedNotesGrantsMadeHere(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	h := newFixture(t, b, Options{})
+	if !h.s.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	other, err := New(context.Background(), b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
+
+	h.enqueue("j0", "alice")
+	early := h.claim(runner("runner_0"))
+	if len(early) != 1 || h.s.PayloadUnsealed(early[0].Lease.ID) || h.s.Testing().PayloadNotes() != 0 {
+		t.Fatalf("a grant made before the view was live is noted (%d grants, %d notes)", len(early), h.s.Testing().PayloadNotes())
+	}
+	h.seal("j0") // two unsealed grants per pair at most: make room
+	withView(t, h.s)
+
+	h.enqueue("j1", "alice")
+	got := h.claim(runner("runner_1")) // mints two ids (two unsealed per pair), grants one
+	if len(got) != 1 {
+		t.Fatalf("claimed %d, want 1", len(got))
+	}
+	l1 := got[0].Lease.ID
+	if n := h.s.Testing().PayloadNotes(); n != 1 {
+		t.Fatalf("%d notes after one grant: the id it did not grant is kept", n)
+	}
+	if !h.s.PayloadUnsealed(l1) {
+		t.Fatal("a grant made here is not unsealed")
+	}
+	if other.PayloadUnsealed(l1) {
+		t.Fatal("a replica that did not make the grant says it is unsealed")
+	}
+	h.enqueue("j2", "alice")
+	got = h.claim(runner("runner_2"))
+	if len(got) != 1 {
+		t.Fatalf("claimed %d, want 1", len(got))
+	}
+	l2 := got[0].Lease.ID
+	if r := ho.seal("j2"); r.State != StateReady {
+		t.Fatalf("seal j2 elsewhere: %+v", r)
+	}
+	relaytest.WaitFor(t, 5*time.Second, "another replica's seal ends the note", func() bool { return !h.s.PayloadUnsealed(l2) })
+	if !h.s.PayloadUnsealed(l1) {
+		t.Fatal("j2's seal ended j1's note")
+	}
+	if r := h.seal("j1"); r.State != StateReady {
+		t.Fatalf("seal j1: %+v", r)
+	}
+	if h.s.PayloadUnsealed(l1) || h.s.Testing().PayloadNotes() != 0 {
+		t.Fatalf("this Store's own seal left its note (%d notes)", h.s.Testing().PayloadNotes())
+	}
 }

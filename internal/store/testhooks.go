@@ -66,3 +66,6 @@ func (h TestHooks) RunJobScript(ctx context.Context, op, siteID, jobID string, a
 // PayloadWaits is how many grants have a fetch waiting for their payload
 // (AwaitPayload), so a test can seal once a fetch is known to wait.
 func (h TestHooks) PayloadWaits() int { return h.s.payloads.Len() }
+
+// PayloadNotes is how many grant notes the Store keeps (PayloadUnsealed).
+func (h TestHooks) PayloadNotes() int { return h.s.payloads.Notes() }

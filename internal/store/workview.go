@@ -68,3 +68,13 @@ func (s *Store) AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(
 	}
 	return sealed, done, true
 }
+
+// PayloadUnsealed reports whether this Store granted leaseID (the claim
+// ran here) and has heard no seal of it since, with every shard's
+// subscription live throughout: reading the store would answer not-ready,
+// so a fetch that has registered with AwaitPayload can wait for the seal
+// before its first read. Call it after AwaitPayload: a seal heard after
+// this answers true wakes that wait. false says nothing: read first.
+func (s *Store) PayloadUnsealed(leaseID string) bool {
+	return s.payloads.Unsealed(leaseID, s.view.Now())
+}
