@@ -30,6 +30,9 @@ type Waiters struct {
 	mu    sync.Mutex
 	m     map[string]*entry
 	notes map[string]time.Time // note key (noteKey) -> when the note stops counting
+	// pruneAt: while the notes are full, no note ends before this, so a
+	// Granted before it refuses without scanning them again.
+	pruneAt time.Time
 }
 
 type entry struct {
@@ -56,12 +59,19 @@ func (w *Waiters) Granted(lease string, now, until time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.notes) >= MaxNotes {
+		if now.Before(w.pruneAt) {
+			return false
+		}
+		var first time.Time
 		for k, t := range w.notes {
 			if !t.After(now) {
 				delete(w.notes, k)
+			} else if first.IsZero() || t.Before(first) {
+				first = t
 			}
 		}
 		if len(w.notes) >= MaxNotes {
+			w.pruneAt = first
 			return false
 		}
 	}

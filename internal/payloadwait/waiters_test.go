@@ -134,6 +134,9 @@ func TestGrantNotes(t *testing.T) {
 	if w.Granted("over", now, now.Add(time.Second)) || w.Unsealed("over", now) {
 		t.Fatal("a note taken past MaxNotes with every note current")
 	}
+	if w.Granted("over", now.Add(500*time.Millisecond), now.Add(2*time.Second)) {
+		t.Fatal("a note taken while every note is still current")
+	}
 	later := now.Add(2 * time.Second)
 	if !w.Granted("over", later, later.Add(time.Second)) || w.Notes() != 1 || !w.Unsealed("over", later) {
 		t.Fatalf("a full registry of ended notes made no room: %d notes", w.Notes())
