@@ -29,7 +29,7 @@ const MaxNotes = 65536
 type Waiters struct {
 	mu    sync.Mutex
 	m     map[string]*entry
-	notes map[string]time.Time // note key (noteKey) -> when the note stops counting
+	notes map[string]time.Time // Minted(lease id) -> when the note stops counting
 	// pruneAt: while the notes are full, no note ends before this, so a
 	// Granted before it refuses without scanning them again.
 	pruneAt time.Time
@@ -43,10 +43,10 @@ type entry struct {
 // New returns an empty registry.
 func New() *Waiters { return &Waiters{m: map[string]*entry{}, notes: map[string]time.Time{}} }
 
-// noteKey is a lease id up to its first '.': the id as minted, before the
-// claim script appends the job's site, so a note taken before the grant
-// matches the id the seal announces.
-func noteKey(lease string) string {
+// Minted is a lease id up to its first '.': the id as minted, before the
+// claim script appends the job's site. Notes are kept under it, so a note
+// taken before the grant matches the id the seal announces.
+func Minted(lease string) string {
 	k, _, _ := strings.Cut(lease, ".")
 	return k
 }
@@ -75,7 +75,7 @@ func (w *Waiters) Granted(lease string, now, until time.Time) bool {
 			return false
 		}
 	}
-	w.notes[noteKey(lease)] = until
+	w.notes[Minted(lease)] = until
 	return true
 }
 
@@ -83,7 +83,7 @@ func (w *Waiters) Granted(lease string, now, until time.Time) bool {
 func (w *Waiters) Forget(lease string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.notes, noteKey(lease))
+	delete(w.notes, Minted(lease))
 }
 
 // Unsealed reports whether lease has a current note: granted here, and no
@@ -92,7 +92,7 @@ func (w *Waiters) Forget(lease string) {
 func (w *Waiters) Unsealed(lease string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	until, ok := w.notes[noteKey(lease)]
+	until, ok := w.notes[Minted(lease)]
 	return ok && until.After(now)
 }
 
@@ -126,7 +126,7 @@ func (w *Waiters) Wait(lease string) (sealed <-chan struct{}, done func()) {
 func (w *Waiters) Sealed(lease string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.notes, noteKey(lease))
+	delete(w.notes, Minted(lease))
 	if e := w.m[lease]; e != nil {
 		close(e.sealed)
 		delete(w.m, lease)

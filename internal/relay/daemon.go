@@ -378,12 +378,9 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	// A grant made on this replica whose seal it has not heard would read
 	// not-ready: wait first, then read once. The read after the wait
 	// answers whatever happened meanwhile (sealed, cancelled, expired).
-	waited := false
-	if wait && r.store.PayloadUnsealed(in.LeaseID) {
-		if !holdFor() {
-			return holderRefusal(store.RefusedNotReady), nil
-		}
-		waited = true
+	waited := wait && r.store.PayloadUnsealed(in.LeaseID)
+	if waited && !holdFor() {
+		return holderRefusal(store.RefusedNotReady), nil
 	}
 	taken, err := r.store.TakePayload(req.ctx, hi)
 	if err != nil {

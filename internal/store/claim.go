@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/byollm/relay-go/internal/payloadwait"
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/internal/workview"
 )
@@ -71,16 +71,15 @@ func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimS
 	return out, stats, err
 }
 
-// forgetUngranted drops the notes of the minted lease ids that granted
-// nothing (noteGrants): no fetch will present them.
+// forgetUngranted drops the notes (taken in claimShard) of the minted
+// lease ids that granted nothing: no fetch will present them.
 func (s *Store) forgetUngranted(minted []string, out []ClaimedStub) {
 	if len(minted) == 0 {
 		return
 	}
 	granted := make(map[string]bool, len(out))
 	for _, g := range out {
-		id, _, _ := strings.Cut(g.Lease.ID, ".")
-		granted[id] = true
+		granted[payloadwait.Minted(g.Lease.ID)] = true
 	}
 	for _, id := range minted {
 		if !granted[id] {

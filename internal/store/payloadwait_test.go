@@ -9,21 +9,26 @@ import (
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
+// twoReplicas is two Stores of one namespace on the shared server, as two
+// replicas; the test is skipped where the server has no sharded pub/sub
+// (nothing would carry one replica's seal to the other).
+func twoReplicas(t *testing.T) (h, other *storeFixture) {
+	t.Helper()
+	b := realBackend(t)
+	h = newFixture(t, b, Options{})
+	if !h.s.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	s := newStore(t, b, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
+	return h, &storeFixture{t: t, b: b, s: s, ctx: context.Background()}
+}
+
 // AwaitPayload offers a wait only while a seal anywhere would be heard
 // (every shard's subscription live); the seal of the awaited grant, made
 // through another Store of the namespace, wakes it, and no other seal does.
 func TestAwaitPayloadHearsSealsOfOtherReplicas(t *testing.T) {
 	t.Parallel()
-	b := realBackend(t)
-	h := newFixture(t, b, Options{})
-	if !h.s.announce {
-		t.Skip("the server has no sharded pub/sub")
-	}
-	other, err := New(context.Background(), b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
+	h, ho := twoReplicas(t)
 
 	if _, done, ok := h.s.AwaitPayload("lease"); ok {
 		done()
@@ -130,16 +135,7 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 // before the work view was live is not noted at all.
 func TestPayloadUnsealedNotesGrantsMadeHere(t *testing.T) {
 	t.Parallel()
-	b := realBackend(t)
-	h := newFixture(t, b, Options{})
-	if !h.s.announce {
-		t.Skip("the server has no sharded pub/sub")
-	}
-	other, err := New(context.Background(), b.client, Options{Namespace: h.s.Namespace(), Logger: relaytest.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ho := &storeFixture{t: t, b: b, s: other, ctx: context.Background()}
+	h, ho := twoReplicas(t)
 
 	h.enqueue("j0", "alice")
 	early := h.claim(runner("runner_0"))
@@ -161,7 +157,7 @@ func TestPayloadUnsealedNotesGrantsMadeHere(t *testing.T) {
 	if !h.s.PayloadUnsealed(l1) {
 		t.Fatal("a grant made here is not unsealed")
 	}
-	if other.PayloadUnsealed(l1) {
+	if ho.s.PayloadUnsealed(l1) {
 		t.Fatal("a replica that did not make the grant says it is unsealed")
 	}
 	h.enqueue("j2", "alice")
