@@ -78,3 +78,40 @@ func onWritten(ctx context.Context, f func()) bool {
 	aw.fns = append(aw.fns, f)
 	return true
 }
+
+// answerBuffers holds byte slices that results answers were built in, for
+// the next answer to reuse. Results stay until their deadline and are
+// re-sent on every poll, so a busy site's answer is rebuilt several times
+// a second at up to MaxResultsAnswerBytes each; fresh slices made those
+// answers most of a replica's allocation, each zeroed when made and each
+// pacing the collector.
+var answerBuffers sync.Pool // *[]byte
+
+// maxRecycledAnswer is the largest buffer kept for reuse: an answer holding
+// one oversized result (a result envelope may be larger than the cap) is
+// left to the collector rather than kept.
+const maxRecycledAnswer = 2 * MaxResultsAnswerBytes
+
+// answerBuffer returns an empty slice with room for size bytes, reused
+// from an earlier answer when one large enough is free.
+func answerBuffer(size int) []byte {
+	if p, ok := answerBuffers.Get().(*[]byte); ok {
+		if cap(*p) >= size {
+			return (*p)[:0]
+		}
+		answerBuffers.Put(p) // a later, smaller answer may use it
+	}
+	// Headroom, so an answer that grows by a few results from one poll to
+	// the next still fits the buffer it leaves behind.
+	return make([]byte, 0, size+size/4)
+}
+
+// recycleAfterWrite gives b back for reuse once the answer it holds has
+// been written; outside serve (no place to wait for the write) it is left
+// to the collector.
+func recycleAfterWrite(ctx context.Context, b []byte) {
+	if cap(b) > maxRecycledAnswer {
+		return
+	}
+	onWritten(ctx, func() { answerBuffers.Put(&b) })
+}

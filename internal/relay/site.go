@@ -193,7 +193,7 @@ func (r *Relay) results(req *request) (reply, error) {
 		return reply{}, fmt.Errorf("results: %w", err)
 	}
 	jobs, size := capResults(jobs, MaxResultsAnswerBytes)
-	b := make([]byte, 0, size)
+	b := answerBuffer(size)
 	b = append(b, `{"jobs":[`...)
 	for i, j := range jobs {
 		if i > 0 {
@@ -223,7 +223,9 @@ func (r *Relay) results(req *request) (reply, error) {
 		}
 		b = append(b, '}')
 	}
-	return reply{status: 200, body: append(b, "]}"...)}, nil
+	b = append(b, "]}"...)
+	recycleAfterWrite(req.ctx, b)
+	return reply{status: 200, body: b}, nil
 }
 
 // appendDevice appends a stored device identity as the answers show it: the

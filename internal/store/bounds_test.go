@@ -60,7 +60,7 @@ func TestResultCacheCountsSites(t *testing.T) {
 	t.Parallel()
 	c := resultCache{limit: 64 << 10}
 	for i := range 10_000 {
-		c.put(fmt.Sprint("site-", i), "epoch", map[string]*ResultJob{})
+		c.put(fmt.Sprint("site-", i), "epoch", map[listed]*ResultJob{})
 	}
 	if n := len(c.sites); n > (64<<10)/256 {
 		t.Fatalf("%d empty sites kept under a 64 KiB bound", n)
@@ -71,9 +71,9 @@ func TestResultCacheCountsSites(t *testing.T) {
 	// Replacing a site's entry does not double-count it.
 	c = resultCache{limit: 64 << 10}
 	for range 100 {
-		c.put("one", "epoch", map[string]*ResultJob{"1:a": {JobID: "a"}})
+		c.put("one", "epoch", map[listed]*ResultJob{{eJ: "a", seq: "1"}: {JobID: "a"}})
 	}
-	if want := resultSiteSize("one", map[string]*ResultJob{"1:a": {JobID: "a"}}); c.bytes != want || len(c.sites) != 1 {
+	if want := resultSiteSize("one", map[listed]*ResultJob{{eJ: "a", seq: "1"}: {JobID: "a"}}); c.bytes != want || len(c.sites) != 1 {
 		t.Fatalf("one site put 100 times: %d bytes, %d sites; want %d, 1", c.bytes, len(c.sites), want)
 	}
 }

@@ -127,12 +127,12 @@ type resultCache struct {
 
 type siteResults struct {
 	epoch   string
-	entries map[string]*ResultJob // "seq:eJ" -> result
+	entries map[listed]*ResultJob // index entry -> result
 }
 
 // get returns the site's entries filed under epoch; none when they were
 // filed under another epoch or epoch is "" (no epoch stored: trust nothing).
-func (c *resultCache) get(siteID, epoch string) map[string]*ResultJob {
+func (c *resultCache) get(siteID, epoch string) map[listed]*ResultJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sr, ok := c.sites[siteID]
@@ -145,7 +145,7 @@ func (c *resultCache) get(siteID, epoch string) map[string]*ResultJob {
 // put replaces the site's entries with the ones its latest listing named,
 // filed under that listing's epoch, or forgets every site when the cache
 // would grow past its bound.
-func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
+func (c *resultCache) put(siteID, epoch string, entries map[listed]*ResultJob) {
 	size := resultSiteSize(siteID, entries)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,7 +170,7 @@ func (c *resultCache) put(siteID, epoch string, entries map[string]*ResultJob) {
 // resultSiteSize is what a site's entry costs the cache's bound: its
 // results and the entry itself, so that sites with no results (a hub's
 // sites come and go) count too.
-func resultSiteSize(siteID string, entries map[string]*ResultJob) int {
+func resultSiteSize(siteID string, entries map[listed]*ResultJob) int {
 	n := 256 + len(siteID)
 	for _, r := range entries {
 		n += resultSize(r)
@@ -204,7 +204,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	found := make([]*ResultJob, len(list))
 	var missing []int
 	for i, l := range list {
-		if r, ok := cached[l.seq+":"+l.eJ]; ok {
+		if r, ok := cached[l]; ok {
 			found[i] = r
 		} else {
 			missing = append(missing, i)
@@ -254,17 +254,19 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	}
 
 	out := make([]*ResultJob, 0, len(list))
-	keep := make(map[string]*ResultJob, len(list))
+	keep := make(map[listed]*ResultJob, len(list))
 	for i, r := range found {
 		if r != nil {
 			out = append(out, r)
-			keep[list[i].seq+":"+list[i].eJ] = r
+			keep[list[i]] = r
 		}
 	}
 	s.results.put(siteID, epoch, keep)
 	return out, nil
 }
 
+// listed is one entry of a finished index: the job (as encoded in the
+// member) and its seq.
 type listed struct{ eJ, seq string }
 
 // finishedIndex reads the site's finished index in pages, with the epoch
