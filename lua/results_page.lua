@@ -15,6 +15,12 @@
 -- gives the promoted server a new replication id. Go trusts results it
 -- cached under a seq only for the generation this page names.
 --
+-- Runs on a cluster only. On one node Go reads the same three things with
+-- plain commands in one pipeline (store.finishedPage says why that is
+-- safe), at a fraction of the server's CPU: here every entry becomes a Lua
+-- string and then a reply again. On a cluster INFO, which takes no key,
+-- would reach any node rather than the one holding the site's slot.
+--
 -- mode: read-only
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  finished    fin:<eS>

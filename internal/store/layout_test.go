@@ -184,6 +184,13 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.complete(stubID(got[0]), "runner_1", got[0].Lease.ID, "ok")
 	_, _ = h.s.Finished(ctx, got[0].SiteID)
 	_, _ = h.s.ResultJobs(ctx, got[0].SiteID)
+	// On one node ResultJobs reads its pages with plain commands; the
+	// script is a cluster's path, run here as finishedPage runs it there.
+	if k, err := h.s.siteKeys(ctx, got[0].SiteID); err != nil {
+		t.Fatal(err)
+	} else if _, err := h.s.run(ctx, scResultsPage, []string{k.finished(got[0].SiteID), k.epoch(k.siteShard(got[0].SiteID))}, "-inf", "10"); err != nil {
+		t.Fatal(err)
+	}
 	h.s.Cancel(ctx, got[1].SiteID, stubID(got[1]))
 	_, _ = h.s.CancelRequests(ctx, "runner_1")
 	_, _ = h.s.RenewLeases(ctx, RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[1])}})

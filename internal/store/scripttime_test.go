@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,13 +124,32 @@ func BenchmarkScriptTime(b *testing.B) {
 			}
 		}},
 		{"results-5000-cached", "results_page", func(b *testing.B) func(int) {
+			// The index pages as a cluster reads them (the script; one node
+			// reads them with plain commands, see finishedPage).
 			siteID := finished(b, 5000)
-			if _, err := e.s.ResultJobs(ctx, siteID); err != nil {
+			k, err := e.s.siteKeys(ctx, siteID)
+			if err != nil {
 				b.Fatal(err)
 			}
 			return func(int) {
-				if jobs, err := e.s.ResultJobs(ctx, siteID); err != nil || len(jobs) != 5000 {
-					b.Fatalf("results: %d %v", len(jobs), err)
+				entries, after := 0, "-inf"
+				for {
+					msg, err := e.s.run(ctx, scResultsPage, []string{k.finished(siteID), k.epoch(k.siteShard(siteID))}, after, strconv.Itoa(e.s.limits.resultsEntries))
+					if err != nil {
+						b.Fatal(err)
+					}
+					flat, err := msg.AsStrSlice()
+					if err != nil {
+						b.Fatal(err)
+					}
+					entries += (len(flat) - 1) / 2
+					if len(flat)-1 < 2*e.s.limits.resultsEntries {
+						break
+					}
+					after = "(" + flat[len(flat)-1]
+				}
+				if entries != 5000 {
+					b.Fatalf("results: %d entries", entries)
 				}
 			}
 		}},

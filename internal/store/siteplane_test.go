@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -212,4 +213,72 @@ func TestResultJobsSitesAndCacheBound(t *testing.T) {
 			})
 		})
 	}
+}
+
+// On one node a page of the finished index is read with plain commands,
+// on a cluster with results_page.lua; both answer the same: generation
+// first (the epoch, with the replication id where the server has one; ""
+// with no epoch), then member and seq of each entry, for every bound and
+// page size.
+func TestFinishedPageMatchesTheScript(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		for i := range 5 {
+			id := fmt.Sprint("fin-", i)
+			h.enqueue(id, "alice")
+			g := h.claim()
+			if len(g) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(g))
+			}
+			h.seal(id)
+			if r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: json.RawMessage(`{"r":1}`), Disposition: "ok"}); err != nil || !r.Accepted {
+				t.Fatalf("complete %s: %+v %v", id, r, err)
+			}
+		}
+		k, err := h.s.siteKeys(h.ctx, site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		viaScript := func(after string, limit int) []string {
+			t.Helper()
+			msg, err := h.s.run(h.ctx, scResultsPage, []string{k.finished(site), k.epoch(k.siteShard(site))}, after, fmt.Sprint(limit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			flat, err := msg.AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return flat
+		}
+		compare := func(after string, limit, entries int) []string {
+			t.Helper()
+			got, err := h.s.finishedPage(h.ctx, k, site, after, limit)
+			if err != nil {
+				t.Fatalf("page after %s: %v", after, err)
+			}
+			if want := viaScript(after, limit); !slices.Equal(got, want) {
+				t.Fatalf("page after %s, at most %d:\n got %q\nwant %q", after, limit, got, want)
+			}
+			if len(got) != 1+2*entries {
+				t.Fatalf("page after %s, at most %d: %d entries, want %d", after, limit, (len(got)-1)/2, entries)
+			}
+			return got
+		}
+		first := compare("-inf", 2, 2)
+		if first[0] == "" {
+			t.Fatal("no generation with an epoch stored")
+		}
+		compare("("+first[len(first)-1], 2, 2)
+		all := compare("-inf", 100, 5)
+		compare("("+all[len(all)-1], 100, 0)
+
+		if err := b.client.Do(h.ctx, b.client.B().Del().Key(k.epoch(k.siteShard(site))).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if got := compare("-inf", 100, 5); got[0] != "" {
+			t.Fatalf("generation %q with no epoch stored", got[0])
+		}
+	})
 }

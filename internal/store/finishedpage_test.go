@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
+	"github.com/google/uuid"
+)
+
+// BenchmarkFinishedPage is the server's cost of one page of a site's
+// finished index, read as finishedPage does on one node (plain commands,
+// one pipeline) and as results_page.lua does (a cluster's path), for an
+// index of 50 and of 500 entries (a site finishing 25 jobs a second with
+// a 20 s deadline holds about 500). Compare valkey-us/op between the two
+// paths of one run:
+//
+//	go test ./internal/store -run '^$' -bench BenchmarkFinishedPage -benchtime 3000x
+func BenchmarkFinishedPage(b *testing.B) {
+	for _, entries := range []int{50, 500} {
+		for _, path := range []string{"plain", "script"} {
+			b.Run(fmt.Sprintf("entries=%d/%s", entries, path), func(b *testing.B) {
+				be := realBackend(b)
+				s := newStore(b, be, Options{Logger: relaytest.Discard()})
+				ctx := context.Background()
+				k, err := s.siteKeys(ctx, site)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fin, epoch := k.finished(site), k.epoch(k.siteShard(site))
+				c := be.client
+				cmds := c.B().Zadd().Key(fin).ScoreMember()
+				for i := range entries {
+					cmds = cmds.ScoreMember(float64(1000+i), enc(uuid.NewString()))
+				}
+				if err := c.Do(ctx, cmds.Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Do(ctx, c.B().Set().Key(epoch).Value("bench-epoch").Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				read := func() int {
+					if path == "script" {
+						msg, err := s.run(ctx, scResultsPage, []string{fin, epoch}, "-inf", strconv.Itoa(s.limits.resultsEntries))
+						if err != nil {
+							b.Fatal(err)
+						}
+						flat, err := msg.AsStrSlice()
+						if err != nil {
+							b.Fatal(err)
+						}
+						return len(flat)
+					}
+					flat, err := s.finishedPage(ctx, k, site, "-inf", s.limits.resultsEntries)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return len(flat)
+				}
+				if n := read(); n != 1+2*entries {
+					b.Fatalf("a page of %d items, want %d", n, 1+2*entries)
+				}
+				before := serverCost(b, c)
+				b.ResetTimer()
+				for range b.N {
+					read()
+				}
+				b.StopTimer()
+				serverCost(b, c).report(b, before)
+			})
+		}
+	}
+}
