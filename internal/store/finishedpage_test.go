@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/byollm/relay-go/test/relaytest"
@@ -42,18 +41,11 @@ func BenchmarkFinishedPage(b *testing.B) {
 					b.Fatal(err)
 				}
 				read := func() int {
+					page := s.finishedPage
 					if path == "script" {
-						msg, err := s.run(ctx, scResultsPage, []string{fin, epoch}, "-inf", strconv.Itoa(s.limits.resultsEntries))
-						if err != nil {
-							b.Fatal(err)
-						}
-						flat, err := msg.AsStrSlice()
-						if err != nil {
-							b.Fatal(err)
-						}
-						return len(flat)
+						page = s.finishedPageScript
 					}
-					flat, err := s.finishedPage(ctx, k, site, "-inf", s.limits.resultsEntries)
+					flat, err := page(ctx, k, site, "-inf", s.limits.resultsEntries)
 					if err != nil {
 						b.Fatal(err)
 					}

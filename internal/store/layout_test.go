@@ -188,7 +188,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	// script is a cluster's path, run here as finishedPage runs it there.
 	if k, err := h.s.siteKeys(ctx, got[0].SiteID); err != nil {
 		t.Fatal(err)
-	} else if _, err := h.s.run(ctx, scResultsPage, []string{k.finished(got[0].SiteID), k.epoch(k.siteShard(got[0].SiteID))}, "-inf", "10"); err != nil {
+	} else if _, err := h.s.finishedPageScript(ctx, k, got[0].SiteID, "-inf", 10); err != nil {
 		t.Fatal(err)
 	}
 	h.s.Cancel(ctx, got[1].SiteID, stubID(got[1]))

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -134,11 +133,7 @@ func BenchmarkScriptTime(b *testing.B) {
 			return func(int) {
 				entries, after := 0, "-inf"
 				for {
-					msg, err := e.s.run(ctx, scResultsPage, []string{k.finished(siteID), k.epoch(k.siteShard(siteID))}, after, strconv.Itoa(e.s.limits.resultsEntries))
-					if err != nil {
-						b.Fatal(err)
-					}
-					flat, err := msg.AsStrSlice()
+					flat, err := e.s.finishedPageScript(ctx, k, siteID, after, e.s.limits.resultsEntries)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -323,18 +323,10 @@ func (s *Store) finishedIndex(ctx context.Context, k keys, siteID string) ([]lis
 // key and would reach any node, not the one holding the site's slot, so
 // the script reads all three there.
 func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, limit int) ([]string, error) {
-	fin, epochKey := k.finished(siteID), k.epoch(k.siteShard(siteID))
 	if valkeyconn.IsCluster(s.c) {
-		msg, err := s.run(ctx, scResultsPage, []string{fin, epochKey}, after, strconv.Itoa(limit))
-		if err != nil {
-			return nil, err
-		}
-		flat, err := msg.AsStrSlice()
-		if err != nil || len(flat)%2 != 1 {
-			return nil, fmt.Errorf("page of %d items (%v)", len(flat), err)
-		}
-		return flat, nil
+		return s.finishedPageScript(ctx, k, siteID, after, limit)
 	}
+	fin, epochKey := k.finished(siteID), k.epoch(k.siteShard(siteID))
 	res := s.doMulti(ctx, scResultsPage.Name,
 		s.c.B().Zrangebyscore().Key(fin).Min(after).Max("+inf").Withscores().Limit(0, int64(limit)).Build(),
 		s.c.B().Get().Key(epochKey).Build(),
@@ -369,6 +361,20 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 			return nil, fmt.Errorf("finished page: %w: seq %v of %q is not an integer", ErrUnexpectedReply, z.Score, z.Member)
 		}
 		flat = append(flat, z.Member, strconv.FormatInt(seq, 10))
+	}
+	return flat, nil
+}
+
+// finishedPageScript is finishedPage's answer read by results_page.lua (a
+// cluster's path).
+func (s *Store) finishedPageScript(ctx context.Context, k keys, siteID, after string, limit int) ([]string, error) {
+	msg, err := s.run(ctx, scResultsPage, []string{k.finished(siteID), k.epoch(k.siteShard(siteID))}, after, strconv.Itoa(limit))
+	if err != nil {
+		return nil, err
+	}
+	flat, err := msg.AsStrSlice()
+	if err != nil || len(flat)%2 != 1 {
+		return nil, fmt.Errorf("page of %d items (%v)", len(flat), err)
 	}
 	return flat, nil
 }

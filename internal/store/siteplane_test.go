@@ -242,11 +242,7 @@ func TestFinishedPageMatchesTheScript(t *testing.T) {
 		}
 		viaScript := func(after string, limit int) []string {
 			t.Helper()
-			msg, err := h.s.run(h.ctx, scResultsPage, []string{k.finished(site), k.epoch(k.siteShard(site))}, after, fmt.Sprint(limit))
-			if err != nil {
-				t.Fatal(err)
-			}
-			flat, err := msg.AsStrSlice()
+			flat, err := h.s.finishedPageScript(h.ctx, k, site, after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
