@@ -1,9 +1,11 @@
 -- pending_page: one page of a site's awaiting-payload jobs (§2.5) holding
 -- only what the site plane's pending answer shows, in insertion order. Pure
 -- read: never settles; entries whose record disagrees are skipped. It
--- carries only lib/blob.lua (the device may be stored in slices): it runs
--- on every pending poll, and building lib/store.lua costs a script some
--- 40 µs per call.
+-- carries only lib/blob.lua (the device may be stored in slices):
+-- building lib/store.lua costs a script some 40 µs per call. A cluster's
+-- pending polls run it; on one node Go reads the same page with plain
+-- commands (internal/store pendingPagePlain, which knows blob.lua's
+-- layout; TestPendingPageMatchesTheScript holds the two together).
 -- lib: blob
 --
 -- mode: read-only

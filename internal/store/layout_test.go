@@ -176,6 +176,13 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	_, _ = h.s.Jobs(ctx)
 	_, _ = h.s.Awaiting(ctx, a)
 	_, _ = h.s.PendingJobs(ctx, a)
+	// PendingJobs too reads plain commands on one node; the script is a
+	// cluster's path, run here as pendingPage runs it there.
+	if k, err := h.s.siteKeys(ctx, a); err != nil {
+		t.Fatal(err)
+	} else if _, _, err := h.s.pendingPageScript(ctx, k, a, "-inf", 10); err != nil {
+		t.Fatal(err)
+	}
 	h.s.Seal(ctx, got[0].SiteID, stubID(got[0]), envelope)
 	h.s.Seal(ctx, got[1].SiteID, stubID(got[1]), envelope)
 	h.take(stubID(got[0]), "runner_1", got[0].Lease.ID)
@@ -184,8 +191,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.complete(stubID(got[0]), "runner_1", got[0].Lease.ID, "ok")
 	_, _ = h.s.Finished(ctx, got[0].SiteID)
 	_, _ = h.s.ResultJobs(ctx, got[0].SiteID)
-	// On one node ResultJobs reads its pages with plain commands; the
-	// script is a cluster's path, run here as finishedPage runs it there.
+	// Likewise ResultJobs' pages.
 	if k, err := h.s.siteKeys(ctx, got[0].SiteID); err != nil {
 		t.Fatal(err)
 	} else if _, err := h.s.finishedPageScript(ctx, k, got[0].SiteID, "-inf", 10); err != nil {

@@ -58,49 +58,47 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
+	cluster := valkeyconn.IsCluster(s.c)
 	out := []PendingJob{}
-	err = s.pages(ctx, scPendingPage, k.awaiting(siteID), []string{enc(siteID)}, []string{strconv.Itoa(s.limits.leanEntries)},
-		func(items []valkey.ValkeyMessage) error {
-			if len(items)%6 != 0 {
-				return fmt.Errorf("pending page of %d items", len(items))
+	for exclusive := "-inf"; ; {
+		cursor, rows, err := s.pendingPage(ctx, k, siteID, exclusive, s.limits.leanEntries, cluster)
+		if err != nil {
+			return nil, fmt.Errorf("pending jobs: %w", err)
+		}
+		for _, f := range rows {
+			p, err := pendingJob(f)
+			if err != nil {
+				return nil, fmt.Errorf("pending jobs: %w", err)
 			}
-			for i := 0; i < len(items); i += 6 {
-				var f [6]string
-				for j := range f {
-					v, err := items[i+j].ToString()
-					if err != nil {
-						return err
-					}
-					f[j] = v
-				}
-				id, err := decJob(f[0])
-				if err != nil {
-					return err
-				}
-				p := PendingJob{JobID: id}
-				if f[3] != "" {
-					p.Claimed, p.Device, p.RunnerID, p.LeaseID = true, json.RawMessage(f[1]), f[2], f[3]
-					ce, err := atoi("ce", f[5])
-					if err != nil {
-						return err
-					}
-					p.LeaseExpiresAt = ce
-				}
-				if f[4] != "" {
-					au, err := atoi("au", f[4])
-					if err != nil {
-						return err
-					}
-					p.AwaitingUntil = au
-				}
-				out = append(out, p)
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, fmt.Errorf("pending jobs: %w", err)
+			out = append(out, p)
+		}
+		if cursor == "" {
+			return out, nil
+		}
+		exclusive = "(" + cursor
 	}
-	return out, nil
+}
+
+// pendingJob is one row of a pending page (pendingPage) as the answer
+// shows it.
+func pendingJob(f [6]string) (PendingJob, error) {
+	id, err := decJob(f[0])
+	if err != nil {
+		return PendingJob{}, err
+	}
+	p := PendingJob{JobID: id}
+	if f[3] != "" {
+		p.Claimed, p.Device, p.RunnerID, p.LeaseID = true, json.RawMessage(f[1]), f[2], f[3]
+		if p.LeaseExpiresAt, err = atoi("ce", f[5]); err != nil {
+			return PendingJob{}, err
+		}
+	}
+	if f[4] != "" {
+		if p.AwaitingUntil, err = atoi("au", f[4]); err != nil {
+			return PendingJob{}, err
+		}
+	}
+	return p, nil
 }
 
 // DefaultResultCacheBytes bounds the results cache of one Store.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -275,6 +276,94 @@ func TestFinishedPageMatchesTheScript(t *testing.T) {
 		}
 		if got := compare("-inf", 100, 5); got[0] != "" {
 			t.Fatalf("generation %q with no epoch stored", got[0])
+		}
+	})
+}
+
+// On one node a pending page is read with plain commands; it must answer
+// what pending_page.lua answers, for a device stored whole (short or
+// long) or in slices (within the first read's guess, and beyond it), for a
+// page cut by its limit, and for entries the script skips.
+func TestPendingPageMatchesTheScript(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		// Device JSON lengths either side of each boundary of lib/blob.lua:
+		// whole up to 64 bytes, sliced up to 4096 (4 slices in the first
+		// read), whole beyond.
+		sizes := []int{0, 64, 65, 256, 257, 4096, 4097}
+		for i, n := range sizes {
+			// An owner each: a site and owner pair may hold only so many
+			// unsealed jobs.
+			id, owner := fmt.Sprint("pend-", i), fmt.Sprint("owner", i)
+			h.enqueue(id, owner)
+			dev := protocol.PublicIdentity{Identity: "i", Encryption: "e"}
+			base, _ := protocol.Marshal(dev)
+			if pad := n - len(base); pad > 0 {
+				dev.EncryptionSig = strings.Repeat("s", pad)
+			}
+			if got, _ := protocol.Marshal(dev); n > 0 && len(got) != n {
+				t.Fatalf("device of %d bytes, want %d", len(got), n)
+			}
+			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}), func(in *ClaimInput) { in.Device = dev })
+			if len(g) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(g))
+			}
+		}
+		// One entry whose record no longer awaits (the script skips it):
+		// sealed, with its index entry put back by hand.
+		h.enqueue("pend-sealed", "alice")
+		if g := h.claim(); len(g) != 1 {
+			t.Fatalf("claim pend-sealed: %q", ids(g))
+		}
+		k, err := h.s.siteKeys(h.ctx, site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := b.client.Do(h.ctx, b.client.B().Zscore().Key(k.awaiting(site)).Member(encJob("pend-sealed")).Build()).AsFloat64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.seal("pend-sealed")
+		if err := b.client.Do(h.ctx, b.client.B().Zadd().Key(k.awaiting(site)).ScoreMember().ScoreMember(seq, encJob("pend-sealed")).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+
+		compare := func(exclusive string, limit, rows int) (string, [][6]string) {
+			t.Helper()
+			cursor, got, err := h.s.pendingPagePlain(h.ctx, k, site, exclusive, limit)
+			if err != nil {
+				t.Fatalf("page after %s: %v", exclusive, err)
+			}
+			wantCursor, want, err := h.s.pendingPageScript(h.ctx, k, site, exclusive, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cursor != wantCursor || !slices.Equal(got, want) {
+				t.Fatalf("page after %s, at most %d:\n got %q %q\nwant %q %q", exclusive, limit, cursor, got, wantCursor, want)
+			}
+			if len(got) != rows {
+				t.Fatalf("page after %s, at most %d: %d rows, want %d", exclusive, limit, len(got), rows)
+			}
+			return cursor, got
+		}
+		_, all := compare("-inf", 100, len(sizes))
+		for i, row := range all {
+			if n := sizes[i]; n > 0 && len(row[1]) != n {
+				t.Fatalf("row %d: device of %d bytes, want %d", i, len(row[1]), n)
+			}
+		}
+		cursor, _ := compare("-inf", 3, 3)
+		if cursor == "" {
+			t.Fatal("a full page answered no cursor")
+		}
+		cursor, _ = compare("("+cursor, 3, 3)
+		cursor, _ = compare("("+cursor, 3, 1) // the last device, then the sealed entry skipped
+		if cursor != "" {
+			t.Fatalf("cursor %q after the last page", cursor)
+		}
+		if jobs, err := h.s.PendingJobs(h.ctx, site); err != nil || len(jobs) != len(sizes) {
+			t.Fatalf("PendingJobs: %d jobs, %v", len(jobs), err)
 		}
 	})
 }

@@ -1,0 +1,27 @@
+package store
+
+import "strconv"
+
+// How a job record stores a blob, as lua/lib/blob.lua writes it: a blob of
+// at most blobChunk bytes, or of more than blobWhole, is the field <name>
+// itself; one in between is its length under the numbered field <base> and
+// its blobChunk-byte slices, in order, under <base+1> .. <base+n>. The
+// scripts read blobs with get_blob; Go reads one, the claiming device of a
+// pending page on one node (pendingPagePlain), and
+// TestPendingPageMatchesTheScript holds the two readers together.
+const (
+	blobChunk      = 64
+	blobWhole      = 4096
+	blobBaseDevice = 200 // BASE.cd
+)
+
+// blobSlices is how many slices a blob of n bytes is stored in.
+func blobSlices(n int) int { return (n + blobChunk - 1) / blobChunk }
+
+// blobFields appends the numbered fields base+from .. base+to.
+func blobFields(out []string, base, from, to int) []string {
+	for i := from; i <= to; i++ {
+		out = append(out, strconv.Itoa(base+i))
+	}
+	return out
+}

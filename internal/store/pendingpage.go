@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// pendingGuess is how many device slices a pending read asks for with the
+// record's fields, as pending_page.lua does: a device of up to 256 bytes,
+// which is most, costs no further read.
+const pendingGuess = 4
+
+// pendingFields is what one HMGET of a pending page reads per entry: the
+// six fields of the answer's row (cd when the device is stored whole),
+// then the device's length and its first slices when it is sliced.
+var pendingFields = blobFields([]string{"state", "cd", "cr", "cl", "au", "ce"}, blobBaseDevice, 0, pendingGuess)
+
+// pendingPage is one page of PendingJobs: on a cluster pending_page.lua
+// reads it; on one node, plain commands do (pendingPagePlain). Either
+// answers the index's cursor ("" once it is exhausted) and one row per
+// awaiting-payload job: eJ, device, runnerId, leaseId, awaitingUntil,
+// leaseExpiresAt, each "" when absent.
+func (s *Store) pendingPage(ctx context.Context, k keys, siteID, exclusive string, limit int, cluster bool) (string, [][6]string, error) {
+	if cluster {
+		return s.pendingPageScript(ctx, k, siteID, exclusive, limit)
+	}
+	return s.pendingPagePlain(ctx, k, siteID, exclusive, limit)
+}
+
+// pendingPageScript is pendingPage read by pending_page.lua.
+func (s *Store) pendingPageScript(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
+	msg, err := s.run(ctx, scPendingPage, []string{k.awaiting(siteID)}, enc(siteID), exclusive, strconv.Itoa(limit))
+	if err != nil {
+		return "", nil, err
+	}
+	flat, err := msg.AsStrSlice()
+	if err != nil || len(flat)%6 != 1 {
+		return "", nil, fmt.Errorf("%w: pending page of %d items (%v)", ErrUnexpectedReply, len(flat), err)
+	}
+	rows := make([][6]string, 0, len(flat)/6)
+	for i := 1; i < len(flat); i += 6 {
+		rows = append(rows, [6]string(flat[i:i+6]))
+	}
+	return flat[0], rows, nil
+}
+
+// pendingPagePlain is pendingPage without a script, for one node: the
+// index's page, then every entry's record in one pipeline of HMGETs (and,
+// for a device longer than pendingGuess slices, one more). A script reads
+// the index and the records at one instant; this reads them one after the
+// other, which a poll cannot tell apart from a script's read at some
+// instant per job: an entry whose record has left awaiting-payload by the
+// time it is read is skipped (the script skips a record that disagrees
+// with its entry), one that joins after the index was read is in the next
+// poll, and a job's row comes from one HMGET, or from two that agree on its
+// grant (lease id), so it never mixes two grants.
+func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
+	page, err := s.doMulti(ctx, scPendingPage.Name,
+		s.c.B().Zrangebyscore().Key(k.awaiting(siteID)).Min(exclusive).Max("+inf").Withscores().Limit(0, int64(limit)).Build())[0].AsZScores()
+	if err != nil {
+		return "", nil, fmt.Errorf("pending page: %w", err)
+	}
+	cursor := ""
+	if len(page) == limit {
+		seq := int64(page[len(page)-1].Score)
+		if float64(seq) != page[len(page)-1].Score {
+			return "", nil, fmt.Errorf("pending page: %w: seq %v is not an integer", ErrUnexpectedReply, page[len(page)-1].Score)
+		}
+		cursor = strconv.FormatInt(seq, 10)
+	}
+	if len(page) == 0 {
+		return cursor, nil, nil
+	}
+	prefix := k.sp(siteID) + "j:" + enc(siteID) + ":"
+	reads := make(valkey.Commands, len(page))
+	for i, z := range page {
+		reads[i] = s.c.B().Hmget().Key(prefix + z.Member).Field(pendingFields...).Build()
+	}
+	rows := make([][6]string, 0, len(page))
+	var long []int // rows whose device has more slices than were read
+	var slices []int
+	for i, res := range s.doMulti(ctx, scPendingPage.Name, reads...) {
+		v, err := res.ToArray()
+		if err != nil {
+			return "", nil, fmt.Errorf("pending page: %w", err)
+		}
+		f, err := optionalStrings(v)
+		if err != nil || len(f) != len(pendingFields) {
+			return "", nil, fmt.Errorf("pending page: %w: record of %d fields (%v)", ErrUnexpectedReply, len(f), err)
+		}
+		if f[0] != StateAwaitingPayload {
+			continue
+		}
+		row := [6]string{page[i].Member, f[1], f[2], f[3], f[4], f[5]}
+		if row[1] == "" && f[6] != "" {
+			n, err := strconv.Atoi(f[6])
+			if err != nil || n <= blobChunk || n > blobWhole {
+				return "", nil, fmt.Errorf("pending page: %w: device length %q", ErrUnexpectedReply, f[6])
+			}
+			if ns := blobSlices(n); ns <= pendingGuess {
+				for _, part := range f[7 : 7+ns] {
+					row[1] += part
+				}
+			} else {
+				long, slices = append(long, len(rows)), append(slices, ns)
+			}
+		}
+		rows = append(rows, row)
+	}
+	if len(long) == 0 {
+		return cursor, rows, nil
+	}
+	reads = reads[:0]
+	for j, r := range long {
+		fields := blobFields([]string{"cl"}, blobBaseDevice, 1, slices[j])
+		reads = append(reads, s.c.B().Hmget().Key(prefix+rows[r][0]).Field(fields...).Build())
+	}
+	drop := map[int]bool{}
+	for j, res := range s.doMulti(ctx, scPendingPage.Name, reads...) {
+		v, err := res.ToArray()
+		if err != nil {
+			return "", nil, fmt.Errorf("pending page: %w", err)
+		}
+		f, err := optionalStrings(v)
+		if err != nil {
+			return "", nil, fmt.Errorf("pending page: %w", err)
+		}
+		r := long[j]
+		if f[0] != rows[r][3] {
+			drop[r] = true // granted again since the first read
+			continue
+		}
+		for _, part := range f[1:] {
+			rows[r][1] += part
+		}
+	}
+	kept := rows[:0]
+	for i, row := range rows {
+		if !drop[i] {
+			kept = append(kept, row)
+		}
+	}
+	return cursor, kept, nil
+}
+
+// optionalStrings is an HMGET's reply with "" for a missing field.
+func optionalStrings(v []valkey.ValkeyMessage) ([]string, error) {
+	out := make([]string, len(v))
+	for i, m := range v {
+		if m.IsNil() {
+			continue
+		}
+		s, err := m.ToString()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
