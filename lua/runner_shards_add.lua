@@ -5,14 +5,16 @@
 -- call: a heartbeat then reads rsh again, so the new grants' cancel
 -- requests reach the daemon on its next beat. Written before the claim
 -- answers, so it exists before the daemon can present any lease (store.md
--- trap 36).
+-- trap 36). Go skips the call when its read of rsh and of the record,
+-- made with the claim's queue heads, shows rsh already covers the new
+-- grants and no nr stands (internal/store shardsRecorded).
 --
 -- mode: write
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  shards       rsh:<eR>
 -- KEYS[2]  record       p:<eR>
 -- ARGV[1..3] common  prefix, offset, flags (unused)
--- ARGV[4..] by_shard   pairs: shard index, the latest deadline of its new grants (ms)
+-- ARGV[4..] by_shard   pairs: shard index, the latest deadline of its new grants (ms), rounded up (Go recordedDeadline)
 -- Reply: the number of shards rsh gained
 
 local shards = KEYS[1]

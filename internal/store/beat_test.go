@@ -1,11 +1,13 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,8 +213,9 @@ func TestHeartbeatShardRecheck(t *testing.T) {
 			t.Fatalf("after the recheck: cancel %v", c)
 		}
 
-		// Past the latest grant deadline rsh holds nothing live: nr again.
-		h.s.Testing().AdvanceClock(600_000)
+		// Past the latest grant deadline as rsh records it (rounded up to
+		// runnerShardsGrain) it holds nothing live: nr again.
+		h.s.Testing().AdvanceClock(600_000 + runnerShardsGrain)
 		h.sweep()
 		if c := beat(); len(c) != 0 || !nr() {
 			t.Fatalf("past every deadline: cancel %v, nr %v", c, nr())
@@ -344,5 +347,100 @@ func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
 		if p := h.presence("runner_1"); p.Device != mine || string(p.Capabilities) != `[]` {
 			t.Fatalf("record %+v", p)
 		}
+	})
+}
+
+// A claim writes the runner's record of shards (runner_shards_add) only
+// when that record, as the claim read it, does not already cover the
+// grants: a later grant on the same shard whose deadline falls within the
+// recorded (rounded-up) deadline writes nothing, one past it writes again,
+// and so does any grant while a heartbeat's nr stands or the runner has
+// no presence record. Whatever was skipped, the cancel request of every
+// grant reaches the next heartbeat.
+func TestClaimWritesRunnerShardsOnlyWhenNotCovered(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		var mu sync.Mutex
+		writes := 0
+		obs := func(ctx context.Context, name string) (context.Context, func(error)) {
+			return ctx, func(error) {
+				if name == "runner_shards_add" {
+					mu.Lock()
+					writes++
+					mu.Unlock()
+				}
+			}
+		}
+		h := newFixture(t, b, Options{ObserveScript: obs})
+		wrote := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := writes
+			writes = 0
+			return n
+		}
+		dev := freshDevice()
+		h.seen("runner_1", "alice", dev, `[]`, `[]`)
+		rsh := func() float64 {
+			t.Helper()
+			z, err := b.client.Do(h.ctx, b.client.B().Zrange().Key(h.s.k.runnerShards("runner_1")).Min("0").Max("-1").Withscores().Build()).AsZScores()
+			if err != nil || len(z) != 1 {
+				t.Fatalf("rsh %v %v", z, err)
+			}
+			return z[0].Score
+		}
+		base := recordedDeadline(h.now() + 600_000)
+		grant := func(id string, deadline int64, want int) {
+			t.Helper()
+			st := stub(id, "alice")
+			st.DeadlineAt = deadline
+			h.enqueueStub(site, st)
+			if got := h.claim(runner("runner_1"), func(in *ClaimInput) { in.Device = dev }); len(got) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(got))
+			}
+			if n := wrote(); n != want {
+				t.Fatalf("claim %s wrote rsh %d times, want %d", id, n, want)
+			}
+			if r := rsh(); r < float64(deadline) {
+				t.Fatalf("after %s rsh holds %v, before its deadline %d", id, r, deadline)
+			}
+			h.seal(id) // the pair's unsealed cap
+		}
+		grant("j1", base+1000, 1)
+		if r := rsh(); r != float64(recordedDeadline(base+1000)) {
+			t.Fatalf("rsh %v, want %d", r, recordedDeadline(base+1000))
+		}
+		grant("j2", base+2000, 0)
+		grant("j3", base+runnerShardsGrain+1000, 1)
+		grant("j4", base+runnerShardsGrain+500, 0)
+
+		// nr stands: the grant writes, and clears it.
+		ld := h.mustPresenceField("runner_1", "ld")
+		if err := b.client.Do(h.ctx, b.client.B().Hset().Key(h.s.k.presence("runner_1")).FieldValue().
+			FieldValue("ld", ld+":1").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		grant("j5", base+1500, 1)
+		if got := h.mustPresenceField("runner_1", "ld"); got != ld {
+			t.Fatalf("ld %q after a grant, want %q", got, ld)
+		}
+
+		for _, id := range []string{"j1", "j2", "j3", "j4", "j5"} {
+			if ok, err := h.s.Cancel(h.ctx, site, id); err != nil || !ok {
+				t.Fatalf("cancel %s: %v %v", id, ok, err)
+			}
+		}
+		r, err := h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: dev},
+			RequirePresence: true, Cancels: true})
+		if err != nil || len(r.Cancel) != 5 {
+			t.Fatalf("cancel requests on the next beat: %v %v", r.Cancel, err)
+		}
+
+		// No presence record: every grant writes.
+		if err := b.client.Do(h.ctx, b.client.B().Del().Key(h.s.k.presence("runner_1")).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		grant("j6", base+1200, 1)
+		grant("j7", base+1300, 1)
 	})
 }

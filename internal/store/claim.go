@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -121,24 +122,28 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 		sh := s.k.siteShard(r.SiteID)
 		byShard[sh] = append(byShard[sh], r)
 	}
-	// The presence record is on the runner's shard, the grants on the
-	// sites' shards, so the condition is read just before the claim
-	// scripts rather than inside them (a change racing with this read is
+	// The runner's records are on the runner's shard, the grants on the
+	// sites' shards, so they are read just before the claim scripts rather
+	// than inside them (a change racing with this read is
 	// indistinguishable from one landing just after the claim), in the
-	// same pipelined batch as the claim's queue heads. When the work view
-	// knows there is nothing to read, nothing can be granted and nothing
-	// is read: an idle device's empty claim costs Valkey nothing, and a
-	// lost record is rebuilt by its next heartbeat instead.
-	var presence valkey.Completed
-	if in.RequirePresence {
-		presence = s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device").Build()
+	// same pipelined batch as the claim's queue heads: its presence (owner
+	// and device, the condition under RequirePresence; ld, whether a
+	// heartbeat marked its record of shards as holding nothing) and that
+	// record (rsh), so a claim whose grants rsh already covers writes
+	// nothing there (shardsRecorded). When the work view knows there is
+	// nothing to read, nothing can be granted and nothing is read: an idle
+	// device's empty claim costs Valkey nothing, and a lost record is
+	// rebuilt by its next heartbeat instead.
+	runnerRead := []valkey.Completed{
+		s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device", "ld").Build(),
+		s.c.B().Zrange().Key(s.k.runnerShards(in.RunnerID)).Min("0").Max("-1").Withscores().Build(),
 	}
-	order, held, err := s.claimOrder(ctx, in, byShard, kinds, presence)
+	order, runnerRecs, err := s.claimOrder(ctx, in, byShard, kinds, runnerRead)
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
-	if held != nil {
-		p, err := held.ToArray()
+	if runnerRecs != nil && in.RequirePresence {
+		p, err := runnerRecs[0].ToArray()
 		if err != nil {
 			return nil, stats, fmt.Errorf("claim: presence: %w", err)
 		}
@@ -165,7 +170,7 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 	}
 	// One answer in first-enqueue order, whichever shard granted what.
 	slices.SortStableFunc(out, func(a, b ClaimedStub) int { return cmp.Compare(a.seq, b.seq) })
-	if len(deadlines) > 0 {
+	if len(deadlines) > 0 && !shardsRecorded(runnerRecs, deadlines) {
 		// The runner-side record of the shards to visit for the bare-id
 		// probe and cancel requests: written before the reply, so it exists
 		// before the daemon can present any lease (store.md trap 36); the
@@ -173,13 +178,66 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 		// (lua/presence_beat.lua).
 		args := make([]string, 0, 2*len(deadlines))
 		for sh, dl := range deadlines {
-			args = append(args, strconv.Itoa(sh), strconv.FormatInt(dl, 10))
+			args = append(args, strconv.Itoa(sh), strconv.FormatInt(recordedDeadline(dl), 10))
 		}
 		if _, err := s.run(ctx, scRunnerShardsAdd, []string{s.k.runnerShards(in.RunnerID), s.k.presence(in.RunnerID)}, args...); err != nil {
 			return out, stats, fmt.Errorf("claim: runner shards: %w", err)
 		}
 	}
 	return out, stats, nil
+}
+
+// runnerShardsGrain rounds up the deadlines a runner's record of shards
+// (rsh) takes, in ms: the claims of one runner whose grants end within the
+// same 30 s find their shards recorded already and write nothing there
+// (shardsRecorded). The record is a superset anyway; a shard stays in it
+// at most this much longer than its latest grant needs.
+const runnerShardsGrain = 30_000
+
+// recordedDeadline is deadline dl as rsh records it.
+func recordedDeadline(dl int64) int64 {
+	return (dl + runnerShardsGrain - 1) / runnerShardsGrain * runnerShardsGrain
+}
+
+// shardsRecorded: does what the claim read of the runner's records (its
+// presence fields owner, device, ld and rsh with scores, read before the
+// grants; nil when not read) show that runner_shards_add would change
+// nothing that matters? It would not when the presence record exists
+// without nr (no ":" in ld: heartbeats read rsh) and rsh holds every shard
+// granted on, each at or past its new deadline: then rsh already names
+// those shards until the grants end (its TTL lies ten minutes past its
+// latest score), and nothing between the read and here can take a shard
+// out whose deadline lies ahead (a heartbeat drops only past ones). A
+// record deleted meanwhile (forgotten, reaped) is the same race as one
+// deleted just after runner_shards_add.
+func shardsRecorded(recs []valkey.ValkeyResult, deadlines map[int]int64) bool {
+	if recs == nil {
+		return false
+	}
+	p, err := recs[0].ToArray()
+	if err != nil || len(p) != 3 || p[0].IsNil() {
+		return false
+	}
+	if !p[2].IsNil() {
+		ld, err := p[2].ToString()
+		if err != nil || strings.Contains(ld, ":") {
+			return false
+		}
+	}
+	z, err := recs[1].AsZScores()
+	if err != nil {
+		return false
+	}
+	recorded := make(map[string]float64, len(z))
+	for _, e := range z {
+		recorded[e.Member] = e.Score
+	}
+	for sh, dl := range deadlines {
+		if at, ok := recorded[strconv.Itoa(sh)]; !ok || at < float64(dl) {
+			return false
+		}
+	}
+	return true
 }
 
 // claimOrder settles what is due outside the claim's shards (the reference
@@ -189,10 +247,10 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 // eligible job over all routes is considered first. A shard with no queued
 // entry on these routes and nothing due is not called at all: it has
 // nothing to grant. All of it is read with one TIME and one pipelined batch
-// of ZRANGEs, no script. A non-empty presence command joins that batch,
-// and its reply is returned; when nothing is read it is not sent either
-// (nil reply).
-func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string, presence valkey.Completed) ([]int, *valkey.ValkeyResult, error) {
+// of ZRANGEs, no script. The commands of extra join that batch, and their
+// replies are returned; when nothing is read they are not sent either (nil
+// replies).
+func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string, extra []valkey.Completed) ([]int, []valkey.ValkeyResult, error) {
 	// What the work view already knows is not read: shards with nothing
 	// due, queues seen empty since (see internal/workview).
 	at := s.view.Now()
@@ -227,19 +285,19 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
 	}
-	withPresence := !presence.IsEmpty() && (len(cmds) > 0 || len(dueRead) > 0)
-	if withPresence {
-		cmds = append(cmds, presence)
+	withExtra := len(extra) > 0 && (len(cmds) > 0 || len(dueRead) > 0)
+	if withExtra {
+		cmds = append(cmds, extra...)
 	}
 	var replies []valkey.ValkeyResult
 	heads, now, err := s.dueHeadsWith(ctx, "claim_heads", dueRead, cmds, &replies)
 	if err != nil {
 		return nil, nil, err
 	}
-	var held *valkey.ValkeyResult
-	if withPresence {
-		held = &replies[len(replies)-1]
-		replies = replies[:len(replies)-1]
+	var extraReplies []valkey.ValkeyResult
+	if withExtra {
+		extraReplies = replies[len(replies)-len(extra):]
+		replies = replies[:len(replies)-len(extra)]
 	}
 	due := make([]bool, len(s.k.shards))
 	var others []int
@@ -289,7 +347,7 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		}
 		return cmp.Compare(a, b)
 	})
-	return order, held, nil
+	return order, extraReplies, nil
 }
 
 // claimLooksEmpty: does the work view know that a claim by this runner

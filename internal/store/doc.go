@@ -205,8 +205,10 @@
 //	po:⟨O⟩                 SET   ⟨R⟩ of owner O's presence records on this
 //	                             shard (Advertised reads every shard's)
 //	rsh:⟨R⟩                ZSET  shard index -> the latest deadline of a grant
-//	                             R was given there (ZADD GT, written before the
-//	                             claim's reply): the shards the bare-id probe
+//	                             R was given there, rounded up to 30 s
+//	                             (ZADD GT, written before the claim's reply,
+//	                             and only by a claim whose read of rsh did not
+//	                             cover its grants): the shards the bare-id probe
 //	                             and CancelRequests visit. A superset (at most
 //	                             Shards members); every answer is decided by
 //	                             the shard's own script.
