@@ -3,7 +3,9 @@
 -- there under another seq (removed and enqueued again), is left out. Pure
 -- read. The reply ends early once it holds the byte budget (always after at
 -- least one job), so a call stays short however large the envelopes. Only
--- lib/blob.lua: see pending_page.
+-- lib/blob.lua: see pending_page. A cluster's results polls run it; on one
+-- node Go reads the same with plain commands (internal/store
+-- resultsGetPlain; TestResultsGetMatchesTheScript holds the two together).
 -- lib: blob
 --
 -- mode: read-only

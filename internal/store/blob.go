@@ -6,13 +6,15 @@ import "strconv"
 // at most blobChunk bytes, or of more than blobWhole, is the field <name>
 // itself; one in between is its length under the numbered field <base> and
 // its blobChunk-byte slices, in order, under <base+1> .. <base+n>. The
-// scripts read blobs with get_blob; Go reads one, the claiming device of a
-// pending page on one node (pendingPagePlain), and
-// TestPendingPageMatchesTheScript holds the two readers together.
+// scripts read blobs with get_blob; on one node Go reads two, the claiming
+// device (pendingPagePlain, resultsGetPlain) and the result
+// (resultsGetPlain), and TestPendingPageMatchesTheScript and
+// TestResultsGetMatchesTheScript hold the readers together.
 const (
 	blobChunk      = 64
 	blobWhole      = 4096
 	blobBaseDevice = 200 // BASE.cd
+	blobBaseResult = 400 // BASE.rs
 )
 
 // blobSlices is how many slices a blob of n bytes is stored in.

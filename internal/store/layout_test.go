@@ -191,10 +191,12 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.complete(stubID(got[0]), "runner_1", got[0].Lease.ID, "ok")
 	_, _ = h.s.Finished(ctx, got[0].SiteID)
 	_, _ = h.s.ResultJobs(ctx, got[0].SiteID)
-	// Likewise ResultJobs' pages.
+	// Likewise ResultJobs' pages and results.
 	if k, err := h.s.siteKeys(ctx, got[0].SiteID); err != nil {
 		t.Fatal(err)
-	} else if _, err := h.s.finishedPageScript(ctx, k, got[0].SiteID, "-inf", 10); err != nil {
+	} else if list, err := h.s.finishedPageScript(ctx, k, got[0].SiteID, "-inf", 10); err != nil || len(list) != 3 {
+		t.Fatalf("finished page: %q %v", list, err)
+	} else if _, _, err := h.s.resultsGetScript(ctx, k, got[0].SiteID, []listed{{list[1], list[2]}}, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	h.s.Cancel(ctx, got[1].SiteID, stubID(got[1]))

@@ -96,14 +96,12 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 		}
 		row := [6]string{page[i].Member, f[1], f[2], f[3], f[4], f[5]}
 		if row[1] == "" && f[6] != "" {
-			n, err := strconv.Atoi(f[6])
-			if err != nil || n <= blobChunk || n > blobWhole {
-				return "", nil, fmt.Errorf("pending page: %w: device length %q", ErrUnexpectedReply, f[6])
+			n, err := slicedLen(f[6])
+			if err != nil {
+				return "", nil, fmt.Errorf("pending page: device: %w", err)
 			}
 			if ns := blobSlices(n); ns <= pendingGuess {
-				for _, part := range f[7 : 7+ns] {
-					row[1] += part
-				}
+				row[1] = concat(f[7 : 7+ns])
 			} else {
 				long, slices = append(long, len(rows)), append(slices, ns)
 			}
@@ -133,9 +131,7 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 			drop[r] = true // granted again since the first read
 			continue
 		}
-		for _, part := range f[1:] {
-			rows[r][1] += part
-		}
+		rows[r][1] = concat(f[1:])
 	}
 	kept := rows[:0]
 	for i, row := range rows {

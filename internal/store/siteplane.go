@@ -194,7 +194,6 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 	if err != nil {
 		return nil, fmt.Errorf("result jobs: %w", err)
 	}
-	eS := enc(siteID)
 	list, epoch, err := s.finishedIndex(ctx, k, siteID)
 	if err != nil {
 		return nil, fmt.Errorf("result jobs: %w", err)
@@ -210,36 +209,18 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 			missing = append(missing, i)
 		}
 	}
+	cluster := valkeyconn.IsCluster(s.c)
 	for len(missing) > 0 {
-		n := min(len(missing), s.limits.getJobs)
-		args := make([]string, 0, 2+2*n)
-		args = append(args, eS, strconv.Itoa(s.limits.getBytes))
-		for _, i := range missing[:n] {
-			args = append(args, list[i].eJ, list[i].seq)
+		batch := make([]listed, min(len(missing), s.limits.getJobs))
+		for j := range batch {
+			batch[j] = list[missing[j]]
 		}
-		msg, err := s.run(ctx, scResultsGet, []string{k.finished(siteID)}, args...)
+		consumed, rows, err := s.resultsGet(ctx, k, siteID, batch, s.limits.getBytes, cluster)
 		if err != nil {
 			return nil, fmt.Errorf("result jobs: %w", err)
 		}
-		parts, err := elems(msg, 1)
-		if err != nil {
-			return nil, fmt.Errorf("result jobs: %w", err)
-		}
-		consumed, err := num(parts[0])
-		if err != nil || consumed < 1 || int(consumed) > n || (len(parts)-1)%8 != 0 {
-			return nil, fmt.Errorf("result jobs: reply of %d items consumed %d of %d (%v)", len(parts), consumed, n, err)
-		}
-		for p := 1; p < len(parts); p += 8 {
-			pos, err := num(parts[p])
-			if err != nil || pos < 1 || pos > consumed {
-				return nil, fmt.Errorf("result jobs: position %d (%v)", pos, err)
-			}
-			var f [7]string
-			for j := range f {
-				if f[j], err = parts[p+1+j].ToString(); err != nil {
-					return nil, fmt.Errorf("result jobs: %w", err)
-				}
-			}
+		for _, row := range rows {
+			f := row.f
 			id, err := decJob(f[0])
 			if err != nil {
 				return nil, fmt.Errorf("result jobs: %w", err)
@@ -248,7 +229,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 			if f[4] != "" {
 				r.Claimed, r.RunnerID, r.LeaseID, r.Device, r.RunnerOwner = true, f[3], f[4], json.RawMessage(f[5]), f[6]
 			}
-			found[missing[pos-1]] = r
+			found[missing[row.pos]] = r
 		}
 		missing = missing[consumed:]
 	}

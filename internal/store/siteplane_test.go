@@ -367,3 +367,80 @@ func TestPendingPageMatchesTheScript(t *testing.T) {
 		}
 	})
 }
+
+// On one node a results read is plain commands; it must answer what
+// results_get.lua answers: results stored whole (short, and past 4 KiB) or
+// sliced (within the 32 slices and beyond), devices within the first
+// read's slices and beyond, the budget cutting the batch, and asked jobs
+// that are not done, not there, or there under another seq.
+func TestResultsGetMatchesTheScript(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		type job struct{ result, device int }
+		jobs := []job{{40, 0}, {64, 220}, {65, 300}, {2048, 220}, {2049, 257}, {4096, 64}, {4097, 65}, {20_000, 220}}
+		for i, j := range jobs {
+			id := fmt.Sprint("res-", i)
+			h.enqueue(id, "alice")
+			dev := protocol.PublicIdentity{Identity: "i", Encryption: "e"}
+			if base, _ := protocol.Marshal(dev); j.device > len(base) {
+				dev.EncryptionSig = strings.Repeat("s", j.device-len(base))
+			}
+			g := h.claim(func(in *ClaimInput) { in.Device = dev })
+			if len(g) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(g))
+			}
+			h.seal(id)
+			result := json.RawMessage(`{"r":"` + strings.Repeat("x", j.result-8) + `"}`)
+			if r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: result, Disposition: "ok"}); err != nil || !r.Accepted {
+				t.Fatalf("complete %s: %+v %v", id, r, err)
+			}
+		}
+		h.enqueue("res-awaiting", "alice")
+		if g := h.claim(); len(g) != 1 {
+			t.Fatalf("claim res-awaiting: %q", ids(g))
+		}
+		k, err := h.s.siteKeys(h.ctx, site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, _, err := h.s.finishedIndex(h.ctx, k, site)
+		if err != nil || len(list) != len(jobs) {
+			t.Fatalf("finished index: %d entries, %v", len(list), err)
+		}
+		asked := append([]listed{}, list[:3]...)
+		asked = append(asked,
+			listed{list[3].eJ, "1"},             // another seq
+			listed{encJob("res-awaiting"), "1"}, // not done
+			listed{encJob("res-none"), "1"})     // not there
+		asked = append(asked, list[3:]...)
+
+		compare := func(asked []listed, budget, wantConsumed, wantRows int) {
+			t.Helper()
+			consumed, got, err := h.s.resultsGetPlain(h.ctx, k, site, asked, budget)
+			if err != nil {
+				t.Fatalf("budget %d: %v", budget, err)
+			}
+			wantC, want, err := h.s.resultsGetScript(h.ctx, k, site, asked, budget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if consumed != wantC || !slices.Equal(got, want) {
+				t.Fatalf("budget %d:\n got %d %v\nwant %d %v", budget, consumed, got, wantC, want)
+			}
+			if consumed != wantConsumed || len(got) != wantRows {
+				t.Fatalf("budget %d: consumed %d, %d rows; want %d, %d", budget, consumed, len(got), wantConsumed, wantRows)
+			}
+		}
+		compare(asked, 1<<20, len(asked), len(jobs))
+		compare(asked, 1, 1, 1)             // the first result fills it
+		compare(asked, 40+64+65+2048, 7, 4) // reached on res-3, after the three asked that are not answered
+		compare(asked[3:6], 1<<20, 3, 0)    // nothing to answer
+		for i, j := range jobs {
+			_, rows, err := h.s.resultsGetPlain(h.ctx, k, site, list[i:i+1], 1<<20)
+			if err != nil || len(rows) != 1 || len(rows[0].f[1]) != j.result || (j.device > 0 && len(rows[0].f[5]) != j.device) {
+				t.Fatalf("job %d: %d rows, %v", i, len(rows), err)
+			}
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// resultRow is one job of a results read: its position in the batch asked
+// and the seven strings the results answer shows: eJ, result, disposition,
+// runnerId, leaseId, device, runnerOwner ("" when absent; no leaseId: no
+// grant).
+type resultRow struct {
+	pos int
+	f   [7]string
+}
+
+// resultsGet reads the results of asked (done jobs named by the finished
+// index) as results_get.lua answers: how many pairs of asked it consumed
+// (at least one; fewer than all once the results read reach budget bytes)
+// and a row for each consumed job still there under the same seq with a
+// result. On a cluster the script reads them; on one node, plain commands
+// (resultsGetPlain).
+func (s *Store) resultsGet(ctx context.Context, k keys, siteID string, asked []listed, budget int, cluster bool) (int, []resultRow, error) {
+	if cluster {
+		return s.resultsGetScript(ctx, k, siteID, asked, budget)
+	}
+	return s.resultsGetPlain(ctx, k, siteID, asked, budget)
+}
+
+// resultsGetScript is resultsGet read by results_get.lua.
+func (s *Store) resultsGetScript(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
+	args := make([]string, 0, 2+2*len(asked))
+	args = append(args, enc(siteID), strconv.Itoa(budget))
+	for _, a := range asked {
+		args = append(args, a.eJ, a.seq)
+	}
+	msg, err := s.run(ctx, scResultsGet, []string{k.finished(siteID)}, args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	parts, err := elems(msg, 1)
+	if err != nil {
+		return 0, nil, err
+	}
+	consumed, err := num(parts[0])
+	if err != nil || consumed < 1 || int(consumed) > len(asked) || (len(parts)-1)%8 != 0 {
+		return 0, nil, fmt.Errorf("%w: results reply of %d items consumed %d of %d (%v)", ErrUnexpectedReply, len(parts), consumed, len(asked), err)
+	}
+	rows := make([]resultRow, 0, (len(parts)-1)/8)
+	for p := 1; p < len(parts); p += 8 {
+		pos, err := num(parts[p])
+		if err != nil || pos < 1 || pos > consumed {
+			return 0, nil, fmt.Errorf("%w: results position %d (%v)", ErrUnexpectedReply, pos, err)
+		}
+		r := resultRow{pos: int(pos) - 1}
+		for j := range r.f {
+			if r.f[j], err = parts[p+1+j].ToString(); err != nil {
+				return 0, nil, err
+			}
+		}
+		rows = append(rows, r)
+	}
+	return int(consumed), rows, nil
+}
+
+// resultsHead is what the first read of resultsGetPlain asks of each job:
+// the fields the answer shows but the result, the device's length and
+// first slices when it is sliced, and the result's length when it is.
+var resultsHead = blobFields(blobFields([]string{"state", "seq", "dp", "cr", "cl", "co", "cd"}, blobBaseDevice, 0, pendingGuess), blobBaseResult, 0, 0)
+
+// resultsGetPlain is resultsGet without a script, for one node, in two
+// pipelined reads. The first reads every asked job's head (resultsHead)
+// and the length of a result stored whole (HSTRLEN), no result bytes, so
+// it chooses which jobs fit the budget as the script does, without
+// carrying a result it will not answer. The second reads those jobs'
+// results (and a device longer than the first read's slices) with their
+// seq again. A done job's result, disposition, device and grant never
+// change while a record of that seq exists, and seq is never reused, so a
+// job whose seq still matches is the job the first read saw; one whose
+// record went or was replaced in between is left out, as the script leaves
+// out a job no longer there.
+func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
+	prefix := k.sp(siteID) + "j:" + enc(siteID) + ":"
+	reads := make(valkey.Commands, 0, 2*len(asked))
+	for _, a := range asked {
+		reads = append(reads,
+			s.c.B().Hmget().Key(prefix+a.eJ).Field(resultsHead...).Build(),
+			s.c.B().Hstrlen().Key(prefix+a.eJ).Field("rs").Build())
+	}
+	heads := s.doMulti(ctx, scResultsGet.Name, reads...)
+	type more struct {
+		fields      []string
+		whole       bool // the result is the field rs itself
+		resultParts int  // else its slices
+		devParts    int  // device slices to read (0: read already)
+	}
+	var rows []resultRow
+	var wants []more
+	consumed, bytes := 0, 0
+	for i, a := range asked {
+		consumed = i + 1
+		v, err := heads[2*i].ToArray()
+		if err != nil {
+			return 0, nil, err
+		}
+		f, err := optionalStrings(v)
+		if err != nil || len(f) != len(resultsHead) {
+			return 0, nil, fmt.Errorf("%w: record of %d fields (%v)", ErrUnexpectedReply, len(f), err)
+		}
+		if f[0] != StateDone || f[1] != a.seq {
+			continue
+		}
+		wholeLen, err := heads[2*i+1].AsInt64()
+		if err != nil {
+			return 0, nil, err
+		}
+		m := more{fields: []string{"seq"}}
+		size := int(wholeLen)
+		switch {
+		case wholeLen > 0:
+			m.whole = true
+			m.fields = append(m.fields, "rs")
+		case f[12] != "":
+			n, err := slicedLen(f[12])
+			if err != nil {
+				return 0, nil, err
+			}
+			size, m.resultParts = n, blobSlices(n)
+			m.fields = blobFields(m.fields, blobBaseResult, 1, m.resultParts)
+		default:
+			continue // no result: not answered, as the script does
+		}
+		r := resultRow{pos: i, f: [7]string{a.eJ, "", f[2], f[3], f[4], f[6], f[5]}}
+		if r.f[5] == "" && f[7] != "" {
+			n, err := slicedLen(f[7])
+			if err != nil {
+				return 0, nil, err
+			}
+			if ns := blobSlices(n); ns <= pendingGuess {
+				r.f[5] = concat(f[8 : 8+ns])
+			} else {
+				m.devParts = ns
+				m.fields = blobFields(m.fields, blobBaseDevice, 1, ns)
+			}
+		}
+		rows, wants = append(rows, r), append(wants, m)
+		if bytes += size; bytes >= budget {
+			break
+		}
+	}
+	if len(rows) == 0 {
+		return consumed, nil, nil
+	}
+	reads = reads[:0]
+	for j, r := range rows {
+		reads = append(reads, s.c.B().Hmget().Key(prefix+asked[r.pos].eJ).Field(wants[j].fields...).Build())
+	}
+	kept := rows[:0]
+	for j, res := range s.doMulti(ctx, scResultsGet.Name, reads...) {
+		v, err := res.ToArray()
+		if err != nil {
+			return 0, nil, err
+		}
+		f, err := optionalStrings(v)
+		if err != nil || len(f) != len(wants[j].fields) {
+			return 0, nil, fmt.Errorf("%w: record of %d fields (%v)", ErrUnexpectedReply, len(f), err)
+		}
+		r, m := rows[j], wants[j]
+		if f[0] != asked[r.pos].seq {
+			continue // gone or replaced since the first read
+		}
+		at := 1
+		if m.whole {
+			r.f[1], at = f[1], 2
+		} else {
+			r.f[1] = concat(f[at : at+m.resultParts])
+			at += m.resultParts
+		}
+		if m.devParts > 0 {
+			r.f[5] = concat(f[at : at+m.devParts])
+		}
+		kept = append(kept, r)
+	}
+	return consumed, kept, nil
+}
+
+// slicedLen is a sliced blob's stored length, checked against the layout.
+func slicedLen(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= blobChunk || n > blobWhole {
+		return 0, fmt.Errorf("%w: sliced blob of length %q", ErrUnexpectedReply, v)
+	}
+	return n, nil
+}
+
+func concat(parts []string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return string(b)
+}
