@@ -30,9 +30,18 @@ RELAY_SOAK_GENERATIONS=$GENERATIONS RELAY_SOAK_LOAD=$LOAD \
 {
   echo "# Churn soak: $GENERATIONS generations, $LOAD of load each ($(date -u +%FT%TZ), $(git rev-parse --short HEAD))"
   echo
-  echo "| generation | peak keys | peak key bytes | peak used_memory (B) | after: keys | after: key bytes | after: used_memory (B) | of it Lua VMs (B) | after: heap (B) |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-  sed -n 's/.*generation \([0-9]*\): peak keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua [0-9]* B), heap [0-9]* B; after keys \([0-9]*\) (\([0-9]*\) B), used_memory \([0-9]*\) B (Lua \([0-9]*\) B), heap \([0-9]*\) B.*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 |/p' "$OUT/soak.log"
+  echo "| generation | peak keys | peak key bytes | peak used_memory (B) | after: keys | after: key bytes | of them, records of shards ending by TTL (B) | after: used_memory (B) | of it Lua VMs (B) | after: heap (B) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  python3 - "$OUT/soak.log" <<'PY'
+import re, sys
+line = re.compile(r'generation (\d+): peak keys (\d+) \((\d+) B, \d+ B of them records of shards ending by TTL\), used_memory (\d+) B '
+                  r'\(Lua \d+ B\), heap \d+ B; after keys (\d+) \((\d+) B, (\d+) B of them records of shards ending by TTL\), '
+                  r'used_memory (\d+) B \(Lua (\d+) B\), heap (\d+) B')
+for l in open(sys.argv[1]):
+    m = line.search(l)
+    if m:
+        print('| ' + ' | '.join(m.groups()) + ' |')
+PY
   echo
   grep -o 'jobs completed.*' "$OUT/soak.log" | sed 's/^/    /'
 } >"$OUT/soak.md"
