@@ -15,7 +15,7 @@ import (
 // store's cache does not hold, as resultsGet does on one node (plain
 // commands, two pipelined reads) and as results_get.lua does (a cluster's
 // path): 4 results of 600 bytes (a poll after a few completions) and 128
-// of 2,500 bytes (a batch the 128 KiB budget cuts at 52). Devices are the
+// of 2,500 bytes (a batch the 128 KiB budget cuts at 53). Devices are the
 // size of a real daemon's identity. Compare valkey-us/op between the two
 // paths of one run:
 //
