@@ -17,7 +17,10 @@ import (
 // and the results listing carries every finished job's envelope until its
 // deadline. These reads return only the fields those answers show, in
 // bounded pages, and results come from a per-store cache wherever the
-// stored result cannot have changed.
+// stored result cannot have changed. On one node every one of these reads
+// is plain commands (finishedPage, pendingPage, resultsGet). On a cluster
+// they stay scripts: the finished page must (finishedPage says why); the
+// other two were left as they were, not measured there.
 
 // PendingJob is one awaiting-payload job as the site plane's pending answer
 // shows it. Device is the claiming device's identity JSON exactly as stored
@@ -296,7 +299,7 @@ func (s *Store) finishedIndex(ctx context.Context, k keys, siteID string) ([]lis
 // (a script turns every entry into a Lua string and back). They are not
 // one atomic step, and need not be: the page is read first, so a loss of
 // data or a failover after it can only file an old page under the newer
-// generation, whose results results_get reads afresh and checks by seq;
+// generation, whose results resultsGet reads afresh and checks by seq;
 // never new entries under an older generation, which the cache would
 // answer from results read before the loss. On a cluster INFO takes no
 // key and would reach any node, not the one holding the site's slot, so
