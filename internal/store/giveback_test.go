@@ -206,7 +206,8 @@ func TestClaimAnswerLostAfterTheScriptRan(t *testing.T) {
 	h.enqueue("j1", "alice")
 	var u *UnansweredClaim
 	// Now and then the client has not written the script by its deadline
-	// (it went to a connection still greeting the frozen server), so the
+	// (seen with more connections opened than remain: most likely it went
+	// to a new connection still greeting the frozen server), so the
 	// server never sees it and j1 stays queued: the scenario did not
 	// happen, and it is set up again, at most three times.
 	for attempt := 1; ; attempt++ {
