@@ -54,13 +54,7 @@ func BenchmarkFinishedPage(b *testing.B) {
 				if n := read(); n != 1+2*entries {
 					b.Fatalf("a page of %d items, want %d", n, 1+2*entries)
 				}
-				before := serverCost(b, c)
-				b.ResetTimer()
-				for range b.N {
-					read()
-				}
-				b.StopTimer()
-				serverCost(b, c).report(b, before)
+				benchServerCost(b, be.client, func() { read() })
 			})
 		}
 	}

@@ -122,6 +122,18 @@ type serverCounters struct {
 	reads, scripts, cmds int64
 }
 
+// benchServerCost runs op b.N times and reports the server's cost per op
+// (serverCounters.report), measured around the timed loop alone.
+func benchServerCost(b *testing.B, c valkey.Client, op func()) {
+	before := serverCost(b, c)
+	b.ResetTimer()
+	for range b.N {
+		op()
+	}
+	b.StopTimer()
+	serverCost(b, c).report(b, before)
+}
+
 // serverCost reads the counters so far.
 func serverCost(b *testing.B, c valkey.Client) (n serverCounters) {
 	info, err := c.Do(context.Background(), c.B().Info().Section("all").Build()).ToString()

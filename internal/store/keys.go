@@ -241,12 +241,17 @@ func member(siteID, jobID string) string { return enc(siteID) + ":" + encJob(job
 // Per-shard keys. A site's keys are on its shard; a runner's hid and
 // cxl sets exist once per shard where it holds grants.
 func (k keys) sp(siteID string) string         { return k.shards[k.siteShard(siteID)] }
-func (k keys) job(siteID, jobID string) string { return k.sp(siteID) + "j:" + member(siteID, jobID) }
-func (k keys) seq(shard int) string            { return k.shards[shard] + "seq" }
-func (k keys) due(shard int) string            { return k.shards[shard] + "due" }
-func (k keys) lease(shard int) string          { return k.shards[shard] + "lease" }
-func (k keys) epoch(shard int) string          { return k.shards[shard] + "epoch" }
-func (k keys) stateCounts(shard int) string    { return k.shards[shard] + "stc" }
+func (k keys) job(siteID, jobID string) string { return k.siteJobs(siteID) + encJob(jobID) }
+
+func (k keys) seq(shard int) string         { return k.shards[shard] + "seq" }
+func (k keys) due(shard int) string         { return k.shards[shard] + "due" }
+func (k keys) lease(shard int) string       { return k.shards[shard] + "lease" }
+func (k keys) epoch(shard int) string       { return k.shards[shard] + "epoch" }
+func (k keys) stateCounts(shard int) string { return k.shards[shard] + "stc" }
+
+// siteJobs is the prefix of the site's job records: the record of the job
+// an index names by eJ is siteJobs(siteID) + eJ.
+func (k keys) siteJobs(siteID string) string { return k.sp(siteID) + "j:" + enc(siteID) + ":" }
 
 func (k keys) readyQueue(siteID, owner, kind, audience string) string {
 	return k.sp(siteID) + "q:" + enc(siteID) + ":" + enc(owner) + ":" + enc(kind) + ":" + enc(audience)

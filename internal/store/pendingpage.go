@@ -5,26 +5,22 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
-// pendingGuess is how many device slices a pending read asks for with the
-// record's fields, as pending_page.lua does: a device of up to 256 bytes,
-// which is most, costs no further read.
-const pendingGuess = 4
-
 // pendingFields is what one HMGET of a pending page reads per entry: the
-// six fields of the answer's row (cd when the device is stored whole),
-// then the device's length and its first slices when it is sliced.
-var pendingFields = blobFields([]string{"state", "cd", "cr", "cl", "au", "ce"}, blobBaseDevice, 0, pendingGuess)
+// state, the answer's fields but the device, then the device's head
+// (deviceHead).
+var pendingFields = deviceHead([]string{"state", "cr", "cl", "au", "ce"})
 
 // pendingPage is one page of PendingJobs: on a cluster pending_page.lua
 // reads it; on one node, plain commands do (pendingPagePlain). Either
 // answers the index's cursor ("" once it is exhausted) and one row per
 // awaiting-payload job: eJ, device, runnerId, leaseId, awaitingUntil,
 // leaseExpiresAt, each "" when absent.
-func (s *Store) pendingPage(ctx context.Context, k keys, siteID, exclusive string, limit int, cluster bool) (string, [][6]string, error) {
-	if cluster {
+func (s *Store) pendingPage(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
+	if valkeyconn.IsCluster(s.c) {
 		return s.pendingPageScript(ctx, k, siteID, exclusive, limit)
 	}
 	return s.pendingPagePlain(ctx, k, siteID, exclusive, limit)
@@ -49,7 +45,7 @@ func (s *Store) pendingPageScript(ctx context.Context, k keys, siteID, exclusive
 
 // pendingPagePlain is pendingPage without a script, for one node: the
 // index's page, then every entry's record in one pipeline of HMGETs (and,
-// for a device longer than pendingGuess slices, one more). A script reads
+// for a device longer than deviceGuess slices, one more). A script reads
 // the index and the records at one instant; this reads them one after the
 // other, which a poll cannot tell apart from a script's read at some
 // instant per job: an entry whose record has left awaiting-payload by the
@@ -65,16 +61,14 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 	}
 	cursor := ""
 	if len(page) == limit {
-		seq := int64(page[len(page)-1].Score)
-		if float64(seq) != page[len(page)-1].Score {
-			return "", nil, fmt.Errorf("pending page: %w: seq %v is not an integer", ErrUnexpectedReply, page[len(page)-1].Score)
+		if cursor, err = seqText(page[len(page)-1]); err != nil {
+			return "", nil, fmt.Errorf("pending page: %w", err)
 		}
-		cursor = strconv.FormatInt(seq, 10)
 	}
 	if len(page) == 0 {
 		return cursor, nil, nil
 	}
-	prefix := k.sp(siteID) + "j:" + enc(siteID) + ":"
+	prefix := k.siteJobs(siteID)
 	reads := make(valkey.Commands, len(page))
 	for i, z := range page {
 		reads[i] = s.c.B().Hmget().Key(prefix + z.Member).Field(pendingFields...).Build()
@@ -94,19 +88,14 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 		if f[0] != StateAwaitingPayload {
 			continue
 		}
-		row := [6]string{page[i].Member, f[1], f[2], f[3], f[4], f[5]}
-		if row[1] == "" && f[6] != "" {
-			n, err := slicedLen(f[6])
-			if err != nil {
-				return "", nil, fmt.Errorf("pending page: device: %w", err)
-			}
-			if ns := blobSlices(n); ns <= pendingGuess {
-				row[1] = concat(f[7 : 7+ns])
-			} else {
-				long, slices = append(long, len(rows)), append(slices, ns)
-			}
+		dev, more, err := deviceFromHead(f[5:])
+		if err != nil {
+			return "", nil, fmt.Errorf("pending page: %w", err)
 		}
-		rows = append(rows, row)
+		if more > 0 {
+			long, slices = append(long, len(rows)), append(slices, more)
+		}
+		rows = append(rows, [6]string{page[i].Member, dev, f[1], f[2], f[3], f[4]})
 	}
 	if len(long) == 0 {
 		return cursor, rows, nil

@@ -55,14 +55,7 @@ func BenchmarkPendingPage(b *testing.B) {
 				if n := read(); n != entries {
 					b.Fatalf("a page of %d rows, want %d", n, entries)
 				}
-				c := be.client
-				before := serverCost(b, c)
-				b.ResetTimer()
-				for range b.N {
-					read()
-				}
-				b.StopTimer()
-				serverCost(b, c).report(b, before)
+				benchServerCost(b, be.client, func() { read() })
 			})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -23,8 +24,8 @@ type resultRow struct {
 // and a row for each consumed job still there under the same seq with a
 // result. On a cluster the script reads them; on one node, plain commands
 // (resultsGetPlain).
-func (s *Store) resultsGet(ctx context.Context, k keys, siteID string, asked []listed, budget int, cluster bool) (int, []resultRow, error) {
-	if cluster {
+func (s *Store) resultsGet(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
+	if valkeyconn.IsCluster(s.c) {
 		return s.resultsGetScript(ctx, k, siteID, asked, budget)
 	}
 	return s.resultsGetPlain(ctx, k, siteID, asked, budget)
@@ -69,7 +70,7 @@ func (s *Store) resultsGetScript(ctx context.Context, k keys, siteID string, ask
 // resultsHead is what the first read of resultsGetPlain asks of each job:
 // the fields the answer shows but the result, the device's length and
 // first slices when it is sliced, and the result's length when it is.
-var resultsHead = blobFields(blobFields([]string{"state", "seq", "dp", "cr", "cl", "co", "cd"}, blobBaseDevice, 0, pendingGuess), blobBaseResult, 0, 0)
+var resultsHead = blobFields(deviceHead([]string{"state", "seq", "dp", "cr", "cl", "co"}), blobBaseResult, 0, 0)
 
 // resultsGetPlain is resultsGet without a script, for one node, in two
 // pipelined reads. The first reads every asked job's head (resultsHead)
@@ -83,7 +84,7 @@ var resultsHead = blobFields(blobFields([]string{"state", "seq", "dp", "cr", "cl
 // record went or was replaced in between is left out, as the script leaves
 // out a job no longer there.
 func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
-	prefix := k.sp(siteID) + "j:" + enc(siteID) + ":"
+	prefix := k.siteJobs(siteID)
 	reads := make(valkey.Commands, 0, 2*len(asked))
 	for _, a := range asked {
 		reads = append(reads,
@@ -133,19 +134,15 @@ func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, aske
 		default:
 			continue // no result: not answered, as the script does
 		}
-		r := resultRow{pos: i, f: [7]string{a.eJ, "", f[2], f[3], f[4], f[6], f[5]}}
-		if r.f[5] == "" && f[7] != "" {
-			n, err := slicedLen(f[7])
-			if err != nil {
-				return 0, nil, err
-			}
-			if ns := blobSlices(n); ns <= pendingGuess {
-				r.f[5] = concat(f[8 : 8+ns])
-			} else {
-				m.devParts = ns
-				m.fields = blobFields(m.fields, blobBaseDevice, 1, ns)
-			}
+		dev, more, err := deviceFromHead(f[6:])
+		if err != nil {
+			return 0, nil, err
 		}
+		if more > 0 {
+			m.devParts = more
+			m.fields = blobFields(m.fields, blobBaseDevice, 1, more)
+		}
+		r := resultRow{pos: i, f: [7]string{a.eJ, "", f[2], f[3], f[4], dev, f[5]}}
 		rows, wants = append(rows, r), append(wants, m)
 		if bytes += size; bytes >= budget {
 			break
@@ -185,25 +182,4 @@ func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, aske
 		kept = append(kept, r)
 	}
 	return consumed, kept, nil
-}
-
-// slicedLen is a sliced blob's stored length, checked against the layout.
-func slicedLen(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= blobChunk || n > blobWhole {
-		return 0, fmt.Errorf("%w: sliced blob of length %q", ErrUnexpectedReply, v)
-	}
-	return n, nil
-}
-
-func concat(parts []string) string {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	b := make([]byte, 0, n)
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return string(b)
 }

@@ -68,14 +68,7 @@ func BenchmarkResultsGet(b *testing.B) {
 				if n := read(); n != want {
 					b.Fatalf("%d rows, want %d", n, want)
 				}
-				cl := be.client
-				before := serverCost(b, cl)
-				b.ResetTimer()
-				for range b.N {
-					read()
-				}
-				b.StopTimer()
-				serverCost(b, cl).report(b, before)
+				benchServerCost(b, be.client, func() { read() })
 			})
 		}
 	}

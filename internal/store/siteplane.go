@@ -61,10 +61,9 @@ func (s *Store) PendingJobs(ctx context.Context, siteID string) ([]PendingJob, e
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
-	cluster := valkeyconn.IsCluster(s.c)
 	out := []PendingJob{}
 	for exclusive := "-inf"; ; {
-		cursor, rows, err := s.pendingPage(ctx, k, siteID, exclusive, s.limits.leanEntries, cluster)
+		cursor, rows, err := s.pendingPage(ctx, k, siteID, exclusive, s.limits.leanEntries)
 		if err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
@@ -212,13 +211,12 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 			missing = append(missing, i)
 		}
 	}
-	cluster := valkeyconn.IsCluster(s.c)
 	for len(missing) > 0 {
 		batch := make([]listed, min(len(missing), s.limits.getJobs))
 		for j := range batch {
 			batch[j] = list[missing[j]]
 		}
-		consumed, rows, err := s.resultsGet(ctx, k, siteID, batch, s.limits.getBytes, cluster)
+		consumed, rows, err := s.resultsGet(ctx, k, siteID, batch, s.limits.getBytes)
 		if err != nil {
 			return nil, fmt.Errorf("result jobs: %w", err)
 		}
@@ -338,13 +336,23 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 	flat := make([]string, 1, 1+2*len(page))
 	flat[0] = epoch
 	for _, z := range page {
-		seq := int64(z.Score)
-		if float64(seq) != z.Score {
-			return nil, fmt.Errorf("finished page: %w: seq %v of %q is not an integer", ErrUnexpectedReply, z.Score, z.Member)
+		seq, err := seqText(z)
+		if err != nil {
+			return nil, fmt.Errorf("finished page: %w", err)
 		}
-		flat = append(flat, z.Member, strconv.FormatInt(seq, 10))
+		flat = append(flat, z.Member, seq)
 	}
 	return flat, nil
+}
+
+// seqText is an index entry's score, a seq, as the scripts write it: an
+// integer in decimal.
+func seqText(z valkey.ZScore) (string, error) {
+	seq := int64(z.Score)
+	if float64(seq) != z.Score {
+		return "", fmt.Errorf("%w: seq %v of %q is not an integer", ErrUnexpectedReply, z.Score, z.Member)
+	}
+	return strconv.FormatInt(seq, 10), nil
 }
 
 // finishedPageScript is finishedPage's answer read by results_page.lua (a

@@ -297,14 +297,7 @@ func TestPendingPageMatchesTheScript(t *testing.T) {
 			// unsealed jobs.
 			id, owner := fmt.Sprint("pend-", i), fmt.Sprint("owner", i)
 			h.enqueue(id, owner)
-			dev := protocol.PublicIdentity{Identity: "i", Encryption: "e"}
-			base, _ := protocol.Marshal(dev)
-			if pad := n - len(base); pad > 0 {
-				dev.EncryptionSig = strings.Repeat("s", pad)
-			}
-			if got, _ := protocol.Marshal(dev); n > 0 && len(got) != n {
-				t.Fatalf("device of %d bytes, want %d", len(got), n)
-			}
+			dev := deviceOfSize(t, n)
 			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}), func(in *ClaimInput) { in.Device = dev })
 			if len(g) != 1 {
 				t.Fatalf("claim %s: %q", id, ids(g))
@@ -382,10 +375,7 @@ func TestResultsGetMatchesTheScript(t *testing.T) {
 		for i, j := range jobs {
 			id := fmt.Sprint("res-", i)
 			h.enqueue(id, "alice")
-			dev := protocol.PublicIdentity{Identity: "i", Encryption: "e"}
-			if base, _ := protocol.Marshal(dev); j.device > len(base) {
-				dev.EncryptionSig = strings.Repeat("s", j.device-len(base))
-			}
+			dev := deviceOfSize(t, j.device)
 			g := h.claim(func(in *ClaimInput) { in.Device = dev })
 			if len(g) != 1 {
 				t.Fatalf("claim %s: %q", id, ids(g))
@@ -443,4 +433,19 @@ func TestResultsGetMatchesTheScript(t *testing.T) {
 			}
 		}
 	})
+}
+
+// deviceOfSize is a device identity whose JSON, as the store keeps it, is
+// n bytes long; the shortest there is when n is below that (0 included).
+func deviceOfSize(t *testing.T, n int) protocol.PublicIdentity {
+	t.Helper()
+	dev := protocol.PublicIdentity{Identity: "i", Encryption: "e"}
+	base, _ := protocol.Marshal(dev)
+	if pad := n - len(base); pad > 0 {
+		dev.EncryptionSig = strings.Repeat("s", pad)
+	}
+	if got, _ := protocol.Marshal(dev); n > len(base) && len(got) != n {
+		t.Fatalf("device of %d bytes, want %d", len(got), n)
+	}
+	return dev
 }
