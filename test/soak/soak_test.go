@@ -122,6 +122,15 @@ func TestChurnSoak(t *testing.T) {
 		go stores[i].RunWorkView(ctx)
 	}
 
+	// endingRecord: is key k a runner's record of shards that carries its
+	// TTL, which ends it?
+	endingRecord := func(k string) bool {
+		if !strings.HasPrefix(k[strings.Index(k, "}:")+2:], "rsh:") {
+			return false
+		}
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		return err == nil && ttl > 0
+	}
 	measure := func() sample {
 		t.Helper()
 		runtime.GC()
@@ -160,10 +169,8 @@ func TestChurnSoak(t *testing.T) {
 					continue
 				}
 				keyBytes += u
-				if strings.HasPrefix(k[strings.Index(k, "}:")+2:], "rsh:") {
-					if ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64(); err == nil && ttl > 0 {
-						endingB += u
-					}
+				if endingRecord(k) {
+					endingB += u
 				}
 			}
 			if cursor = e.Cursor; cursor == 0 {
@@ -193,11 +200,9 @@ func TestChurnSoak(t *testing.T) {
 				if slices.Contains(fixedFamilies, tail) {
 					continue
 				}
-				if strings.HasPrefix(tail, "rsh:") {
-					if ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64(); err == nil && ttl > 0 {
-						ending.Add(1)
-						continue
-					}
+				if endingRecord(k) {
+					ending.Add(1)
+					continue
 				}
 				out = append(out, k)
 			}
