@@ -229,7 +229,7 @@ func (c *client) once(ctx context.Context, name, method, target, signedEndpoint 
 		return response{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
+	out, err := readBody(res)
 	elapsed := time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -326,4 +326,17 @@ func adminPost(ctx context.Context, hc *http.Client, adminURLs []string, token, 
 		}
 	}
 	return nil
+}
+
+// readBody reads an answer into one buffer sized by its Content-Length when
+// that is given and below 64 MiB: results answers run to megabytes, and
+// io.ReadAll's growing copies of them cost the load generator more than
+// the relay spent writing them.
+func readBody(res *http.Response) ([]byte, error) {
+	if n := res.ContentLength; n > 0 && n < 64<<20 {
+		buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+		_, err := buf.ReadFrom(res.Body)
+		return buf.Bytes(), err
+	}
+	return io.ReadAll(res.Body)
 }

@@ -248,15 +248,8 @@ type (
 			LeaseID  string                  `json:"leaseId"`
 		} `json:"jobs"`
 	}
-	// resultsResponse is read in two steps: a results read repeats every
-	// result until its deadline, so most entries are ones the site has
-	// already collected, and only the job id of those is decoded.
-	resultsResponse struct {
-		Jobs []json.RawMessage `json:"jobs"`
-	}
-	resultID struct {
-		JobID string `json:"jobId"`
-	}
+	// resultEntry is a results entry the site has not collected yet (the
+	// others are only scanned for their jobId: scanResults).
 	resultEntry struct {
 		JobID       string                  `json:"jobId"`
 		Envelope    protocol.SealedEnvelope `json:"envelope"`

@@ -40,6 +40,7 @@ type runner struct {
 
 	attempted, enqueued, enqueueFailed       atomic.Int64
 	collected, integrity, foreign            atomic.Int64
+	resultsReads                             atomic.Int64 // answers read, for resultsValidEvery
 	duplicates, leasesLost, unexpected       atomic.Int64
 	lateSeals, aborted, heartbeats, released atomic.Int64
 	cancelled, settled, grantsSeen           atomic.Int64
@@ -1080,22 +1081,25 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 // resultsOnce reads the site's results once and opens and checks each new one.
 func (r *runner) resultsOnce(ctx context.Context, s *site) {
 	res, err := r.cl.siteGet(ctx, s.sig, "results")
-	var rr resultsResponse
+	var refs []resultRef
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
 			r.problem("results: %v", err)
 		}
-	case res.status != http.StatusOK || json.Unmarshal(res.body, &rr) != nil:
+	case res.status != http.StatusOK:
 		r.problem("results: HTTP %d: %.200s", res.status, res.body)
-	}
-	for _, raw := range rr.Jobs {
-		var id resultID
-		if json.Unmarshal(raw, &id) != nil {
-			r.problem("results: entry %.200s", raw)
-			continue
+	default:
+		if refs, err = scanResults(res.body); err != nil {
+			r.problem("results: %v: %.200s", err, res.body)
+		} else if r.resultsReads.Add(1)%resultsValidEvery == 1 && !json.Valid(res.body) {
+			r.problem("results: not valid JSON: %.200s", res.body)
+			refs = nil
 		}
-		j := r.lookup(id.JobID)
+	}
+	for _, ref := range refs {
+		raw := ref.raw
+		j := r.lookup(ref.jobID)
 		if j != nil {
 			j.mu.Lock()
 			seen := !j.collected.IsZero() || j.bad
