@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 
 	"github.com/byollm/relay-go/internal/protocol"
@@ -148,14 +147,9 @@ func Open(env protocol.SealedEnvelope, recipient *Identity, senderIdentityPublic
 	if env.RecipientKeyID != exp.RecipientKeyID || env.SenderKeyID != exp.SenderKeyID || env.Direction != exp.Direction {
 		return "", &OpenError{ReasonNotForUs}
 	}
-	// 2. The box. The public key comes from the private key, not the record.
-	pub, err := curve25519.X25519(recipient.encPrivate[:], curve25519.Basepoint)
-	if err != nil {
-		return "", &OpenError{ReasonUnopenable}
-	}
-	var pk [32]byte
-	copy(pk[:], pub)
-	inner, ok := box.OpenAnonymous(nil, decodeLenient(env.Ciphertext), &pk, &recipient.encPrivate)
+	// 2. The box. The public key is the one FromRaw derived from the
+	// private key, not the record's.
+	inner, ok := box.OpenAnonymous(nil, decodeLenient(env.Ciphertext), &recipient.encPublic, &recipient.encPrivate)
 	if !ok {
 		return "", &OpenError{ReasonUnopenable}
 	}

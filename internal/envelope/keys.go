@@ -44,6 +44,7 @@ type Identity struct {
 	Stored     StoredKeys
 	signing    ed25519.PrivateKey
 	encPrivate [32]byte
+	encPublic  [32]byte // derived from encPrivate here, never read from Stored
 	keyID      string
 }
 
@@ -95,6 +96,7 @@ func FromRaw(ed25519Seed, x25519Private []byte, createdAt int64) (*Identity, err
 		keyID:   KeyID(identityPublic),
 	}
 	copy(id.encPrivate[:], x25519Private)
+	copy(id.encPublic[:], encPublic)
 	return id, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -328,15 +329,49 @@ func adminPost(ctx context.Context, hc *http.Client, adminURLs []string, token, 
 	return nil
 }
 
-// readBody reads an answer into one buffer sized by its Content-Length when
-// that is given and below 64 MiB: results answers run to megabytes, and
+// readBody reads an answer into one buffer of its Content-Length when that
+// is given and below 64 MiB: results answers run to megabytes, and
 // io.ReadAll's growing copies of them cost the load generator more than
-// the relay spent writing them.
+// the relay spent writing them. A buffer for largeBody bytes or more comes
+// from bodies when one there is big enough (releaseBody gives it back), and
+// a new one has a quarter more room, as answers grow while results pile up.
 func readBody(res *http.Response) ([]byte, error) {
-	if n := res.ContentLength; n > 0 && n < 64<<20 {
-		buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
-		_, err := buf.ReadFrom(res.Body)
-		return buf.Bytes(), err
+	n := res.ContentLength
+	if n <= 0 || n >= 64<<20 {
+		return io.ReadAll(res.Body)
 	}
-	return io.ReadAll(res.Body)
+	var b []byte
+	if n >= largeBody {
+		if p, _ := bodies.Get().(*[]byte); p != nil && int64(cap(*p)) >= n {
+			b = (*p)[:n]
+		}
+	}
+	if b == nil {
+		room := n
+		if n >= largeBody {
+			room += n / 4
+		}
+		b = make([]byte, n, room)
+	}
+	if _, err := io.ReadFull(res.Body, b); err != nil {
+		return nil, err
+	}
+	// Read on to the end, or the transport will not reuse the connection.
+	if rest, err := io.ReadAll(io.LimitReader(res.Body, 1)); err != nil || len(rest) > 0 {
+		return nil, fmt.Errorf("answer longer than its Content-Length %d (%v)", n, err)
+	}
+	return b, nil
+}
+
+// largeBody is the size from which answer buffers are reused: only results
+// answers reach it.
+const largeBody = 64 << 10
+
+var bodies sync.Pool // of *[]byte, each at least largeBody
+
+// releaseBody hands b back for reuse; nothing may read b afterwards.
+func releaseBody(b []byte) {
+	if cap(b) >= largeBody {
+		bodies.Put(&b)
+	}
 }

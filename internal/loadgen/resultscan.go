@@ -20,7 +20,7 @@ type resultRef struct {
 // of results the site has already collected; running encoding/json over all
 // of it on every read made the load generator, not the relay, the limit of
 // a ramp. Entries the site has not collected yet are always decoded in full.
-const resultsValidEvery = 8
+const resultsValidEvery = 32
 
 // scanResults walks a results answer ({"jobs":[{...},...]}) once and returns
 // every entry of its jobs array with that entry's jobId. It checks the

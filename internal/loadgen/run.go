@@ -1081,6 +1081,9 @@ func (r *runner) resultsLoop(ctx context.Context, s *site) {
 // resultsOnce reads the site's results once and opens and checks each new one.
 func (r *runner) resultsOnce(ctx context.Context, s *site) {
 	res, err := r.cl.siteGet(ctx, s.sig, "results")
+	// Every entry read below is copied out of the answer (json.Unmarshal,
+	// problem's formatting), so its buffer can go back to the pool.
+	defer releaseBody(res.body)
 	var refs []resultRef
 	switch {
 	case err != nil:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -176,6 +177,11 @@ func (r *Relay) write(c echo.Context, rep reply) error {
 	if rep.html {
 		ct = "text/html; charset=utf-8"
 	}
+	// Every answer is whole before it is written, so it goes out with its
+	// length, as Node's res.end(body) sends the reference's: without one,
+	// net/http chunks any answer over 2 KB, and a client then reads a
+	// megabyte results answer in growing copies instead of one buffer.
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(rep.body)))
 	return c.Blob(rep.status, ct, rep.body)
 }
 

@@ -194,6 +194,11 @@ func (e *env) do(method, path string, header http.Header, body []byte) resp {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// Every answer carries its length (Relay.write), however long: a
+	// chunked one shows as -1 here.
+	if res.ContentLength != int64(len(b)) {
+		e.t.Errorf("%s %s: Content-Length %d for a body of %d bytes", method, path, res.ContentLength, len(b))
+	}
 	return resp{status: res.StatusCode, ctype: res.Header.Get("Content-Type"), body: b}
 }
 
