@@ -22,13 +22,18 @@ bench_init soak
 GENERATIONS=${GENERATIONS:-50}
 LOAD=${LOAD:-10s}
 log "$GENERATIONS generations of $LOAD load"
+# The tree the test is built from, read now: a soak runs for minutes, and
+# HEAD may move (or the tree change) before it ends.
+REV=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- . 2>/dev/null || REV="$REV with uncommitted changes"
+STARTED=$(date -u +%FT%TZ)
 RELAY_SOAK_GENERATIONS=$GENERATIONS RELAY_SOAK_LOAD=$LOAD \
   go test -count=1 -v -timeout 0 -run '^TestChurnSoak$' ./test/soak/ >"$OUT/soak.log" 2>&1 || {
   tail -40 "$OUT/soak.log" >&2
   exit 1
 }
 {
-  echo "# Churn soak: $GENERATIONS generations, $LOAD of load each ($(date -u +%FT%TZ), $(git rev-parse --short HEAD))"
+  echo "# Churn soak: $GENERATIONS generations, $LOAD of load each (started $STARTED, $REV)"
   echo
   echo "| generation | peak keys | peak key bytes | peak used_memory (B) | after: keys | after: key bytes | of them, records of shards ending by TTL (B) | after: used_memory (B) | of it Lua VMs (B) | after: heap (B) |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
