@@ -23,14 +23,6 @@ local now = clock()
 local renewed = {}
 for i = 0, n - 1 do
   local e_job, lease_id = grants[1 + 2 * i], grants[2 + 2 * i]
-  local m, h = resolve_exact(e_job, lease_id, now)
-  if m and h.cr == runner then
-    h.ce = fmt(now + lease_ms)
-    redis.call('HSET', jkey(m), 'ce', h.ce)
-    rescore(m, h)
-    renewed[i + 1] = h.ce
-  else
-    renewed[i + 1] = ''
-  end
+  renewed[i + 1] = renew_grant(e_job, lease_id, runner, now, lease_ms)
 end
 return {renewed, REPORTS}

@@ -482,6 +482,16 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		RequirePresence: dev.remembered,
 		Cancels:         len(pinned) > 0,
 	}
+	active := in.ActiveLeases
+	if active == nil {
+		active = []protocol.GrantRef{}
+	}
+	if len(pinned) > 0 {
+		// Renewed with the presence write where the store can (one call
+		// for a busy device's heartbeat); the reference renews only when
+		// the owner has sites, and otherwise reports every lease lost.
+		beat.Renew = &store.RenewInput{RunnerID: dev.runnerID, Leases: active, LeaseMs: r.leaseMs}
+	}
 	if len(in.ActiveLeases) == 0 {
 		// A device running nothing: if the work view knows its next claim
 		// would find nothing, its presence write may wait longer to share
@@ -502,10 +512,6 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 	if err != nil {
 		return reply{}, fmt.Errorf("heartbeat: seen: %w", err)
 	}
-	active := in.ActiveLeases
-	if active == nil {
-		active = []protocol.GrantRef{}
-	}
 
 	var successions orderedObj
 	awaiting := []string{}
@@ -521,14 +527,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 
 	cancel, lost := []protocol.GrantRef{}, active
 	if len(pinned) > 0 {
-		cancel = hb.Cancel
-		renewed, err := r.store.RenewLeases(req.ctx, store.RenewInput{
-			RunnerID: dev.runnerID, Leases: active, LeaseMs: r.leaseMs,
-		})
-		if err != nil {
-			return reply{}, fmt.Errorf("heartbeat: renew: %w", err)
-		}
-		lost = renewed.Lost
+		cancel, lost = hb.Cancel, hb.Renew.Lost
 	}
 	if cancel == nil {
 		cancel = []protocol.GrantRef{}

@@ -119,7 +119,6 @@ type Store interface {
 	Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (store.SealResult, error)
 	Cancel(ctx context.Context, siteID, jobID string) (bool, error)
 	CancelRequests(ctx context.Context, runnerID string) ([]protocol.GrantRef, error)
-	RenewLeases(ctx context.Context, in store.RenewInput) (store.RenewResult, error)
 	Seen(ctx context.Context, p store.Presence) (store.Presence, error)
 	Heartbeat(ctx context.Context, in store.HeartbeatInput) (store.HeartbeatResult, error)
 	// PresenceHead is a presence record without the lists the runner

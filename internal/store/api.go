@@ -220,6 +220,12 @@ type HeartbeatInput struct {
 	// Options.HeartbeatIdleBatch: no answer it carries can lead to work
 	// sooner. The write and its answer are the same either way.
 	Idle *IdleClaim
+	// Renew, when set, also renews these grants (RenewLeases; its
+	// RunnerID must be Presence's), answered in HeartbeatResult.Renew.
+	// On a server that is not a cluster a short-form presence write
+	// carries them, so a busy device's heartbeat is one script call;
+	// otherwise they are renewed after the cancel requests are read.
+	Renew *RenewInput
 }
 
 // IdleClaim is what an idle device's next claim would ask for
@@ -233,6 +239,7 @@ type IdleClaim struct {
 type HeartbeatResult struct {
 	Presence Presence
 	Cancel   []protocol.GrantRef // when Cancels
+	Renew    RenewResult         // when Renew was set
 }
 
 // ChurnReport says a (site, owner) pair keeps claiming without sealing.

@@ -664,3 +664,48 @@ func TestHeartbeatsSkipTheWindowWhileValkeyIsAway(t *testing.T) {
 		t.Fatalf("the held heartbeat: %v, want its caller's cancellation", err)
 	}
 }
+
+// spreadBeats reads presence_beat's second lead entry as the churn reports
+// of its renewals (handed to OnChurn) and fails the whole group when it
+// is not a list of reports; each call still gets its own entry.
+func TestSpreadBeats(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	reports := make(chan ChurnReport, 4)
+	s := newStore(t, b, Options{OnChurn: func(r ChurnReport) { reports <- r }})
+	ctx := context.Background()
+	reply := func(lua string) valkey.ValkeyMessage {
+		t.Helper()
+		m, err := b.client.Do(ctx, b.client.B().Eval().Script(lua).Numkeys(0).Build()).ToMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	g := []*batchedCall{{}, {}}
+	s.spreadBeats(g, reply(`return {'7', {{'c2l0ZQ', 'YWxpY2U', 3}}, '1 2', {'', {'9', ''}}}`), nil)
+	if g[0].err != nil || g[1].err != nil || g[0].now != "7" {
+		t.Fatalf("errs %v %v, now %q", g[0].err, g[1].err, g[0].now)
+	}
+	if e, _ := g[0].msg.ToString(); e != "1 2" {
+		t.Fatalf("first entry %q", e)
+	}
+	if parts, err := g[1].msg.ToArray(); err != nil || len(parts) != 2 {
+		t.Fatalf("second entry %v %v", g[1].msg, err)
+	}
+	select {
+	case r := <-reports:
+		if r.SiteID != "site" || r.Owner != "alice" || r.Expiries != 3 {
+			t.Fatalf("report %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewals' churn report never reached OnChurn")
+	}
+	g = []*batchedCall{{}, {}}
+	s.spreadBeats(g, reply(`return {'7', 'not reports', '', ''}`), nil)
+	for i, c := range g {
+		if !errors.Is(c.err, ErrUnexpectedReply) {
+			t.Fatalf("call %d: %v, want ErrUnexpectedReply", i, c.err)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,5 +444,136 @@ func TestClaimWritesRunnerShardsOnlyWhenNotCovered(t *testing.T) {
 		}
 		grant("j6", base+1200, 1)
 		grant("j7", base+1300, 1)
+	})
+}
+
+// A busy device's heartbeat renews the grants it reports in its presence
+// write on a server that is not a cluster (one script call, renewals on
+// two shards included), and after it, with renew, on a cluster and the
+// embedded store; the answer is the same either way: each held grant's
+// expiry is the heartbeat's clock plus the lease, and a grant the runner
+// does not hold (another lease of its job, a lease naming no shard, a
+// job it never held) comes back lost, exactly as sent, in order. A
+// heartbeat whose record changed renews nothing, and a refused renewal
+// writes nothing at all.
+func TestHeartbeatRenewsInItsPresenceWrite(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		counter := &countingObserver{n: map[string]int{}}
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
+		a, c := site, otherShardSite(h.s, site)
+		for i, s := range []string{a, c, a, c} {
+			h.enqueueStub(s, stub(fmt.Sprint("rn", i), "alice"))
+		}
+		dev := freshDevice()
+		h.seen("runner_1", "alice", dev, `[]`, `[]`)
+		got := h.claim(routes([]string{a, c}, []string{"alice"}), func(in *ClaimInput) { in.Device = dev })
+		if len(got) != 4 {
+			t.Fatalf("claimed %d", len(got))
+		}
+		elsewhere, err := mintLease(placedShard(h.s, a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases := []protocol.GrantRef{
+			grant(got[0]),
+			{JobID: stubID(got[1]), LeaseID: "not-a-lease-of-this-store"},
+			grant(got[1]),
+			{JobID: stubID(got[0]), LeaseID: got[2].Lease.ID}, // another job's lease
+			grant(got[3]),
+			{JobID: "never-held", LeaseID: elsewhere},
+		}
+		held := map[int]ClaimedStub{0: got[0], 2: got[1], 4: got[3]}
+		beat := func(d protocol.PublicIdentity, in RenewInput) (HeartbeatResult, error) {
+			return h.s.Heartbeat(h.ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: d},
+				RequirePresence: true, Cancels: true, Renew: &in})
+		}
+		h.s.Testing().AdvanceClock(1000)
+		counter.take()
+		res, err := beat(dev, RenewInput{RunnerID: "runner_1", Leases: leases, LeaseMs: 90_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := counter.take()
+		oneNode := !valkeyconn.IsCluster(b.client)
+		if oneNode && (calls["presence_beat"] != 1 || calls["renew"] != 0 || calls["presence_seen"] != 0) {
+			t.Fatalf("on one server: calls %v, want one presence_beat and no renew", calls)
+		}
+		if !oneNode && (calls["presence_beat"] != 1 || calls["renew"] != 2) {
+			t.Fatalf("on a cluster: calls %v, want one presence_beat and a renew on each of the two shards", calls)
+		}
+		var wantLost []protocol.GrantRef
+		for i, g := range leases {
+			if _, ok := held[i]; !ok {
+				wantLost = append(wantLost, g)
+			}
+		}
+		if !slices.Equal(res.Renew.Lost, wantLost) {
+			t.Fatalf("lost %v, want %v", res.Renew.Lost, wantLost)
+		}
+		if len(res.Renew.Renewed) != len(held) {
+			t.Fatalf("renewed %v", res.Renew.Renewed)
+		}
+		for k, i := range []int{0, 2, 4} {
+			r, g := res.Renew.Renewed[k], held[i]
+			if r.JobID != stubID(g) {
+				t.Fatalf("renewed %d is %s, want %s (input order)", k, r.JobID, stubID(g))
+			}
+			// One clock reading decides the write and the renewals when
+			// they share a call; a later renew reads a later clock.
+			if (oneNode && r.ExpiresAt != res.Presence.LastSeenAt+90_000) || r.ExpiresAt < res.Presence.LastSeenAt+90_000 {
+				t.Fatalf("%s expires at %d; the heartbeat's clock is %d", r.JobID, r.ExpiresAt, res.Presence.LastSeenAt)
+			}
+			if j := h.job(g.SiteID, stubID(g)); j.ClaimedBy == nil || j.ClaimedBy.LeaseExpiresAt != r.ExpiresAt {
+				t.Fatalf("%s: record %+v, renewed to %d", r.JobID, j.ClaimedBy, r.ExpiresAt)
+			}
+		}
+		// Nothing held: nothing renewed, nothing read beyond the write.
+		if res, err := beat(dev, RenewInput{RunnerID: "runner_1", Leases: []protocol.GrantRef{}, LeaseMs: 90_000}); err != nil ||
+			len(res.Renew.Lost) != 0 || len(res.Renew.Renewed) != 0 {
+			t.Fatalf("no leases: %+v %v", res.Renew, err)
+		}
+		if calls := counter.take(); calls["renew"] != 0 {
+			t.Fatalf("no leases: calls %v", calls)
+		}
+
+		before := dump(t, b, h.s)
+		h.s.Testing().AdvanceClock(1000)
+		// Another device on the record: nothing written, nothing renewed.
+		if _, err := beat(freshDevice(), RenewInput{RunnerID: "runner_1", Leases: leases, LeaseMs: 5_000}); !errors.Is(err, ErrPresenceChanged) {
+			t.Fatalf("another device: %v", err)
+		}
+		// Refused before anything is written.
+		bad := []RenewInput{
+			{RunnerID: "runner_1", Leases: leases, LeaseMs: -1},
+			{RunnerID: "runner_1", Leases: append(slices.Clone(leases), protocol.GrantRef{JobID: "a\x00b", LeaseID: "x"}), LeaseMs: 5_000},
+			{RunnerID: "runner_1", Leases: []protocol.GrantRef{{JobID: "j", LeaseID: strings.Repeat("l", DefaultMaxIDBytes+1)}}, LeaseMs: 5_000},
+			{RunnerID: "runner_2", Leases: leases, LeaseMs: 5_000},
+		}
+		for _, in := range bad {
+			if _, err := beat(dev, in); !errors.Is(err, ErrInvalidInput) {
+				t.Fatalf("runner %s, lease %d ms, %d grants: %v, want ErrInvalidInput", in.RunnerID, in.LeaseMs, len(in.Leases), err)
+			}
+		}
+		if after := dump(t, b, h.s); !maps.Equal(before, after) {
+			t.Fatal("a heartbeat that was refused, or whose record changed, changed the store")
+		}
+
+		// More grants than one call walks: renewed after the write, by renew.
+		many := slices.Clone(leases)
+		for len(many) <= GrantChunk {
+			many = append(many, protocol.GrantRef{JobID: "never-held", LeaseID: elsewhere})
+		}
+		counter.take()
+		res, err = beat(dev, RenewInput{RunnerID: "runner_1", Leases: many, LeaseMs: 90_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls := counter.take(); calls["renew"] == 0 {
+			t.Fatalf("%d grants: calls %v, want renew after the write", len(many), calls)
+		}
+		if len(res.Renew.Renewed) != 3 || len(res.Renew.Lost) != len(many)-3 {
+			t.Fatalf("%d grants: renewed %d, lost %d", len(many), len(res.Renew.Renewed), len(res.Renew.Lost))
+		}
 	})
 }

@@ -25,6 +25,10 @@ const beatBatchMax = 256
 const (
 	beatGroupMax   = 64 // lua/presence_seen_batch.lua's own bound
 	beatGroupBytes = 1 << 20
+	// beatGroupGrants bounds the renewals one presence_beat call carries
+	// (each heartbeat's at most GrantChunk): four devices' worth of full
+	// slots, about 2 ms of the server's time at GrantChunk's measure.
+	beatGroupGrants = 4 * GrantChunk
 )
 
 // beatBatchNoDeadline bounds a batch none of whose callers set a deadline.
@@ -57,11 +61,13 @@ type beatBatch struct {
 
 // batchedCall is one heartbeat: presence_seen's keys and op-specific args
 // (before scriptArgs adds the guard and the common ARGV), or with beat one
-// record's keys and values of presence_beat, the short form.
+// record's keys and values of presence_beat, the short form, and the
+// grants it renews (renew, nil for none).
 type batchedCall struct {
 	ctx        context.Context
 	beat       bool
 	keys, args []string
+	renew      *renewal
 	done       chan struct{}
 	msg        valkey.ValkeyMessage
 	now        string // beat: the call's lastSeenAt
@@ -84,17 +90,6 @@ func (b *beatBatch) run(ctx context.Context, idle bool, keys []string, args ...s
 	c := &batchedCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	err := b.wait(c, idle)
 	return c.msg, err
-}
-
-// runBeat is run for one record of presence_beat (Store.beatCall): its
-// entry of the reply and the call's lastSeenAt.
-func (b *beatBatch) runBeat(ctx context.Context, idle bool, keys, args []string) (string, valkey.ValkeyMessage, error) {
-	if len(keys) != 3 || len(args) != 2 {
-		return "", valkey.ValkeyMessage{}, fmt.Errorf("heartbeat batch: %d keys and %d args are not presence_beat's", len(keys), len(args))
-	}
-	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, done: make(chan struct{})}
-	err := b.wait(c, idle)
-	return c.now, c.msg, err
 }
 
 // wait queues c and waits for its reply, or for c.ctx to end.
@@ -180,7 +175,7 @@ func (b *beatBatch) send(calls []*batchedCall) {
 		}
 		switch {
 		case g[0].beat:
-			spread(g, scPresenceBeat, msg, err, 1)
+			s.spreadBeats(g, msg, err)
 		case len(g) == 1:
 			g[0].msg, g[0].err = msg, err
 		default:
@@ -194,10 +189,11 @@ func (b *beatBatch) send(calls []*batchedCall) {
 }
 
 // spread hands each call of g its entry of one batched reply: after lead
-// entries (presence_beat's lastSeenAt, which every call of it shares),
-// one entry per call, in order; a failed call or a reply of the wrong
-// length fails every call of the group.
-func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, lead int) {
+// entries (presence_beat's lastSeenAt, which every call of it shares, and
+// its churn reports), one entry per call, in order; a failed call or a
+// reply of the wrong length fails every call of the group. It answers
+// the lead entries (nil when the group failed).
+func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, lead int) []valkey.ValkeyMessage {
 	var each []valkey.ValkeyMessage
 	var now string
 	if err == nil {
@@ -217,6 +213,28 @@ func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, le
 			c.now, c.msg = now, each[j+lead]
 		}
 	}
+	if err != nil {
+		return nil
+	}
+	return each[:lead]
+}
+
+// spreadBeats is spread for a presence_beat reply, whose second lead
+// entry is the churn reports of its renewals' settling: handed to
+// OnChurn once the reply is read, as every settling call's are.
+func (s *Store) spreadBeats(g []*batchedCall, msg valkey.ValkeyMessage, err error) {
+	lead := spread(g, scPresenceBeat, msg, err, 2)
+	if lead == nil {
+		return
+	}
+	reports, perr := parseReports(lead[1])
+	if perr != nil {
+		for _, c := range g {
+			c.err = fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, scPresenceBeat.Name, perr)
+		}
+		return
+	}
+	s.fireChurn(reports)
 }
 
 // groupByShard splits calls into the groups that share one script call:
@@ -230,7 +248,7 @@ func spread(g []*batchedCall, sc Script, msg valkey.ValkeyMessage, err error, le
 // one call instead of up to one per shard (test/bench/results/2026-12-02-idle-ticks-one-server.md, "Idle ticks on one
 // server"). A cluster keeps one call per shard, as every script.
 func groupByShard(calls []*batchedCall, oneNode bool) [][]*batchedCall {
-	type openGroup struct{ i, bytes int }
+	type openGroup struct{ i, bytes, grants int }
 	type groupKey struct {
 		prefix string
 		beat   bool
@@ -242,18 +260,25 @@ func groupByShard(calls []*batchedCall, oneNode bool) [][]*batchedCall {
 		if oneNode && c.beat {
 			p.prefix = ""
 		}
-		n := 0
+		n, grants := 0, 0
 		for _, a := range c.args {
 			n += len(a)
 		}
+		if c.renew != nil {
+			grants = len(c.renew.at)
+			for _, a := range c.renew.grants {
+				n += len(a)
+			}
+		}
 		g := open[p]
-		if g == nil || len(groups[g.i]) >= beatGroupMax || g.bytes+n > beatGroupBytes {
+		if g == nil || len(groups[g.i]) >= beatGroupMax || g.bytes+n > beatGroupBytes || g.grants+grants > beatGroupGrants {
 			groups = append(groups, nil)
 			g = &openGroup{i: len(groups) - 1}
 			open[p] = g
 		}
 		groups[g.i] = append(groups[g.i], c)
 		g.bytes += n
+		g.grants += grants
 	}
 	return groups
 }
@@ -289,19 +314,49 @@ func batchArgs(g []*batchedCall) []string {
 }
 
 // beatKeys and beatArgs are presence_beat's KEYS and op-specific ARGV
-// for the short-form calls of one shard.
+// for the short-form calls of one group (the layout its header gives):
+// each record's three keys, then the lease indexes its renewals name,
+// each once.
 func beatKeys(g []*batchedCall) []string {
 	keys := make([]string, 0, 3*len(g))
 	for _, c := range g {
 		keys = append(keys, c.keys...)
 	}
+	seen := map[string]bool{}
+	for _, c := range g {
+		if c.renew == nil {
+			continue
+		}
+		for _, k := range c.renew.keys {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
 	return keys
 }
 
 func beatArgs(s *Store, g []*batchedCall) []string {
-	args := append(make([]string, 0, 2+2*len(g)), s.beatCallArgs()...)
+	args := append(make([]string, 0, 3+3*len(g)), s.beatCallArgs()...)
+	args = append(args, strconv.Itoa(len(g)))
+	place := map[string]string{} // lease index -> its place among the lease keys, as beatKeys lists them
 	for _, c := range g {
 		args = append(args, c.args...)
+		if c.renew == nil || len(c.renew.at) == 0 {
+			args = append(args, "0")
+			continue
+		}
+		r := c.renew
+		args = append(args, strconv.Itoa(len(r.at)), r.runner, strconv.FormatInt(r.leaseMs, 10))
+		for i, k := range r.keys {
+			at, ok := place[k]
+			if !ok {
+				at = strconv.Itoa(len(place) + 1)
+				place[k] = at
+			}
+			args = append(args, at, r.grants[2*i], r.grants[2*i+1])
+		}
 	}
 	return args
 }

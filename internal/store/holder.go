@@ -10,6 +10,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // Holder operations name a grant, never a site (§5): the lease index
@@ -253,17 +254,8 @@ func (s *Store) byLeaseShard(leases []protocol.GrantRef) map[int][]int {
 // RenewLeases sets each held grant's expiry to now+LeaseMs (§2.14); grants
 // the runner no longer holds come back in Lost, echoed exactly.
 func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, error) {
-	res := RenewResult{Renewed: []Renewed{}, Lost: []protocol.GrantRef{}}
-	if err := s.checkID("runner id", in.RunnerID); err != nil {
-		return res, fmt.Errorf("renew: %w", err)
-	}
-	if in.LeaseMs < 0 || in.LeaseMs > maxLeaseMs {
-		return res, fmt.Errorf("renew: %w: leaseMs %d out of range", ErrInvalidInput, in.LeaseMs)
-	}
-	for _, g := range in.Leases {
-		if err := s.checkHolder(g.JobID, in.RunnerID, g.LeaseID); err != nil {
-			return res, fmt.Errorf("renew: %w", err)
-		}
+	if err := s.checkRenew(in); err != nil {
+		return RenewResult{Renewed: []Renewed{}, Lost: []protocol.GrantRef{}}, fmt.Errorf("renew: %w", err)
 	}
 	// By lease shard, in chunks of GrantChunk, each its own script call, so
 	// a long list costs several short calls rather than one that stalls
@@ -279,16 +271,16 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 			}
 			msg, err := s.run(ctx, scRenew, []string{s.k.lease(sh)}, args...)
 			if err != nil {
-				return res, fmt.Errorf("renew: %w", err)
+				return RenewResult{}, fmt.Errorf("renew: %w", err)
 			}
 			parts, err := elems(msg, 2)
 			if err != nil {
-				return res, fmt.Errorf("renew: %w", err)
+				return RenewResult{}, fmt.Errorf("renew: %w", err)
 			}
 			got, err1 := parts[0].AsStrSlice()
 			reports, err2 := parseReports(parts[1])
 			if err1 != nil || err2 != nil || len(got) != len(chunk) {
-				return res, fmt.Errorf("renew: reply: %d outcomes for %d grants: %v %v", len(got), len(chunk), err1, err2)
+				return RenewResult{}, fmt.Errorf("renew: reply: %d outcomes for %d grants: %v %v", len(got), len(chunk), err1, err2)
 			}
 			s.fireChurn(reports)
 			for k, i := range chunk {
@@ -296,18 +288,99 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 			}
 		}
 	}
-	for i, g := range in.Leases {
+	res, err := renewOutcome(in.Leases, expiry)
+	if err != nil {
+		return res, fmt.Errorf("renew: %w", err)
+	}
+	return res, nil
+}
+
+// checkRenew refuses a renewal the store would not run.
+func (s *Store) checkRenew(in RenewInput) error {
+	if err := s.checkID("runner id", in.RunnerID); err != nil {
+		return err
+	}
+	if in.LeaseMs < 0 || in.LeaseMs > maxLeaseMs {
+		return fmt.Errorf("%w: leaseMs %d out of range", ErrInvalidInput, in.LeaseMs)
+	}
+	for _, g := range in.Leases {
+		if err := s.checkHolder(g.JobID, in.RunnerID, g.LeaseID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renewOutcome is RenewResult for leases given each one's new expiry as
+// the scripts answer it ("" for lost).
+func renewOutcome(leases []protocol.GrantRef, expiry []string) (RenewResult, error) {
+	res := RenewResult{Renewed: []Renewed{}, Lost: []protocol.GrantRef{}}
+	for i, g := range leases {
 		if expiry[i] == "" {
 			res.Lost = append(res.Lost, g)
 			continue
 		}
 		exp, err := strconv.ParseInt(expiry[i], 10, 64)
 		if err != nil {
-			return res, fmt.Errorf("renew: expiry: %w", err)
+			return res, fmt.Errorf("expiry: %w", err)
 		}
 		res.Renewed = append(res.Renewed, Renewed{JobID: g.JobID, ExpiresAt: exp})
 	}
 	return res, nil
+}
+
+// renewal is a heartbeat's renewals as presence_beat carries them (on a
+// server that is not a cluster): the grants that name a shard of this
+// store, each with its shard's lease index.
+type renewal struct {
+	runner  string
+	leaseMs int64
+	n       int      // grants in the heartbeat's list
+	at      []int    // per grant sent: its place in that list
+	keys    []string // per grant sent: its shard's lease index
+	grants  []string // per grant sent: eJ, leaseId
+}
+
+// foldRenewal is in as presence_beat carries it, or nil where the
+// presence write cannot carry it: on a cluster (a call stays on one
+// slot), with nothing to renew, or with more than GrantChunk grants (one
+// call stays short). in has been checked.
+func (s *Store) foldRenewal(in RenewInput) *renewal {
+	if len(in.Leases) == 0 || len(in.Leases) > GrantChunk || valkeyconn.IsCluster(s.c) {
+		return nil
+	}
+	r := &renewal{runner: in.RunnerID, leaseMs: in.LeaseMs, n: len(in.Leases)}
+	for i, g := range in.Leases {
+		sh, ok := s.k.leaseShard(g.LeaseID)
+		if !ok {
+			continue // names no shard of this store: lost, as RenewLeases has it
+		}
+		r.at = append(r.at, i)
+		r.keys = append(r.keys, s.k.lease(sh))
+		r.grants = append(r.grants, encJob(g.JobID), g.LeaseID)
+	}
+	return r
+}
+
+// outcome splits a written record's entry of a presence_beat reply into
+// its rsh entry and one expiry per grant of the heartbeat ("" for lost).
+func (r *renewal) outcome(entry valkey.ValkeyMessage) (valkey.ValkeyMessage, []string, error) {
+	expiry := make([]string, r.n)
+	if len(r.at) == 0 {
+		return entry, expiry, nil // sent as no grants: the entry is rsh's alone
+	}
+	parts, err := elems(entry, 2)
+	if err != nil {
+		return entry, nil, fmt.Errorf("renewals: %w", err)
+	}
+	got, err := parts[1].AsStrSlice()
+	if err != nil || len(got) != len(r.at) {
+		return entry, nil, fmt.Errorf("%w: renewals: %d outcomes for %d grants (%v)", ErrUnexpectedReply, len(got), len(r.at), err)
+	}
+	for k, i := range r.at {
+		expiry[i] = got[k]
+	}
+	return parts[0], expiry, nil
 }
 
 // CancelRequests lists the cancelled jobs the runner holds, done ones

@@ -129,6 +129,8 @@ func TestCraftedIDsDoNotPickTheirSlot(t *testing.T) {
 // (presence_beat) carries records of several shards, each record's two
 // keys on its runner's slot (groupByShard); on a cluster it is one call
 // per shard like the rest (TestShortBeatsOfEveryShardShareOneCallOnOneServer).
+// Its renewals there name each grant's lease index in KEYS and touch only
+// keys of those indexes' slots (TestHeartbeatRenewsInItsPresenceWrite).
 func TestEveryScriptStaysOnOneSlot(t *testing.T) {
 	t.Parallel()
 	for _, evalScripts := range []bool{false, true} {
@@ -220,6 +222,12 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.seen("runner_1", "alice", d1, "[]", "[]")
 	if _, err := h.s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: d1},
 		RequirePresence: true, Cancels: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Renewals on two shards (the jobs are settled by now, so lost): on
+	// one server they ride in the presence write.
+	if _, err := h.s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "runner_1", Owner: "alice", Device: d1},
+		RequirePresence: true, Renew: &RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[0]), grant(got[1])}}}); err != nil {
 		t.Fatal(err)
 	}
 	together, _ := sameShardRunners(h.s, "together_", 2)
@@ -318,8 +326,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	seen := map[string]bool{}
 	var current string // the script whose inner commands follow
-	crossSlotBeats := false
-	var declared map[string]bool // a cross-shard presence_beat's KEYS: its inner commands use only these
+	crossSlotBeats, crossSlotRenewals := false, false
+	var declared map[string]bool   // a cross-shard presence_beat's KEYS: its inner commands use only these
+	var renewSlots map[uint16]bool // and keys on the slots of the lease indexes among them
 	var slot uint16
 	ns := h.s.Namespace() + ":"
 	for {
@@ -350,7 +359,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 				}
 			}
 			for _, k := range keys {
-				if declared != nil && !declared[k] {
+				if declared != nil && !declared[k] && !renewSlots[keyHashSlot(k)] {
 					t.Errorf("%s: %s %q, which the call did not declare", current, cmd, k)
 				} else if declared == nil && keyHashSlot(k) != slot {
 					t.Errorf("%s: %s %q is on slot %d, KEYS[1] on %d", current, cmd, k, keyHashSlot(k), slot)
@@ -358,7 +367,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 			}
 			continue
 		}
-		current, declared = "", nil
+		current, declared, renewSlots = "", nil, nil
 		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" && cmd != "fcall" && cmd != "fcall_ro" {
 			continue
 		}
@@ -385,12 +394,25 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		fmt.Sscan(toks[2], &n)
 		current, slot = name, keyHashSlot(toks[3])
 		seen[name] = true
+		var records int // presence_beat's ARGV[6]
+		if name == scPresenceBeat.Name && len(toks) > 3+n+5 {
+			fmt.Sscan(toks[3+n+5], &records)
+		}
 		for i, k := range toks[3 : 3+n] {
 			want := slot
 			if name == scPresenceBeat.Name && !valkeyconn.IsCluster(b.client) && i < n-1 {
-				want = keyHashSlot(toks[3+i-i%3]) // the record's p key: its triple's slot
+				if i < 3*records {
+					want = keyHashSlot(toks[3+i-i%3]) // the record's p key: its triple's slot
+				} else {
+					want = keyHashSlot(k) // a renewal's lease index, on its grant's shard
+					if renewSlots == nil {
+						renewSlots = map[uint16]bool{}
+					}
+					renewSlots[want] = true
+				}
 				if want != slot {
 					crossSlotBeats, declared = true, map[string]bool{}
+					crossSlotRenewals = crossSlotRenewals || i >= 3*records
 				}
 			}
 			if keyHashSlot(k) != want {
@@ -415,6 +437,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	if !crossSlotBeats {
 		t.Error("the workload never sent short heartbeats of two shards in one call")
+	}
+	if !valkeyconn.IsCluster(b.client) && !crossSlotRenewals {
+		t.Error("the workload never renewed grants of another shard in a presence write")
 	}
 }
 

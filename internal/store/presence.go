@@ -20,7 +20,7 @@ import (
 // Seen records a heartbeat stamped with the store clock (§2.15). An existing
 // record keeps its owner and device; capabilities and withheld are replaced.
 func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
-	rec, _, err := s.seen(ctx, p, false, false, unbatched)
+	rec, _, _, err := s.seen(ctx, p, false, false, unbatched, nil)
 	if err != nil {
 		return Presence{}, fmt.Errorf("seen: %w", err)
 	}
@@ -33,7 +33,9 @@ func (s *Store) Seen(ctx context.Context, p Presence) (Presence, error) {
 // still holds the owner and device the caller remembered, which is the
 // caller's authentication check made atomic with the write) and reads the
 // runner's record of shards; only shards there whose cancel index holds
-// something are read further. An idle device's heartbeat is that one call.
+// something are read further. An idle device's heartbeat is that one call,
+// and so is a busy one's on a server that is not a cluster: its renewals
+// (in.Renew) ride in the short-form write (lua/presence_beat.lua).
 func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
 	lane := batched
 	switch {
@@ -44,7 +46,19 @@ func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 	case in.Idle != nil && s.claimLooksEmpty(in.RunnerID, in.Owner, in.Idle):
 		lane = batchedIdle
 	}
-	rec, shards, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, lane)
+	var fold *renewal
+	if in.Renew != nil {
+		// Checked before anything is written: a refused renewal leaves the
+		// record as it was.
+		if err := s.checkRenew(*in.Renew); err != nil {
+			return HeartbeatResult{}, fmt.Errorf("heartbeat: renew: %w", err)
+		}
+		if in.Renew.RunnerID != in.RunnerID {
+			return HeartbeatResult{}, fmt.Errorf("heartbeat: renew: %w: runner %q renews for %q", ErrInvalidInput, in.RunnerID, in.Renew.RunnerID)
+		}
+		fold = s.foldRenewal(*in.Renew)
+	}
+	rec, shards, expiry, err := s.seen(ctx, in.Presence, in.RequirePresence, in.Cancels, lane, fold)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
@@ -53,6 +67,18 @@ func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 		if out.Cancel, err = s.cancelRequests(ctx, in.RunnerID, shards); err != nil {
 			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 		}
+	}
+	switch {
+	case in.Renew == nil:
+	case expiry != nil:
+		out.Renew, err = renewOutcome(in.Renew.Leases, expiry)
+	default:
+		// Not carried by the presence write (a cluster, the full form):
+		// renewed on the leases' shards, after the cancel requests.
+		out.Renew, err = s.RenewLeases(ctx, *in.Renew)
+	}
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	return out, nil
 }
@@ -70,35 +96,37 @@ const (
 // seen runs presence_seen: with require, only on a record holding p's
 // owner and device (ErrPresenceChanged otherwise); with shards, it also
 // answers the runner's record of shards (runnerShardList); lane says
-// whether it shares a round trip with other heartbeats.
-func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane beatLane) (Presence, []int, error) {
+// whether it shares a round trip with other heartbeats. A renewal (nil
+// for none) rides in the short form only; its expiries (one per grant,
+// "" for lost) come back when it did, else nil.
+func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane beatLane, r *renewal) (Presence, []int, []string, error) {
 	if err := s.checkID("runner id", p.RunnerID); err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	if err := s.checkID("owner", p.Owner); err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	device, err := protocol.Marshal(p.Device)
 	if err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	caps, withheld := orEmptyArray(p.Capabilities), orEmptyArray(p.Withheld)
 	if err := s.checkBlob("capabilities", caps); err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	if err := s.checkBlob("withheld", withheld); err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	if n := len(caps) + len(withheld); n > s.opts.MaxPresenceBytes {
-		return Presence{}, nil, fmt.Errorf("%w: capabilities and withheld are %d bytes, the limit is %d",
+		return Presence{}, nil, nil, fmt.Errorf("%w: capabilities and withheld are %d bytes, the limit is %d",
 			ErrInvalidInput, n, s.opts.MaxPresenceBytes)
 	}
 	if require {
 		// The short form first: a remembered device whose lists have not
 		// changed sends digests, not its device and lists.
-		rec, in, ok, err := s.beat(ctx, p, device, caps, withheld, shards, lane)
+		rec, in, expiry, ok, err := s.beat(ctx, p, device, caps, withheld, shards, lane, r)
 		if err != nil || ok {
-			return rec, in, err
+			return rec, in, expiry, err
 		}
 		if lane == batchedIdle {
 			// The idle wait is spent; the full form goes in the short
@@ -114,20 +142,20 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane
 		msg, err = s.run(ctx, scPresenceSeen, keys, args...)
 	}
 	if err != nil {
-		return Presence{}, nil, err
+		return Presence{}, nil, nil, err
 	}
 	// The script answers the record without its two lists, which it has
 	// just replaced with exactly these bytes: a heartbeat does not carry
 	// them back from Valkey.
 	h, err := flatMap(msg)
 	if err != nil {
-		return Presence{}, nil, fmt.Errorf("record: %w", err)
+		return Presence{}, nil, nil, fmt.Errorf("record: %w", err)
 	}
 	if len(h) == 0 {
 		if require {
-			return Presence{}, nil, ErrPresenceChanged
+			return Presence{}, nil, nil, ErrPresenceChanged
 		}
-		return Presence{}, nil, fmt.Errorf("record: %w: empty reply", ErrUnexpectedReply)
+		return Presence{}, nil, nil, fmt.Errorf("record: %w: empty reply", ErrUnexpectedReply)
 	}
 	var rec *Presence
 	if require {
@@ -135,17 +163,17 @@ func (s *Store) seen(ctx context.Context, p Presence, require, shards bool, lane
 		// owner and device: the script answered only lastSeenAt.
 		rec = &Presence{RunnerID: p.RunnerID, Owner: p.Owner, Device: p.Device}
 		if rec.LastSeenAt, err = strconv.ParseInt(h["lastSeenAt"], 10, 64); err != nil {
-			return Presence{}, nil, fmt.Errorf("record lastSeenAt: %w", err)
+			return Presence{}, nil, nil, fmt.Errorf("record lastSeenAt: %w", err)
 		}
 	} else if rec, err = parsePresence(msg); err != nil || rec == nil {
-		return Presence{}, nil, fmt.Errorf("record: %v", err)
+		return Presence{}, nil, nil, fmt.Errorf("record: %v", err)
 	}
 	rec.Capabilities, rec.Withheld = caps, withheld
 	var in []int
 	if shards {
 		in = s.shardList(strings.Fields(h["rsh"]))
 	}
-	return *rec, in, nil
+	return *rec, in, nil, nil
 }
 
 // seenCall is presence_seen's keys and op-specific args for p (its device
@@ -169,40 +197,50 @@ func (s *Store) seenCall(p Presence, device, caps, withheld []byte, require, sha
 // written, with ok, only if the record holds exactly p's owner and device
 // and these lists; otherwise nothing was written and the caller sends the
 // heartbeat in full. With shards, the runner's record of shards where it
-// may hold a live grant comes back too.
-func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []byte, shards bool, lane beatLane) (Presence, []int, bool, error) {
+// may hold a live grant comes back too; with r, its grants are renewed in
+// the same call when the record is written, and their expiries come back
+// (one per grant of the heartbeat, "" for lost).
+func (s *Store) beat(ctx context.Context, p Presence, device, caps, withheld []byte, shards bool, lane beatLane, r *renewal) (Presence, []int, []string, bool, error) {
 	keys, args := s.beatCall(p, device, caps, withheld, shards)
-	var now string
-	var entry valkey.ValkeyMessage
-	var err error
+	c := &batchedCall{ctx: ctx, beat: true, keys: keys, args: args, renew: r, done: make(chan struct{})}
 	if lane != unbatched && s.beats != nil {
-		now, entry, err = s.beats.runBeat(ctx, lane == batchedIdle, keys, args)
+		if err := s.beats.wait(c, lane == batchedIdle); err != nil {
+			return Presence{}, nil, nil, false, err
+		}
 	} else {
-		// A call of one record, read as the batch reads a group's reply.
-		c := &batchedCall{}
-		msg, runErr := s.run(ctx, scPresenceBeat, keys, append(s.beatCallArgs(), args...)...)
-		spread([]*batchedCall{c}, scPresenceBeat, msg, runErr, 1)
-		now, entry, err = c.now, c.msg, c.err
+		// A call of one record, sent and read as the batch sends and
+		// reads a group.
+		g := []*batchedCall{c}
+		msg, runErr := s.run(ctx, scPresenceBeat, beatKeys(g), beatArgs(s, g)...)
+		s.spreadBeats(g, msg, runErr)
+		if c.err != nil {
+			return Presence{}, nil, nil, false, c.err
+		}
 	}
-	if err != nil {
-		return Presence{}, nil, false, err
-	}
+	entry := c.msg
 	if n, err := entry.AsInt64(); err == nil && n == 0 {
-		return Presence{}, nil, false, nil
+		return Presence{}, nil, nil, false, nil
+	}
+	var expiry []string
+	if r != nil {
+		var err error
+		if entry, expiry, err = r.outcome(entry); err != nil {
+			return Presence{}, nil, nil, false, fmt.Errorf("beat: %w", err)
+		}
 	}
 	list, err := entry.ToString()
 	if err != nil {
-		return Presence{}, nil, false, fmt.Errorf("beat: %w: %v", ErrUnexpectedReply, err)
+		return Presence{}, nil, nil, false, fmt.Errorf("beat: %w: %v", ErrUnexpectedReply, err)
 	}
 	rec := Presence{RunnerID: p.RunnerID, Owner: p.Owner, Device: p.Device, Capabilities: caps, Withheld: withheld}
-	if rec.LastSeenAt, err = strconv.ParseInt(now, 10, 64); err != nil {
-		return Presence{}, nil, false, fmt.Errorf("beat lastSeenAt: %w", err)
+	if rec.LastSeenAt, err = strconv.ParseInt(c.now, 10, 64); err != nil {
+		return Presence{}, nil, nil, false, fmt.Errorf("beat lastSeenAt: %w", err)
 	}
 	var in []int
 	if shards {
 		in = s.shardList(strings.Fields(list))
 	}
-	return rec, in, true, nil
+	return rec, in, expiry, true, nil
 }
 
 // beatCall is one record's keys and values for presence_beat: its record,

@@ -62,6 +62,19 @@ local function tail(t, i)
   return out
 end
 
+-- on_shard(key, f) runs f with P set to key's prefix and sets it back
+-- after, answering what f answers. Only for a call that may span shards,
+-- which only a server that is not a cluster takes (presence_beat's
+-- renewals): key must be in KEYS, and f builds keys from P as any script
+-- body does, now on key's shard.
+local function on_shard(key, f)
+  local home = P
+  P = string.match(key, '^[^{]*{[^}]*}:')
+  local r = f()
+  P = home
+  return r
+end
+
 local function fmt(x)
   return string.format('%.0f', x)
 end

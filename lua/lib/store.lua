@@ -383,6 +383,21 @@ local function resolve_exact(e_job, lease_id, now)
   return m, h
 end
 
+-- renew_grant is §2.14 for one grant: when the runner still holds it,
+-- its lease expiry becomes now + lease_ms (even when earlier than before;
+-- awaitingUntil is never touched) and the new expiry is answered, else ""
+-- (lost). renew.lua and presence_beat.lua's renewals both decide here.
+local function renew_grant(e_job, lease_id, runner, now, lease_ms)
+  local m, h = resolve_exact(e_job, lease_id, now)
+  if not (m and h.cr == runner) then
+    return ''
+  end
+  h.ce = fmt(now + lease_ms)
+  redis.call('HSET', jkey(m), 'ce', h.ce)
+  rescore(m, h)
+  return h.ce
+end
+
 -- §2.0 step 2, reduced to the only question it has to answer: does the
 -- runner (encoded eR) currently hold some job whose bare id encodes to eJ?
 -- The hid zset holds "<eJ>:<eS>" per held job; base64url has no ':' and ';'
