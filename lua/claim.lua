@@ -8,16 +8,24 @@
 -- Cost is independent of how many jobs other routes hold: only the queues
 -- named in KEYS are read, by a k-way merge on seq (first-enqueue order).
 --
--- Every key is on one shard (the shard of the routes' sites): Go calls
--- claim once per shard its routes touch. Job records found in the queues are
--- built from KEYS[1]'s prefix, so they are on the same shard.
+-- A call holds one or more sections, one per shard, taken in order with
+-- one budget of grants: each settles what is due on its shard, then grants
+-- from its routes' queues. On a cluster Go sends one section a call (every
+-- key of a section is on its shard's slot); on a server that is not a
+-- cluster it sends a claim's shards in one call, which grants exactly what
+-- the calls one shard after another would have (each section switches P
+-- to its first key's prefix: lib/common.lua on_shard). A section that
+-- stops the call (more due than settle_budget, the scan budget spent, a
+-- revoked token) ends it there; Go goes on from that section alone.
+-- Job records found in a section's queues are built from its prefix, so
+-- they are on its shard.
 -- mode: write
--- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
--- KEYS[1]  due_index    the due index
--- KEYS[2]  lease        the lease index
--- KEYS[3]  held         hid:<eR> (the runner's grants here)
--- KEYS[4..] route_keys  per route r (in ARGV order): uns:<eS>:<eO>, aw:<eS>,
---                       then nq_r queue keys: the ready queues
+-- slot: KEYS[1]'s on a cluster (one section); every other key is in KEYS or built from its section's first key's
+--       prefix (P, lib/common.lua on_shard): one shard a section, the same slot on a cluster
+-- KEYS[1..] sections    per section, in ARGV's order: the due index, the
+--                       lease index, hid:<eR> (the runner's grants there),
+--                       then per route r (in ARGV order): uns:<eS>:<eO>,
+--                       aw:<eS>, then nq_r queue keys: the ready queues
 --                       q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds
 --                       (private only when the route owner is the device
 --                       owner), and last the sticky queue sq:<eS>:<eO>:<eR>
@@ -27,40 +35,46 @@
 -- ARGV[6]  device_owner the device's owner
 -- ARGV[7]  device       the device identity (raw JSON)
 -- ARGV[8]  lease_ms     the lease length, ms
--- ARGV[9]  remaining    most jobs granted
+-- ARGV[9]  remaining    most jobs granted, over every section
 -- ARGV[10] scan_budget  most queue entries examined in this call. When it
 --                       stops the merge, the reply's cursors let Go continue
 --                       in a next call where this one stopped (each call
 --                       stays short).
--- ARGV[11] settle_budget  most due jobs settled here; more -> reply 'sweep'
---                       (Go drains with sweep and calls again). -1: settle
---                       everything.
+-- ARGV[11] settle_budget  most due jobs settled in a section; more -> reply
+--                       'sweep' (Go drains that shard with sweep and calls
+--                       again). -1: settle everything.
 -- ARGV[12] e_device_owner  eO of the device owner
 -- ARGV[13] token        claim token: one per Store.Claim call; once
---                       lua/give_back.lua has revoked it (the relay gave up
---                       on this claim's answer), a call of the claim that
---                       would grant stops before its first grant
+--                       lua/give_back.lua has revoked it on a section's
+--                       shard (the relay gave up on this claim's answer), a
+--                       section that would grant stops before its first
+--                       grant
 -- ARGV[14] lease_max    the longest lease id the store accepts back
 --                       (Options.MaxIDBytes): a minted id gets its job's
 --                       site appended only within it (lib/store.lua)
 -- ARGV[15..] rest       nk, then nk kinds (base64url, as the records' eK);
---                       nr, then per route: eS, eO, nq_r; one cursor per
---                       queue key, in KEYS order: the seq of the last entry
---                       a previous call examined there, "" to start at the
---                       head; then pre-minted lease ids (UUID v4 from Go),
---                       at least min(max, 2*nr)
--- Reply: {'sweep', {}, reports, 0, 0, 0, {}}
---      | {'revoked', {}, reports, scanned, 0, quarantined, {}}: nothing granted
---      | {'ok', grants, reports, scanned, truncated (1|0), quarantined, cursors}
---   truncated = 1: the scan budget stopped the merge with candidates left;
---   cursors (one per queue, as above) say where.
---   grant   = {eS, stub (raw), leaseId, expiresAt, deadline, seq}
---   report  = {eS, eO, expiries} (Go decodes eS and eO)
+--                       ns, then per section: its number of keys; nr, then
+--                       per route: eS, eO, nq_r; one cursor per queue key,
+--                       in KEYS order: the seq of the last entry a previous
+--                       call examined there, "" to start at the head; nl,
+--                       then nl pre-minted lease ids (UUID v4 from Go, the
+--                       section's shard in the first byte), at least
+--                       min(remaining, 2*nr)
+-- Reply: {status, grants, reports, scanned, truncated (1|0), quarantined,
+--         cursors, stopped}
+--   stopped   the section the call ended in (from 1); sections after it
+--             were not run
+--   status    'ok' | 'sweep' (that section settled nothing and changed
+--             nothing: more was due than settle_budget) | 'revoked' (that
+--             section granted nothing: its shard revoked the token)
+--   grants    per section run, its grants: {eS, stub (raw), leaseId,
+--             expiresAt, deadline, seq}
+--   truncated 1: the scan budget stopped the merge in that section with
+--             candidates left; cursors (one per queue of that section, as
+--             above) say where
+--   report    {eS, eO, expiries} (Go decodes eS and eO)
 
-local due_index = KEYS[1]
-local lease = KEYS[2]
-local held = KEYS[3]
-local route_keys = tail(KEYS, 4)
+local sections = tail(KEYS, 1)
 local runner = ARGV[4]
 local e_runner = ARGV[5]
 local device_owner = ARGV[6]
@@ -81,54 +95,11 @@ for i = 1, nk do
   kinds[rest[a + i]] = true
 end
 a = a + nk + 1
-local nr = tonumber(rest[a])
+local ns = tonumber(rest[a])
 a = a + 1
 
 local now = clock()
-
--- 1. Settle first (the reference sweeps at the top of every claim), bounded.
-local due
-if settle_budget < 0 then
-  due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now))
-else
-  due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
-  if #due > settle_budget then
-    return {'sweep', {}, REPORTS, 0, 0, 0, {}}
-  end
-end
-for _, m in ipairs(due) do
-  settle(m, now, false)
-end
-
--- 2. Routes, their verified unsealed budgets, and their queues.
-local routes, queues = {}, {}
-local k = 1
-for r = 1, nr do
-  local route = {eS = rest[a], eO = rest[a + 1], uns = route_keys[k], aw = route_keys[k + 1]}
-  local nq = tonumber(rest[a + 2])
-  a = a + 3
-  local unsealed = 0
-  for _, e_job in ipairs(redis.call('SMEMBERS', route.uns)) do
-    if redis.call('HGET', jkey(route.eS .. ':' .. e_job), 'state') == AWAITING then
-      unsealed = unsealed + 1
-    else
-      redis.call('SREM', route.uns, e_job) -- stale member; the set holds no counts
-    end
-  end
-  route.budget = UNSEALED_PER_PAIR - unsealed
-  routes[r] = route
-  for i = 1, nq do
-    queues[#queues + 1] = {key = route_keys[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
-  end
-  k = k + 2 + nq
-end
-for _, q in ipairs(queues) do
-  if rest[a] ~= '' then
-    q.last = rest[a]
-  end
-  a = a + 1
-end
-local lease_at = a
+local scanned, quarantined = 0, 0
 
 local function fill(q)
   local lo = '-inf'
@@ -145,115 +116,194 @@ local function fill(q)
   end
 end
 
--- 3. Merge the queues by seq and grant. A claim its relay gave up on
--- (revoked token) grants nothing: its runner will never see the leases.
--- Checked once, before the first grant, so a call that grants nothing pays
--- nothing for it (one EXISTS, about 2-3 us); what it settled or repaired
--- before is what any claim or sweep would have done.
-local revoked = nil
-local grants = {}
-local scanned, truncated, quarantined = 0, 0, 0
-while remaining > 0 do
-  local best
-  for _, q in ipairs(queues) do
-    if not q.done and routes[q.r].budget > 0 then
-      if q.i > #q.buf then
-        fill(q)
-      end
-      if not q.done and (not best or q.buf[q.i][2] < best.buf[best.i][2]) then
-        best = q
-      end
-    end
-  end
-  if not best then
-    break
-  end
-  if scanned >= scan_budget then
-    truncated = 1
-    break
-  end
-  scanned = scanned + 1
-  local entry = best.buf[best.i]
-  best.i = best.i + 1
-  best.last = entry[3]
-  local e_job = entry[1]
-  local route = routes[best.r]
-  local m = route.eS .. ':' .. e_job
-  local h = core(m)
+-- One section: keys is its KEYS, from its due index; a is where its ARGV
+-- starts in rest. Answers status, grants, truncated, cursors, and where
+-- the next section's ARGV starts.
+local function section(keys, a)
+  local due_index, lease, held = keys[1], keys[2], keys[3]
+  local nr = tonumber(rest[a])
+  a = a + 1
 
-  if not h or h.state ~= QUEUED or h.cx == '1' or h.bad == '1'
-      or (best.sticky and h.ero ~= e_runner) or (not best.sticky and h.ero) then
-    -- The index disagrees with the record: repair it, never trust it.
-    redis.call('ZREM', best.key, e_job)
-    if h and h.state == QUEUED and h.cx ~= '1' then
-      local qk, qm = queue_of(h)
-      redis.call('ZADD', qk, h.seq, qm)
-    end
-  elseif tonumber(h.dl) <= now then
-    settle(m, now, false, h)
+  -- 1. Settle first (the reference sweeps at the top of every claim), bounded.
+  local due
+  if settle_budget < 0 then
+    due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now))
   else
-    local ok = true
-    if best.sticky then
-      -- sticky queues mix kinds and audiences; ready queues are split by both
-      ok = kinds[h.eK] and (h.eA ~= PRIVATE_EA or h.eO == e_device_owner)
+    due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
+    if #due > settle_budget then
+      return 'sweep', {}, 0, {}, a
     end
-    local jk = jkey(m)
-    if ok and redis.call('ZSCORE', jk .. ':ref', runner) then
-      ok = false
+  end
+  for _, m in ipairs(due) do
+    settle(m, now, false)
+  end
+
+  -- 2. Routes, their verified unsealed budgets, and their queues.
+  local routes, queues = {}, {}
+  local k = 4
+  for r = 1, nr do
+    local route = {eS = rest[a], eO = rest[a + 1], uns = keys[k], aw = keys[k + 1]}
+    local nq = tonumber(rest[a + 2])
+    a = a + 3
+    local unsealed = 0
+    for _, e_job in ipairs(redis.call('SMEMBERS', route.uns)) do
+      if redis.call('HGET', jkey(route.eS .. ':' .. e_job), 'state') == AWAITING then
+        unsealed = unsealed + 1
+      else
+        redis.call('SREM', route.uns, e_job) -- stale member; the set holds no counts
+      end
     end
-    if ok then
-      local ra = redis.call('HGET', jk .. ':ra', runner)
-      if ra and tonumber(ra) > now then
+    route.budget = UNSEALED_PER_PAIR - unsealed
+    routes[r] = route
+    for i = 1, nq do
+      queues[#queues + 1] = {key = keys[k + 1 + i], r = r, sticky = (i == nq), buf = {}, i = 1}
+    end
+    k = k + 2 + nq
+  end
+  for _, q in ipairs(queues) do
+    if rest[a] ~= '' then
+      q.last = rest[a]
+    end
+    a = a + 1
+  end
+  local nl = tonumber(rest[a])
+  local lease_at = a + 1
+  a = a + 1 + nl
+
+  -- 3. Merge the queues by seq and grant. A claim its relay gave up on
+  -- (revoked token) grants nothing: its runner will never see the leases.
+  -- Checked once a section, before its first grant, so a section that
+  -- grants nothing pays nothing for it (one EXISTS, about 2-3 us); what it
+  -- settled or repaired before is what any claim or sweep would have done.
+  local revoked = nil
+  local grants = {}
+  local truncated = 0
+  while remaining > 0 do
+    local best
+    for _, q in ipairs(queues) do
+      if not q.done and routes[q.r].budget > 0 then
+        if q.i > #q.buf then
+          fill(q)
+        end
+        if not q.done and (not best or q.buf[q.i][2] < best.buf[best.i][2]) then
+          best = q
+        end
+      end
+    end
+    if not best then
+      break
+    end
+    if scanned >= scan_budget then
+      truncated = 1
+      break
+    end
+    scanned = scanned + 1
+    local entry = best.buf[best.i]
+    best.i = best.i + 1
+    best.last = entry[3]
+    local e_job = entry[1]
+    local route = routes[best.r]
+    local m = route.eS .. ':' .. e_job
+    local h = core(m)
+
+    if not h or h.state ~= QUEUED or h.cx == '1' or h.bad == '1'
+        or (best.sticky and h.ero ~= e_runner) or (not best.sticky and h.ero) then
+      -- The index disagrees with the record: repair it, never trust it.
+      redis.call('ZREM', best.key, e_job)
+      if h and h.state == QUEUED and h.cx ~= '1' then
+        local qk, qm = queue_of(h)
+        redis.call('ZADD', qk, h.seq, qm)
+      end
+    elseif tonumber(h.dl) <= now then
+      settle(m, now, false, h)
+    else
+      local ok = true
+      if best.sticky then
+        -- sticky queues mix kinds and audiences; ready queues are split by both
+        ok = kinds[h.eK] and (h.eA ~= PRIVATE_EA or h.eO == e_device_owner)
+      end
+      local jk = jkey(m)
+      if ok and redis.call('ZSCORE', jk .. ':ref', runner) then
         ok = false
       end
-    end
-    if ok then
-      local stub = get_blob(jk, 'stub', 8)
-      if not valid_stub(stub) then
-        -- §3.5: stays queued and readable, out of every ready queue.
-        redis.call('ZREM', best.key, e_job)
-        redis.call('HSET', jk, 'bad', '1')
-        redis.call('ZADD', P .. 'bad', h.seq, m)
-        quarantined = quarantined + 1
-      else
-        if revoked == nil then
-          revoked = redis.call('EXISTS', P .. 'gb:' .. token) == 1
+      if ok then
+        local ra = redis.call('HGET', jk .. ':ra', runner)
+        if ra and tonumber(ra) > now then
+          ok = false
         end
-        if revoked then
-          return {'revoked', {}, REPORTS, scanned, 0, quarantined, {}}
+      end
+      if ok then
+        local stub = get_blob(jk, 'stub', 8)
+        if not valid_stub(stub) then
+          -- §3.5: stays queued and readable, out of every ready queue.
+          redis.call('ZREM', best.key, e_job)
+          redis.call('HSET', jk, 'bad', '1')
+          redis.call('ZADD', P .. 'bad', h.seq, m)
+          quarantined = quarantined + 1
+        else
+          if revoked == nil then
+            revoked = redis.call('EXISTS', P .. 'gb:' .. token) == 1
+          end
+          if revoked then
+            return 'revoked', {}, 0, {}, a
+          end
+          if #grants >= nl then
+            error(redis.error_reply('ERR relay: claim: ran out of pre-minted lease ids'))
+          end
+          local minted = rest[lease_at + #grants]
+          local lease_id = minted
+          if #minted + 1 + #h.eS <= lease_max then
+            lease_id = minted .. '.' .. h.eS
+          end
+          local expires = fmt(now + lease_ms)
+          local until_ = fmt(now + AWAITING_MS)
+          local rec = {'state', AWAITING, 'cr', runner, 'ecr', e_runner,
+            'co', device_owner, 'cl', lease_id, 'ce', expires, 'au', until_}
+          blob_args('cd', device, rec)
+          redis.call('HSET', jk, unpack(rec))
+          redis.call('ZREM', best.key, e_job)
+          move_state(m, QUEUED, AWAITING)
+          redis.call('SADD', route.uns, e_job)
+          redis.call('ZADD', route.aw, h.seq, e_job)
+          redis.call('HSET', lease, lease_id, m)
+          redis.call('ZADD', held, 0, e_job .. ':' .. route.eS)
+          h.state, h.cl, h.ce, h.au = AWAITING, lease_id, expires, until_
+          rescore(m, h)
+          route.budget = route.budget - 1
+          remaining = remaining - 1
+          grants[#grants + 1] = {h.eS, stub, lease_id, expires, h.dl, h.seq}
         end
-        local minted = rest[lease_at + #grants]
-        if not minted then
-          return redis.error_reply('claim: ran out of pre-minted lease ids')
-        end
-        local lease_id = minted
-        if #minted + 1 + #h.eS <= lease_max then
-          lease_id = minted .. '.' .. h.eS
-        end
-        local expires = fmt(now + lease_ms)
-        local until_ = fmt(now + AWAITING_MS)
-        local rec = {'state', AWAITING, 'cr', runner, 'ecr', e_runner,
-          'co', device_owner, 'cl', lease_id, 'ce', expires, 'au', until_}
-        blob_args('cd', device, rec)
-        redis.call('HSET', jk, unpack(rec))
-        redis.call('ZREM', best.key, e_job)
-        move_state(m, QUEUED, AWAITING)
-        redis.call('SADD', route.uns, e_job)
-        redis.call('ZADD', route.aw, h.seq, e_job)
-        redis.call('HSET', lease, lease_id, m)
-        redis.call('ZADD', held, 0, e_job .. ':' .. route.eS)
-        h.state, h.cl, h.ce, h.au = AWAITING, lease_id, expires, until_
-        rescore(m, h)
-        route.budget = route.budget - 1
-        remaining = remaining - 1
-        grants[#grants + 1] = {h.eS, stub, lease_id, expires, h.dl, h.seq}
       end
     end
   end
+
+  local cursors = {}
+  for i, q in ipairs(queues) do
+    cursors[i] = q.last or ''
+  end
+  return 'ok', grants, truncated, cursors, a
 end
 
-local cursors = {}
-for i, q in ipairs(queues) do
-  cursors[i] = q.last or ''
+local all, k = {}, 1
+local status, truncated, cursors, stopped = 'ok', 0, {}, 0
+for s = 1, ns do
+  local nkeys = tonumber(rest[a])
+  local keys = {}
+  for i = 1, nkeys do
+    keys[i] = sections[k + i - 1]
+  end
+  if nkeys < 3 or #keys ~= nkeys then
+    return redis.error_reply('ERR relay: claim: section ' .. s .. ' names keys KEYS does not hold')
+  end
+  k = k + nkeys
+  local grants
+  status, grants, truncated, cursors, a = on_shard(keys[1], function()
+    return section(keys, a + 1)
+  end)
+  stopped = s
+  all[s] = grants
+  if status ~= 'ok' or truncated == 1 or remaining <= 0 then
+    break
+  end
 end
-return {'ok', grants, REPORTS, scanned, truncated, quarantined, cursors}
+return {status, all, REPORTS, scanned, truncated, quarantined, cursors, stopped}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/byollm/relay-go/internal/payloadwait"
 	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/internal/workview"
 )
 
@@ -155,17 +157,39 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 	}
 	out := []ClaimedStub{}
 	deadlines := map[int]int64{}
-	for _, sh := range order {
+	rest := order
+	var open *claimSection
+	if len(order) > 1 && !valkeyconn.IsCluster(s.c) {
+		got, dls, next, stopped, err := s.claimShards(ctx, in, u, order, byShard, kinds, device, &stats)
+		if err != nil {
+			return out, stats, err
+		}
+		out = append(out, got...)
+		maps.Copy(deadlines, dls)
+		rest, open = order[next:], stopped
+		if open != nil {
+			rest = order[next-1:]
+		}
+	}
+	for _, sh := range rest {
 		if len(out) >= in.Max {
 			break
 		}
-		got, dl, err := s.claimShard(ctx, in, u, sh, byShard[sh], kinds, device, in.Max-len(out), &stats)
+		sec := open
+		if sec == nil || sec.sh != sh {
+			var err error
+			if sec, err = s.newClaimSection(in, u, sh, byShard[sh], kinds, in.Max-len(out)); err != nil {
+				return out, stats, err
+			}
+		}
+		open = nil
+		got, dl, err := s.claimShard(ctx, in, u, sec, kinds, device, in.Max-len(out), &stats)
 		if err != nil {
 			return out, stats, err
 		}
 		out = append(out, got...)
 		if len(got) > 0 {
-			deadlines[sh] = dl
+			deadlines[sh] = max(deadlines[sh], dl)
 		}
 	}
 	// One answer in first-enqueue order, whichever shard granted what.
@@ -415,47 +439,51 @@ func mintLease(shard int) (string, error) {
 	return id.String(), nil
 }
 
-// claimShard runs the claim script on one shard until it has granted
-// remaining, exhausted its queues or spent the scan budget. It returns the
-// grants and the latest deadline among them.
-func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClaim, sh int, routes []Route, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
-	keys := []string{s.k.due(sh), s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)}
-	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device),
-		strconv.FormatInt(in.LeaseMs, 10), "", "", ""}
-	// indexes in args of the per-call values: max, scan budget, settle budget
-	const maxArg, scanArg, settleArg = 5, 6, 7
-	args = append(args, enc(in.Owner), u.Token, strconv.Itoa(s.opts.MaxIDBytes), strconv.Itoa(len(kinds)))
-	for _, k := range kinds {
-		args = append(args, enc(k))
-	}
-	args = append(args, strconv.Itoa(len(routes)))
-	nQueues := 0
+// claimSection is one shard's part of a claim script call (lua/claim.lua's
+// sections): its keys, and its ARGV after the shared ones.
+type claimSection struct {
+	sh       int
+	keys     []string
+	args     []string // its number of keys, nr, per route eS eO nq, the cursors, nl and the lease ids
+	cursorAt int      // where in args the cursors start
+	nQueues  int
+	leaseAt  int // where in args nl stands; the lease ids follow it
+}
+
+// newClaimSection is shard sh's section of a claim for at most remaining
+// grants on routes (all on sh), with every queue read from its head. Its
+// lease ids are minted here: one per possible grant (at most remaining,
+// at most 2 per pair), each added to u.Leases and noted as an unsealed
+// grant of this replica before any script is sent (a seal announced
+// right after the grant must find the note to end it), and only while
+// every seal would be heard: a fetch of a noted grant waits for the seal
+// before it reads (Store.PayloadUnsealed).
+func (s *Store) newClaimSection(in ClaimInput, u *UnansweredClaim, sh int, routes []Route, kinds []string, remaining int) (*claimSection, error) {
+	c := &claimSection{sh: sh, keys: []string{s.k.due(sh), s.k.lease(sh), s.k.heldIDs(sh, in.RunnerID)}}
+	c.args = []string{"", strconv.Itoa(len(routes))}
 	for _, r := range routes {
 		queues := s.routeQueues(in, r, kinds)
-		keys = append(keys, s.k.unsealed(r.SiteID, r.Owner), s.k.awaiting(r.SiteID))
-		keys = append(keys, queues...)
-		args = append(args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
-		nQueues += len(queues)
+		c.keys = append(c.keys, s.k.unsealed(r.SiteID, r.Owner), s.k.awaiting(r.SiteID))
+		c.keys = append(c.keys, queues...)
+		c.args = append(c.args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
+		c.nQueues += len(queues)
 	}
-	cursorAt := len(args)
-	for range nQueues {
-		args = append(args, "") // every queue from its head
+	c.args[0] = strconv.Itoa(len(c.keys))
+	c.cursorAt = len(c.args)
+	for range c.nQueues {
+		c.args = append(c.args, "") // every queue from its head
 	}
-	leaseAt := len(args)
-	// Each id is noted as an unsealed grant of this replica before the
-	// script is sent (a seal announced right after the grant must find
-	// the note to end it), and only while every seal would be heard: a
-	// fetch of a noted grant waits for the seal before it reads (Store.
-	// PayloadUnsealed).
+	c.leaseAt = len(c.args)
+	n := min(remaining, UnsealedPerPair*len(routes))
+	c.args = append(c.args, strconv.Itoa(n))
 	at := s.view.Now()
 	noting := !s.announce || s.view.Live()
-	// One lease id per possible grant: at most remaining, at most 2 per pair.
-	for range min(remaining, UnsealedPerPair*len(routes)) {
+	for range n {
 		id, err := mintLease(sh)
 		if err != nil {
-			return nil, 0, fmt.Errorf("claim: lease id: %w", err)
+			return nil, fmt.Errorf("claim: lease id: %w", err)
 		}
-		args = append(args, id)
+		c.args = append(c.args, id)
 		u.Leases = append(u.Leases, id) // before the script is sent: it may run unanswered
 		if noting {
 			s.payloads.Granted(id, at, at.Add(AwaitingPayloadMs*time.Millisecond))
@@ -471,7 +499,150 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 			u.Sites[sh] = append(u.Sites[sh], enc(r.SiteID))
 		}
 	}
+	return c, nil
+}
 
+// granted drops the first n lease ids of c (a call granted with them) and
+// sets the cursors where that call stopped.
+func (c *claimSection) granted(n int, cursors []string) {
+	copy(c.args[c.cursorAt:], cursors)
+	left, _ := strconv.Atoi(c.args[c.leaseAt])
+	c.args = append(c.args[:c.leaseAt+1], c.args[c.leaseAt+1+n:]...)
+	c.args[c.leaseAt] = strconv.Itoa(left - n)
+}
+
+// claimReply is one claim script call's answer (lua/claim.lua).
+type claimReply struct {
+	status                          string
+	grants                          [][]ClaimedStub // per section run
+	deadlines                       []int64         // per section run: the latest deadline it granted (0: none)
+	scanned, truncated, quarantined int64
+	cursors                         []string // of the last section run
+}
+
+// runClaim sends one claim call of secs for at most remaining grants,
+// scanning at most scan entries and settling at most settle due jobs a
+// section (-1: all), and hands its churn reports on.
+func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim, kinds []string, device []byte, remaining, scan, settle int, secs []*claimSection) (claimReply, error) {
+	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device), strconv.FormatInt(in.LeaseMs, 10),
+		strconv.Itoa(remaining), strconv.Itoa(scan), strconv.Itoa(settle), enc(in.Owner), u.Token, strconv.Itoa(s.opts.MaxIDBytes),
+		strconv.Itoa(len(kinds))}
+	for _, k := range kinds {
+		args = append(args, enc(k))
+	}
+	args = append(args, strconv.Itoa(len(secs)))
+	var keys []string
+	for _, c := range secs {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	msg, err := s.run(ctx, scClaim, keys, args...)
+	if err != nil {
+		return claimReply{}, err
+	}
+	parts, err := elems(msg, 8)
+	if err != nil {
+		return claimReply{}, err
+	}
+	var rep claimReply
+	if rep.status, err = str(parts[0]); err != nil {
+		return claimReply{}, err
+	}
+	reports, err := parseReports(parts[2])
+	if err != nil {
+		return claimReply{}, err
+	}
+	s.fireChurn(reports)
+	rep.scanned, _ = num(parts[3])
+	rep.truncated, _ = num(parts[4])
+	rep.quarantined, _ = num(parts[5])
+	stopped, err := num(parts[7])
+	if err != nil || stopped < 1 || stopped > int64(len(secs)) {
+		return claimReply{}, fmt.Errorf("%w: claim stopped in section %d of %d (%v)", ErrUnexpectedReply, stopped, len(secs), err)
+	}
+	each, err := parts[1].ToArray()
+	if err != nil || len(each) != int(stopped) {
+		return claimReply{}, fmt.Errorf("%w: claim answered grants of %d sections for %d run (%v)", ErrUnexpectedReply, len(each), stopped, err)
+	}
+	for _, g := range each {
+		grants, dl, err := parseGrants(g, in.RunnerID)
+		if err != nil {
+			return claimReply{}, err
+		}
+		rep.grants = append(rep.grants, grants)
+		rep.deadlines = append(rep.deadlines, dl)
+	}
+	if rep.status == "ok" && rep.truncated == 1 {
+		last := secs[stopped-1]
+		if rep.cursors, err = parts[6].AsStrSlice(); err != nil || len(rep.cursors) != last.nQueues {
+			return claimReply{}, fmt.Errorf("%w: claim: %d cursors for %d queues (%v)", ErrUnexpectedReply, len(rep.cursors), last.nQueues, err)
+		}
+	}
+	return rep, nil
+}
+
+// note adds a call's scanned and quarantined entries to stats.
+func (s *Store) note(stats *claimStats, rep claimReply) {
+	stats.Scanned += int(rep.scanned)
+	stats.Quarantined += int(rep.quarantined)
+	if rep.quarantined > 0 {
+		s.log.Warn("store: quarantined stored stubs that no longer parse", "count", rep.quarantined)
+	}
+}
+
+// claimShards makes a claim's first call on every shard of order at once,
+// one section a shard (a server that is not a cluster: no slot to keep),
+// which grants what one call a shard in order would have, in one script
+// call instead of one a shard. It answers the grants, the latest
+// deadline on each shard that granted, where in order the claim goes on
+// shard by shard (claimShard), and, when the call stopped in a section
+// that has more to do (more due than the settle budget, the scan budget
+// spent with grants still wanted), that section, to go on with where the
+// call left it; the shards after it follow.
+func (s *Store) claimShards(ctx context.Context, in ClaimInput, u *UnansweredClaim, order []int, byShard map[int][]Route, kinds []string, device []byte, stats *claimStats) ([]ClaimedStub, map[int]int64, int, *claimSection, error) {
+	secs := make([]*claimSection, len(order))
+	for i, sh := range order {
+		var err error
+		if secs[i], err = s.newClaimSection(in, u, sh, byShard[sh], kinds, in.Max); err != nil {
+			return nil, nil, 0, nil, err
+		}
+	}
+	stats.Attempts++
+	scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget))
+	rep, err := s.runClaim(ctx, in, u, kinds, device, in.Max, scan, s.opts.ClaimSettleBudget, secs)
+	if err != nil {
+		return nil, nil, 0, nil, fmt.Errorf("claim: %w", err)
+	}
+	if rep.status == "revoked" {
+		return nil, nil, 0, nil, fmt.Errorf("claim: %w", errClaimRevoked)
+	}
+	s.note(stats, rep)
+	out := []ClaimedStub{}
+	deadlines := map[int]int64{}
+	for i, grants := range rep.grants {
+		out = append(out, grants...)
+		if len(grants) > 0 {
+			deadlines[order[i]] = rep.deadlines[i]
+		}
+	}
+	next := len(rep.grants)
+	var open *claimSection
+	switch last := secs[next-1]; {
+	case rep.status == "sweep":
+		open = last // it changed nothing: from its queues' heads
+	case rep.truncated == 1 && len(out) < in.Max:
+		open = last
+		open.granted(len(rep.grants[next-1]), rep.cursors)
+	}
+	return out, deadlines, next, open, nil
+}
+
+// claimShard runs the claim script on one shard (sec, as built or as a
+// call left it) until it has granted remaining, exhausted its queues or
+// spent the scan budget. It returns the grants and the latest deadline
+// among them.
+func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClaim, sec *claimSection, kinds []string, device []byte, remaining int, stats *claimStats) ([]ClaimedStub, int64, error) {
+	sh := sec.sh
 	// Each script examines at most claimScan queue entries; a claim that
 	// needs more continues where the last call stopped, until it has Max
 	// grants, the queues are exhausted, or ClaimScanBudget entries were
@@ -486,52 +657,26 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 			settle = -1
 		}
 		scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget-stats.Scanned))
-		args[maxArg] = strconv.Itoa(remaining)
-		args[scanArg] = strconv.Itoa(scan)
-		args[settleArg] = strconv.Itoa(settle)
-		msg, err := s.run(ctx, scClaim, keys, args...)
+		rep, err := s.runClaim(ctx, in, u, kinds, device, remaining, scan, settle, []*claimSection{sec})
 		if err != nil {
 			return out, latest, fmt.Errorf("claim: %w", err)
 		}
-		parts, err := elems(msg, 7)
-		if err != nil {
-			return out, latest, fmt.Errorf("claim: %w", err)
-		}
-		status, err := str(parts[0])
-		if err != nil {
-			return out, latest, fmt.Errorf("claim: %w", err)
-		}
-		reports, err := parseReports(parts[2])
-		if err != nil {
-			return out, latest, fmt.Errorf("claim: %w", err)
-		}
-		s.fireChurn(reports)
-		if status == "revoked" {
+		if rep.status == "revoked" {
 			return out, latest, fmt.Errorf("claim: %w", errClaimRevoked)
 		}
-		if status == "sweep" {
+		if rep.status == "sweep" {
 			sweeps++
 			if _, err := s.sweepShards(ctx, []int{sh}); err != nil {
 				return out, latest, fmt.Errorf("claim: %w", err)
 			}
 			continue
 		}
-		scanned, _ := num(parts[3])
-		truncated, _ := num(parts[4])
-		quarantined, _ := num(parts[5])
-		stats.Scanned += int(scanned)
-		stats.Quarantined += int(quarantined)
-		if quarantined > 0 {
-			s.log.Warn("store: quarantined stored stubs that no longer parse", "count", quarantined)
-		}
-		grants, dl, err := parseGrants(parts[1], in.RunnerID)
-		if err != nil {
-			return out, latest, fmt.Errorf("claim: %w", err)
-		}
-		latest = max(latest, dl)
+		s.note(stats, rep)
+		grants := rep.grants[0]
+		latest = max(latest, rep.deadlines[0])
 		out = append(out, grants...)
 		remaining -= len(grants)
-		if truncated != 1 || remaining <= 0 {
+		if rep.truncated != 1 || remaining <= 0 {
 			return out, latest, nil
 		}
 		if stats.Scanned >= s.opts.ClaimScanBudget {
@@ -539,12 +684,7 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 			s.log.Warn("store: claim stopped at its scan budget", "runner", in.RunnerID, "budget", s.opts.ClaimScanBudget)
 			return out, latest, nil
 		}
-		cursors, err := parts[6].AsStrSlice()
-		if err != nil || len(cursors) != nQueues {
-			return out, latest, fmt.Errorf("claim: %d cursors for %d queues (%v)", len(cursors), nQueues, err)
-		}
-		copy(args[cursorAt:], cursors)
-		args = append(args[:leaseAt], args[leaseAt+len(grants):]...) // those ids are granted
+		sec.granted(len(grants), rep.cursors)
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -326,9 +328,9 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	}
 	seen := map[string]bool{}
 	var current string // the script whose inner commands follow
-	crossSlotBeats, crossSlotRenewals := false, false
-	var declared map[string]bool   // a cross-shard presence_beat's KEYS: its inner commands use only these
-	var renewSlots map[uint16]bool // and keys on the slots of the lease indexes among them
+	crossSlotBeats, crossSlotRenewals, crossSlotClaims := false, false, false
+	var declared map[string]bool  // a cross-shard call's KEYS: its inner commands use these
+	var spanSlots map[uint16]bool // and keys on the slots of its sections (a claim's shards, presence_beat's lease indexes)
 	var slot uint16
 	ns := h.s.Namespace() + ":"
 	for {
@@ -359,7 +361,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 				}
 			}
 			for _, k := range keys {
-				if declared != nil && !declared[k] && !renewSlots[keyHashSlot(k)] {
+				if declared != nil && !declared[k] && !spanSlots[keyHashSlot(k)] {
 					t.Errorf("%s: %s %q, which the call did not declare", current, cmd, k)
 				} else if declared == nil && keyHashSlot(k) != slot {
 					t.Errorf("%s: %s %q is on slot %d, KEYS[1] on %d", current, cmd, k, keyHashSlot(k), slot)
@@ -367,7 +369,7 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 			}
 			continue
 		}
-		current, declared, renewSlots = "", nil, nil
+		current, declared, spanSlots = "", nil, nil
 		if cmd != "evalsha" && cmd != "evalsha_ro" && cmd != "eval" && cmd != "eval_ro" && cmd != "fcall" && cmd != "fcall_ro" {
 			continue
 		}
@@ -398,17 +400,45 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		if name == scPresenceBeat.Name && len(toks) > 3+n+5 {
 			fmt.Sscan(toks[3+n+5], &records)
 		}
+		var sectionAt map[int]bool // claim: the KEYS index each section starts at
+		if name == scClaim.Name {
+			starts, err := claimSectionStarts(toks[3+n:])
+			if err != nil {
+				t.Errorf("claim: %v", err)
+			}
+			sectionAt = map[int]bool{}
+			for _, i := range starts {
+				sectionAt[i] = true
+			}
+			if len(starts) > 1 && valkeyconn.IsCluster(b.client) {
+				t.Errorf("claim: %d sections in one call on a cluster", len(starts))
+			}
+		}
+		sectionSlot := slot
 		for i, k := range toks[3 : 3+n] {
 			want := slot
+			if name == scClaim.Name && i < n-1 {
+				if sectionAt[i] {
+					sectionSlot = keyHashSlot(k) // each section on its own shard's slot
+					if spanSlots == nil {
+						spanSlots = map[uint16]bool{}
+					}
+					spanSlots[sectionSlot] = true
+					if len(spanSlots) > 1 {
+						crossSlotClaims, declared = true, map[string]bool{}
+					}
+				}
+				want = sectionSlot
+			}
 			if name == scPresenceBeat.Name && !valkeyconn.IsCluster(b.client) && i < n-1 {
 				if i < 3*records {
 					want = keyHashSlot(toks[3+i-i%3]) // the record's p key: its triple's slot
 				} else {
 					want = keyHashSlot(k) // a renewal's lease index, on its grant's shard
-					if renewSlots == nil {
-						renewSlots = map[uint16]bool{}
+					if spanSlots == nil {
+						spanSlots = map[uint16]bool{}
 					}
-					renewSlots[want] = true
+					spanSlots[want] = true
 				}
 				if want != slot {
 					crossSlotBeats, declared = true, map[string]bool{}
@@ -441,6 +471,62 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	if !valkeyconn.IsCluster(b.client) && !crossSlotRenewals {
 		t.Error("the workload never renewed grants of another shard in a presence write")
 	}
+	if !valkeyconn.IsCluster(b.client) && !crossSlotClaims {
+		t.Error("the workload never claimed on two shards in one call")
+	}
+}
+
+// claimSectionStarts reads a claim call's ARGV (lua/claim.lua's header)
+// for where in KEYS each of its sections starts.
+func claimSectionStarts(argv []string) ([]int, error) {
+	at := 14 // ARGV[15], rest
+	next := func() (int, error) {
+		if at >= len(argv) {
+			return 0, fmt.Errorf("ARGV ends at %d", at)
+		}
+		v, err := strconv.Atoi(argv[at])
+		at++
+		return v, err
+	}
+	nk, err := next()
+	if err != nil {
+		return nil, err
+	}
+	at += nk
+	ns, err := next()
+	if err != nil {
+		return nil, err
+	}
+	var starts []int
+	k := 0
+	for range ns {
+		starts = append(starts, k)
+		nkeys, err := next()
+		if err != nil {
+			return nil, err
+		}
+		k += nkeys
+		nr, err := next()
+		if err != nil {
+			return nil, err
+		}
+		queues := 0
+		for range nr {
+			at += 2
+			nq, err := next()
+			if err != nil {
+				return nil, err
+			}
+			queues += nq
+		}
+		at += queues
+		nl, err := next()
+		if err != nil {
+			return nil, err
+		}
+		at += nl
+	}
+	return starts, nil
 }
 
 // A claim over sites on several shards: every eligible job is granted once
@@ -466,5 +552,114 @@ func TestClaimAcrossShardsOrder(t *testing.T) {
 		equalStrings(t, "Max 1", ids(first), []string{"c1"})
 		rest := h.claim(both, maxJobs(10), runner("runner_2"))
 		equalStrings(t, "the rest", ids(rest), []string{"a1", "c2", "a2"})
+	})
+}
+
+// On a server that is not a cluster a claim's first call covers every
+// shard it reads (one section each); where a section stops the call (more
+// due there than the settle budget, the scan budget spent, the token
+// revoked on that shard), the claim goes on from that shard alone. Either
+// way it grants, scans and calls exactly what one call a shard would: the
+// cluster and the embedded store take that path, and every case here
+// expects the same answer on each backend.
+func TestClaimAcrossShardsStopsWhereOneCallAShardWould(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		t.Run("both shards in one call", func(t *testing.T) {
+			counter := &countingObserver{n: map[string]int{}}
+			h := newFixture(t, b, Options{ObserveScript: counter.observe})
+			a, c := site, otherShardSite(h.s, site)
+			h.enqueueStub(c, stub("c1", "alice"))
+			h.enqueueStub(a, stub("a1", "alice"))
+			counter.take()
+			got, stats, err := h.s.claim(h.ctx, claimArgs(routes([]string{a, c}, []string{"alice"})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalStrings(t, "grants", ids(got), []string{"c1", "a1"})
+			want := 1
+			if valkeyconn.IsCluster(b.client) {
+				want = 2
+			}
+			if n := counter.take()["claim"]; n != want || stats.Attempts != want {
+				t.Fatalf("%d claim calls (attempts %d), want %d", n, stats.Attempts, want)
+			}
+			for _, g := range got {
+				if sh, ok := h.s.k.leaseShard(g.Lease.ID); !ok || sh != placedShard(h.s, g.SiteID) {
+					t.Fatalf("%s's lease %s names shard %d, its site is on %d", stubID(g), g.Lease.ID, sh, placedShard(h.s, g.SiteID))
+				}
+			}
+		})
+		t.Run("more due than the settle budget on the second shard", func(t *testing.T) {
+			h := newFixture(t, b, Options{ClaimSettleBudget: 2, SweepBatch: 7})
+			a, c := site, otherShardSite(h.s, site)
+			h.enqueueStub(a, stub("a1", "alice"))
+			for i := range 3 {
+				st := stub(fmt.Sprint("old", i), fmt.Sprint("o", i))
+				st.DeadlineAt = h.now() + 1000
+				h.enqueueStub(c, st)
+			}
+			h.enqueueStub(c, stub("c4", "alice"))
+			h.s.Testing().AdvanceClock(2000)
+			got, stats, err := h.s.claim(h.ctx, claimArgs(routes([]string{a, c}, []string{"alice"})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalStrings(t, "grants", ids(got), []string{"a1", "c4"})
+			// The first call (a1, then c's backlog), c's refused call, the
+			// sweep, c's call again; or one call on a, then c's two.
+			if stats.Attempts != 3 {
+				t.Fatalf("attempts %d", stats.Attempts)
+			}
+			if jobs, _ := h.s.Jobs(h.ctx); len(jobs) != 2 {
+				t.Fatalf("%d jobs left, want the two granted", len(jobs))
+			}
+		})
+		t.Run("scan budget spent on the first shard", func(t *testing.T) {
+			h := newFixture(t, b, Options{})
+			h.s.limits.claimScan = 1
+			a, c := site, otherShardSite(h.s, site)
+			h.enqueueStub(a, stub("a1", "alice"))
+			h.enqueueStub(c, stub("c1", "alice"))
+			h.enqueueStub(a, stub("a2", "alice"))
+			got, stats, err := h.s.claim(h.ctx, claimArgs(routes([]string{a, c}, []string{"alice"})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalStrings(t, "grants", ids(got), []string{"a1", "c1", "a2"})
+			if stats.Attempts != 3 || stats.Scanned != 3 || stats.Truncated {
+				t.Fatalf("stats %+v", stats)
+			}
+		})
+		t.Run("token revoked on the second shard", func(t *testing.T) {
+			h := newFixture(t, b, Options{})
+			a, c := site, otherShardSite(h.s, site)
+			h.enqueueStub(a, stub("a1", "alice"))
+			h.enqueueStub(c, stub("c1", "alice"))
+			token, err := newClaimToken()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := mintLease(placedShard(h.s, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.giveBack(UnansweredClaim{RunnerID: "runner_1", Token: token, Leases: []string{id}})
+			u := &UnansweredClaim{RunnerID: "runner_1", Token: token}
+			_, _, err = h.s.claimWith(h.ctx, claimArgs(routes([]string{a, c}, []string{"alice"})), u)
+			if !errors.Is(err, errClaimRevoked) {
+				t.Fatalf("%v, want errClaimRevoked", err)
+			}
+			// a1 was granted before c's section found the token revoked,
+			// as a call on a alone would have; the caller gives it back.
+			h.mustState("a1", StateAwaitingPayload)
+			if j := h.job(c, "c1"); j.State != StateQueued {
+				t.Fatalf("c1 is %s", j.State)
+			}
+			if given := h.giveBack(*u); len(given) != 1 {
+				t.Fatalf("gave back %v, want a1's grant", given)
+			}
+			h.mustState("a1", StateQueued)
+		})
 	})
 }

@@ -63,16 +63,17 @@ local function tail(t, i)
 end
 
 -- on_shard(key, f) runs f with P set to key's prefix and sets it back
--- after, answering what f answers. Only for a call that may span shards,
--- which only a server that is not a cluster takes (presence_beat's
--- renewals): key must be in KEYS, and f builds keys from P as any script
--- body does, now on key's shard.
+-- after, answering what f answers (values that are not nil). Only for a
+-- call that may span shards, which only a server that is not a cluster
+-- takes (a claim's sections, presence_beat's renewals): key must be in
+-- KEYS, and f builds keys from P as any script body does, now on key's
+-- shard.
 local function on_shard(key, f)
   local home = P
   P = string.match(key, '^[^{]*{[^}]*}:')
-  local r = f()
+  local r = {f()}
   P = home
-  return r
+  return unpack(r)
 end
 
 local function fmt(x)
