@@ -47,7 +47,9 @@ const (
 // presenceCheckTTL is how long a reconciled presence record (right owner,
 // right identity key) is taken to still be so by the requests that do not
 // use the device's key set (fetch, result, release): within it they skip
-// the presence lookup, one Valkey round trip per poll. Presence only
+// the presence lookup, one Valkey round trip per poll. A heartbeat whose
+// write verified the remembered record counts as a reconciliation, so a
+// busy device, which heartbeats every tick, is not looked up at all. Presence only
 // changes owner or keys by being dropped and rebuilt (re-keying, re-pairing,
 // TTL), and a rebuild that a skipped lookup would have done is done by the
 // runner's next claim or heartbeat instead; no answer depends on it.

@@ -374,6 +374,44 @@ func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
 	}
 }
 
+// A remembered heartbeat whose write found the record holding exactly the
+// remembered owner and key set counts as a reconciliation: the fetches,
+// results and releases after it skip the presence lookup for another
+// presenceCheckTTL, even when the last lookup is older than that.
+func TestVerifiedHeartbeatRenewsThePresenceCheck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	e.relay.presence.ttl = ttl
+	w := newWorld(t)
+	w.install(e)
+	hb := heartbeatJSON(t, "runner_alice", "0.1.1")
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 { // reconciles
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 { // remembered, verified
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+		t.Fatal(err)
+	}
+	got := e.daemonPost(w.alice, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown"))
+	if got.status != 200 {
+		t.Fatalf("release: %d %s", got.status, got.body)
+	}
+	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p != nil {
+		t.Fatalf("the release looked the record up (and rebuilt it: %+v, %v) right after a verified heartbeat", p, err)
+	}
+	// The next heartbeat finds the record gone and rebuilds it.
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p == nil {
+		t.Fatalf("after the next heartbeat: %+v, %v", p, err)
+	}
+}
+
 // A heartbeat from a runner this replica reconciled lately writes its
 // presence without reading it first, and checks what the write answers: a
 // record that meanwhile changed owner is started over from the projection,

@@ -498,6 +498,7 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 		// a call (store.HeartbeatInput.Idle).
 		beat.Idle = &store.IdleClaim{Routes: req.proj.RoutesFor(dev.owner), Kinds: capabilityKinds(in.Capabilities)}
 	}
+	local := time.Now().UnixMilli()
 	hb, err := r.store.Heartbeat(req.ctx, beat)
 	if errors.Is(err, store.ErrPresenceChanged) {
 		// The record is gone or was re-keyed since this replica last read
@@ -511,6 +512,13 @@ func (r *Relay) heartbeat(req *request) (reply, error) {
 	}
 	if err != nil {
 		return reply{}, fmt.Errorf("heartbeat: seen: %w", err)
+	}
+	if beat.RequirePresence {
+		// The write found the record holding exactly the remembered owner
+		// and key set, which is what a reconciliation would have read:
+		// the fetches and results that follow need not read it again
+		// (presenceCheckTTL).
+		r.presence.note(dev.runnerID, dev.owner, dev.identity, dev.projected.Identity, local)
 	}
 
 	var successions orderedObj

@@ -112,12 +112,15 @@
 // KEYS[1]'s prefix, which lib/common.lua derives and checks: same tag, same
 // slot, by construction (TestEveryScriptStaysOnOneSlot watches every
 // command each script runs). Go never sends a multi-key command across
-// slots; fan-outs are one single-slot call per shard. One exception, on a
-// server that is not a cluster only, where there are no slots to keep:
+// slots; fan-outs are one single-slot call per shard. Two exceptions, on
+// a server that is not a cluster only, where there are no slots to keep:
 // presence_beat carries the short-form heartbeats of every shard, and the
 // renewals a busy device's heartbeat asks for, each built from its own
-// shard's lease index in KEYS (lib/common.lua on_shard); on a cluster it
-// is one shard's call, and renewals go to renew.lua on their shards.
+// shard's lease index in KEYS; and a claim's first call carries one
+// section for each shard it reads, each section's keys built from its
+// first key's prefix (lib/common.lua on_shard switches P for both). On a
+// cluster each is one shard's call, renewals go to renew.lua on their
+// shards, and a claim calls each shard in turn.
 //
 // Every script also declares, as its last key, its slot's migration guard
 // ⟨prefix⟩mguard (GuardKey), which is never written: Store.run appends it
@@ -414,7 +417,7 @@
 // written, with the write's clock: one script call for the whole
 // heartbeat instead of presence_beat and a renew per lease shard (real
 // profile, 100 jobs/s: 5.50 to 4.90 script calls a job,
-// test/bench/results/2026-12-07-renewals-in-the-presence-write.md). A
+// test/bench/results/2026-12-07-renewals-and-claims-in-one-call.md). A
 // cluster, or a heartbeat sent in full, renews after the cancel
 // requests, as before. An idle claim the view rules out reads nothing at all, not even
 // the presence record its grants would be checked against (nothing is
