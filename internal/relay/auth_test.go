@@ -390,7 +390,8 @@ func TestVerifiedHeartbeatRenewsThePresenceCheck(t *testing.T) {
 		t.Fatalf("heartbeat: %d %s", got.status, got.body)
 	}
 	time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
-	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 { // remembered, verified
+	// Remembered, so its write verifies the record.
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
 		t.Fatalf("heartbeat: %d %s", got.status, got.body)
 	}
 	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
