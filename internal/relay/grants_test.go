@@ -405,9 +405,20 @@ func TestControlPlanePublicAtPairing(t *testing.T) {
 func TestSatisfiableAtEnqueue(t *testing.T) {
 	t.Parallel()
 	a := newFakeAuthority(t)
+	// A call cut short by the grant timeout may still be running when the
+	// next case sets its answer, so the answer is read under a lock.
+	var mu sync.Mutex
 	var verdict grant.Verdict
 	var failWith error
+	answer := func(v grant.Verdict, err error) {
+		mu.Lock()
+		verdict, failWith = v, err
+		mu.Unlock()
+	}
 	a.verdict = func(ctx context.Context) (grant.Verdict, error) {
+		mu.Lock()
+		verdict, failWith := verdict, failWith
+		mu.Unlock()
 		if failWith != nil {
 			return "", failWith
 		}
@@ -446,7 +457,7 @@ func TestSatisfiableAtEnqueue(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			verdict, failWith = c.verdict, c.fail
+			answer(c.verdict, c.fail)
 			id := "refused-" + string(rune('a'+i))
 			expect(t, enqueue(id, c.purpose), c.status, c.body)
 			if j, err := e.st.Job(t.Context(), "site_a", id); err != nil || j != nil {
@@ -454,18 +465,18 @@ func TestSatisfiableAtEnqueue(t *testing.T) {
 			}
 		})
 	}
-	verdict, failWith = grant.VerdictOK, nil
+	answer(grant.VerdictOK, nil)
 	expect(t, enqueue("kept", "summarise"), 200, `{"jobId":"kept","state":"queued"}`)
 	last := a.sat[len(a.sat)-1]
 	if last != (grant.SatisfiableRequest{SiteID: "site_a", Owner: "bob", Purpose: "summarise", HasPurpose: true, Kind: protocol.KindChat}) {
 		t.Fatalf("satisfiable asked %+v", last)
 	}
 	t.Run("an unknown verdict lets the enqueue through, as the reference does", func(t *testing.T) {
-		verdict = "maybe"
+		answer("maybe", nil)
 		expect(t, enqueue("odd-verdict", ""), 200, `{"jobId":"odd-verdict","state":"queued"}`)
 	})
 	t.Run("an existing job id is still checked", func(t *testing.T) {
-		verdict = grant.VerdictUnmapped
+		answer(grant.VerdictUnmapped, nil)
 		n := len(a.sat)
 		expect(t, enqueue("kept", "summarise"), 409, `{"error":"slot-unsatisfiable","message":"nobody has chosen what answers this yet"}`)
 		if len(a.sat) != n+1 {

@@ -199,33 +199,52 @@ func (r *Relay) results(req *request) (reply, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"jobId":`...)
-		b = protocol.AppendJSString(b, j.JobID)
-		if len(j.Result) > 0 {
-			b = append(b, `,"envelope":`...)
-			b = append(b, j.Result...)
-		}
-		if j.Disposition != "" {
-			b = append(b, `,"disposition":`...)
-			b = protocol.AppendJSString(b, j.Disposition)
-		}
-		if j.Claimed {
-			b = append(b, `,"runnerId":`...)
-			b = protocol.AppendJSString(b, j.RunnerID)
-			b = append(b, `,"leaseId":`...)
-			b = protocol.AppendJSString(b, j.LeaseID)
-			b = append(b, `,"device":`...)
-			if b, err = appendDevice(b, j.Device); err != nil {
+		// A result is re-sent on every poll until its deadline, and the
+		// store's cache hands the same job back each time: its entry is
+		// encoded on the first poll only.
+		entry := j.Encoded.Load()
+		if entry == nil {
+			e, err := resultEntry(j)
+			if err != nil {
 				return reply{}, fmt.Errorf("results: %w", err)
 			}
-			b = append(b, `,"runnerOwner":`...)
-			b = protocol.AppendJSString(b, j.RunnerOwner)
+			j.Encoded.Store(&e)
+			entry = &e
 		}
-		b = append(b, '}')
+		b = append(b, *entry...)
 	}
 	b = append(b, "]}"...)
 	recycleAfterWrite(req.ctx, b)
 	return reply{status: 200, body: b}, nil
+}
+
+// resultEntry is j's entry of a results answer (wire.md §9.5).
+func resultEntry(j *store.ResultJob) ([]byte, error) {
+	b := make([]byte, 0, resultSize(j))
+	b = append(b, `{"jobId":`...)
+	b = protocol.AppendJSString(b, j.JobID)
+	if len(j.Result) > 0 {
+		b = append(b, `,"envelope":`...)
+		b = append(b, j.Result...)
+	}
+	if j.Disposition != "" {
+		b = append(b, `,"disposition":`...)
+		b = protocol.AppendJSString(b, j.Disposition)
+	}
+	if j.Claimed {
+		b = append(b, `,"runnerId":`...)
+		b = protocol.AppendJSString(b, j.RunnerID)
+		b = append(b, `,"leaseId":`...)
+		b = protocol.AppendJSString(b, j.LeaseID)
+		b = append(b, `,"device":`...)
+		var err error
+		if b, err = appendDevice(b, j.Device); err != nil {
+			return nil, err
+		}
+		b = append(b, `,"runnerOwner":`...)
+		b = protocol.AppendJSString(b, j.RunnerOwner)
+	}
+	return append(b, '}'), nil
 }
 
 // appendDevice appends a stored device identity as the answers show it: the

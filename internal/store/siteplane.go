@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
@@ -48,6 +49,12 @@ type ResultJob struct {
 	LeaseID     string
 	Device      json.RawMessage
 	RunnerOwner string
+
+	// Encoded holds what a caller derived from the fields above, once, for
+	// every later read of the same cached job: the relay keeps the job's
+	// entry of a results answer here, which is re-sent on every poll until
+	// the deadline. Safe for concurrent readers; never read by the store.
+	Encoded atomic.Pointer[[]byte]
 }
 
 // PendingJobs lists the site's awaiting-payload jobs in insertion order with
@@ -180,8 +187,11 @@ func resultSiteSize(siteID string, entries map[listed]*ResultJob) int {
 	return n
 }
 
+// resultSize counts a cached result twice: its fields as read, and the
+// entry a caller may derive from them and keep beside them (Encoded: the
+// relay's answer entry, about as large again).
 func resultSize(r *ResultJob) int {
-	return len(r.Result) + len(r.Device) + len(r.JobID) + len(r.RunnerID) + len(r.LeaseID) + len(r.RunnerOwner) + len(r.Disposition) + 128
+	return 2 * (len(r.Result) + len(r.Device) + len(r.JobID) + len(r.RunnerID) + len(r.LeaseID) + len(r.RunnerOwner) + len(r.Disposition) + 128)
 }
 
 // ResultJobs lists the site's done jobs that carry a result, in insertion

@@ -26,11 +26,11 @@ func pendingOf(t *testing.T, jobs []Job) []PendingJob {
 }
 
 // resultsOf is what ResultJobs must say about the jobs Finished lists.
-func resultsOf(t *testing.T, jobs []Job) []ResultJob {
+func resultsOf(t *testing.T, jobs []Job) []*ResultJob {
 	t.Helper()
-	out := []ResultJob{}
+	out := []*ResultJob{}
 	for _, j := range jobs {
-		r := ResultJob{JobID: j.ID, Result: j.Result, Disposition: j.Disposition}
+		r := &ResultJob{JobID: j.ID, Result: j.Result, Disposition: j.Disposition}
 		if c := j.ClaimedBy; c != nil {
 			r.Claimed, r.RunnerID, r.LeaseID, r.RunnerOwner = true, c.RunnerID, c.LeaseID, c.Owner
 			r.Device = protocol.MustMarshal(c.Device)
@@ -40,13 +40,6 @@ func resultsOf(t *testing.T, jobs []Job) []ResultJob {
 	return out
 }
 
-func derefResults(in []*ResultJob) []ResultJob {
-	out := []ResultJob{}
-	for _, r := range in {
-		out = append(out, *r)
-	}
-	return out
-}
 
 func sameJSON(t *testing.T, what string, got, want any) {
 	t.Helper()
@@ -81,7 +74,7 @@ func (h *storeFixture) checkSitePlane(siteID string, wantPending, wantResults []
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		sameJSON(h.t, fmt.Sprint("result jobs, read ", round+1), derefResults(res), resultsOf(h.t, fin))
+		sameJSON(h.t, fmt.Sprint("result jobs, read ", round+1), res, resultsOf(h.t, fin))
 	}
 }
 
@@ -205,7 +198,7 @@ func TestResultJobsSitesAndCacheBound(t *testing.T) {
 							t.Fatal(err)
 						}
 						fin, _ := h.s.Finished(h.ctx, siteID)
-						sameJSON(t, siteID, derefResults(res), resultsOf(t, fin))
+						sameJSON(t, siteID, res, resultsOf(t, fin))
 						if siteID != "site_none" && string(res[0].Result) != `{"site":"`+siteID+`"}` {
 							t.Fatalf("%s: %s", siteID, res[0].Result)
 						}
