@@ -40,7 +40,6 @@ func resultsOf(t *testing.T, jobs []Job) []*ResultJob {
 	return out
 }
 
-
 func sameJSON(t *testing.T, what string, got, want any) {
 	t.Helper()
 	g, _ := json.Marshal(got)
