@@ -169,6 +169,12 @@ func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoin
 			budget = max(budget, c.failoverFor)
 		}
 		retryable := err != nil || res.status == http.StatusBadGateway || res.status == http.StatusServiceUnavailable || res.status == http.StatusGatewayTimeout
+		if retryable && err == nil && ctx.Err() != nil {
+			// The caller gave up while retrying (a daemon dropping a job
+			// whose lease it heard was lost): the refusal it would have
+			// retried is not its answer.
+			return res, ctx.Err()
+		}
 		if !retryable || ctx.Err() != nil || time.Since(first) >= budget {
 			if err != nil && ctx.Err() == nil {
 				c.unreached.Add(1)
@@ -182,6 +188,9 @@ func (c *client) do(ctx context.Context, name, method, base, path, signedEndpoin
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if err == nil {
+				err = ctx.Err() // as above
+			}
 			return res, err
 		}
 		if base == "" {
