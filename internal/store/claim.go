@@ -167,16 +167,13 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 		out = append(out, got...)
 		maps.Copy(deadlines, dls)
 		rest, open = order[next:], stopped
-		if open != nil {
-			rest = order[next-1:]
-		}
 	}
 	for _, sh := range rest {
 		if len(out) >= in.Max {
 			break
 		}
-		sec := open
-		if sec == nil || sec.sh != sh {
+		sec := open // the section claimShards stopped in is rest's first
+		if sec == nil {
 			var err error
 			if sec, err = s.newClaimSection(in, u, sh, byShard[sh], kinds, in.Max-len(out)); err != nil {
 				return out, stats, err
@@ -595,10 +592,10 @@ func (s *Store) note(stats *claimStats, rep claimReply) {
 // which grants what one call a shard in order would have, in one script
 // call instead of one a shard. It answers the grants, the latest
 // deadline on each shard that granted, where in order the claim goes on
-// shard by shard (claimShard), and, when the call stopped in a section
-// that has more to do (more due than the settle budget, the scan budget
-// spent with grants still wanted), that section, to go on with where the
-// call left it; the shards after it follow.
+// shard by shard (claimShard): at the section the call stopped in when
+// that one has more to do (more due than the settle budget, the scan
+// budget spent with grants still wanted), answered too, to go on with
+// where the call left it; else after it.
 func (s *Store) claimShards(ctx context.Context, in ClaimInput, u *UnansweredClaim, order []int, byShard map[int][]Route, kinds []string, device []byte, stats *claimStats) ([]ClaimedStub, map[int]int64, int, *claimSection, error) {
 	secs := make([]*claimSection, len(order))
 	for i, sh := range order {
@@ -625,16 +622,15 @@ func (s *Store) claimShards(ctx context.Context, in ClaimInput, u *UnansweredCla
 			deadlines[order[i]] = rep.deadlines[i]
 		}
 	}
-	next := len(rep.grants)
-	var open *claimSection
-	switch last := secs[next-1]; {
+	last := len(rep.grants) - 1
+	switch {
 	case rep.status == "sweep":
-		open = last // it changed nothing: from its queues' heads
+		return out, deadlines, last, secs[last], nil // it changed nothing: from its queues' heads
 	case rep.truncated == 1 && len(out) < in.Max:
-		open = last
-		open.granted(len(rep.grants[next-1]), rep.cursors)
+		secs[last].granted(len(rep.grants[last]), rep.cursors)
+		return out, deadlines, last, secs[last], nil
 	}
-	return out, deadlines, next, open, nil
+	return out, deadlines, last + 1, nil, nil
 }
 
 // claimShard runs the claim script on one shard (sec, as built or as a

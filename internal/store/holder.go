@@ -257,6 +257,11 @@ func (s *Store) RenewLeases(ctx context.Context, in RenewInput) (RenewResult, er
 	if err := s.checkRenew(in); err != nil {
 		return RenewResult{Renewed: []Renewed{}, Lost: []protocol.GrantRef{}}, fmt.Errorf("renew: %w", err)
 	}
+	return s.renewLeases(ctx, in)
+}
+
+// renewLeases is RenewLeases for a checked in.
+func (s *Store) renewLeases(ctx context.Context, in RenewInput) (RenewResult, error) {
 	// By lease shard, in chunks of GrantChunk, each its own script call, so
 	// a long list costs several short calls rather than one that stalls
 	// Valkey. Every grant is judged on its own, so the answer is the one a

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -480,53 +481,36 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 // for where in KEYS each of its sections starts.
 func claimSectionStarts(argv []string) ([]int, error) {
 	at := 14 // ARGV[15], rest
-	next := func() (int, error) {
-		if at >= len(argv) {
-			return 0, fmt.Errorf("ARGV ends at %d", at)
+	var bad error
+	next := func() int { // the next count; a bad one ends the walk
+		if bad != nil || at >= len(argv) {
+			bad = cmp.Or(bad, fmt.Errorf("ARGV ends at %d", at))
+			return 0
 		}
 		v, err := strconv.Atoi(argv[at])
 		at++
-		return v, err
+		bad = err
+		return v
 	}
-	nk, err := next()
-	if err != nil {
-		return nil, err
-	}
-	at += nk
-	ns, err := next()
-	if err != nil {
-		return nil, err
-	}
+	at += next() // the kinds
+	ns := next()
 	var starts []int
 	k := 0
 	for range ns {
+		if bad != nil {
+			break
+		}
 		starts = append(starts, k)
-		nkeys, err := next()
-		if err != nil {
-			return nil, err
-		}
-		k += nkeys
-		nr, err := next()
-		if err != nil {
-			return nil, err
-		}
-		queues := 0
+		k += next() // the section's keys
+		nr, queues := next(), 0
 		for range nr {
-			at += 2
-			nq, err := next()
-			if err != nil {
-				return nil, err
-			}
-			queues += nq
+			at += 2 // eS, eO
+			queues += next()
 		}
-		at += queues
-		nl, err := next()
-		if err != nil {
-			return nil, err
-		}
-		at += nl
+		at += queues // the cursors
+		at += next() // the lease ids
 	}
-	return starts, nil
+	return starts, bad
 }
 
 // A claim over sites on several shards: every eligible job is granted once

@@ -70,12 +70,12 @@ func (s *Store) Heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 	}
 	switch {
 	case in.Renew == nil:
-	case expiry != nil:
+	case expiry != nil || len(in.Renew.Leases) == 0:
 		out.Renew, err = renewOutcome(in.Renew.Leases, expiry)
 	default:
 		// Not carried by the presence write (a cluster, the full form):
 		// renewed on the leases' shards, after the cancel requests.
-		out.Renew, err = s.RenewLeases(ctx, *in.Renew)
+		out.Renew, err = s.renewLeases(ctx, *in.Renew)
 	}
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
