@@ -60,7 +60,7 @@ func TestResultCacheCountsSites(t *testing.T) {
 	t.Parallel()
 	c := resultCache{limit: 64 << 10}
 	for i := range 10_000 {
-		c.put(fmt.Sprint("site-", i), "epoch", map[listed]*ResultJob{})
+		c.put(fmt.Sprint("site-", i), "epoch", nil)
 	}
 	if n := len(c.sites); n > (64<<10)/256 {
 		t.Fatalf("%d empty sites kept under a 64 KiB bound", n)
@@ -70,10 +70,12 @@ func TestResultCacheCountsSites(t *testing.T) {
 	}
 	// Replacing a site's entry does not double-count it.
 	c = resultCache{limit: 64 << 10}
+	one := &ResultJob{JobID: "a"}
+	entries := []cachedResult{{l: listed{eJ: "a", seq: "1"}, r: one, cost: resultSize(one)}}
 	for range 100 {
-		c.put("one", "epoch", map[listed]*ResultJob{{eJ: "a", seq: "1"}: {JobID: "a"}})
+		c.put("one", "epoch", entries)
 	}
-	if want := resultSiteSize("one", map[listed]*ResultJob{{eJ: "a", seq: "1"}: {JobID: "a"}}); c.bytes != want || len(c.sites) != 1 {
+	if want := 256 + len("one") + resultSize(one); c.bytes != want || len(c.sites) != 1 {
 		t.Fatalf("one site put 100 times: %d bytes, %d sites; want %d, 1", c.bytes, len(c.sites), want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,19 +115,20 @@ func pendingJob(f [6]string) (PendingJob, error) {
 const DefaultResultCacheBytes = 64 << 20
 
 // resultCache holds, per site, the results listed by the site's last
-// results read, keyed by seq and job. A done job's result, disposition and
-// grant never change while it exists (complete keeps the first result, a
-// done job is never requeued or re-granted), and seq is never reused while
-// Valkey keeps its data, so the entry of a seq the listing names is the
-// stored result. Valkey can lose its data (restart without persistence,
-// FLUSHALL, failover to a replica that missed writes), and then seq is
-// handed out again; the entries are therefore filed under the data
-// generation (the epoch of the site's shard, a random id the first enqueue
-// after a loss writes there, plus the server's replication id, which a
-// failover changes) and served only to a read whose own listing named the
-// same generation. The generation is kept per site: sites on different
-// shards (on a cluster, on different nodes) name different generations,
-// and one site's read must not empty the cache of the others.
+// results read, in that listing's order (seq, then job). A done job's
+// result, disposition and grant never change while it exists (complete
+// keeps the first result, a done job is never requeued or re-granted),
+// and seq is never reused while Valkey keeps its data, so the entry of a
+// seq the listing names is the stored result. Valkey can lose its data
+// (restart without persistence, FLUSHALL, failover to a replica that
+// missed writes), and then seq is handed out again; the entries are
+// therefore filed under the data generation (the epoch of the site's
+// shard, a random id the first enqueue after a loss writes there, plus the
+// server's replication id, which a failover changes) and served only to a
+// read whose own listing named the same generation. The generation is kept
+// per site: sites on different shards (on a cluster, on different nodes)
+// name different generations, and one site's read must not empty the cache
+// of the others.
 type resultCache struct {
 	mu    sync.Mutex
 	limit int
@@ -136,12 +138,22 @@ type resultCache struct {
 
 type siteResults struct {
 	epoch   string
-	entries map[listed]*ResultJob // index entry -> result
+	entries []cachedResult // in the order of the listing that named them
+	size    int            // what the entry counts against the bound
 }
 
-// get returns the site's entries filed under epoch; none when they were
-// filed under another epoch or epoch is "" (no epoch stored: trust nothing).
-func (c *resultCache) get(siteID, epoch string) map[listed]*ResultJob {
+// cachedResult is one result of a listing, with what it counts against
+// the cache's bound, computed once when it was read.
+type cachedResult struct {
+	l    listed
+	r    *ResultJob
+	cost int
+}
+
+// get returns the site's entries filed under epoch, in listing order;
+// none when they were filed under another epoch or epoch is "" (no epoch
+// stored: trust nothing). The slice is shared: read it, never change it.
+func (c *resultCache) get(siteID, epoch string) []cachedResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sr, ok := c.sites[siteID]
@@ -154,7 +166,7 @@ func (c *resultCache) get(siteID, epoch string) map[listed]*ResultJob {
 // put replaces the site's entries with the ones its latest listing named,
 // filed under that listing's epoch, or forgets every site when the cache
 // would grow past its bound.
-func (c *resultCache) put(siteID, epoch string, entries map[listed]*ResultJob) {
+func (c *resultCache) put(siteID, epoch string, entries []cachedResult) {
 	size := resultSiteSize(siteID, entries)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -162,7 +174,7 @@ func (c *resultCache) put(siteID, epoch string, entries map[listed]*ResultJob) {
 		c.sites = map[string]siteResults{}
 	}
 	if old, ok := c.sites[siteID]; ok {
-		c.bytes -= resultSiteSize(siteID, old.entries)
+		c.bytes -= old.size
 	}
 	delete(c.sites, siteID)
 	if epoch == "" || size > c.limit {
@@ -172,17 +184,17 @@ func (c *resultCache) put(siteID, epoch string, entries map[listed]*ResultJob) {
 		c.sites = map[string]siteResults{}
 		c.bytes = 0
 	}
-	c.sites[siteID] = siteResults{epoch: epoch, entries: entries}
+	c.sites[siteID] = siteResults{epoch: epoch, entries: entries, size: size}
 	c.bytes += size
 }
 
 // resultSiteSize is what a site's entry costs the cache's bound: its
 // results and the entry itself, so that sites with no results (a hub's
 // sites come and go) count too.
-func resultSiteSize(siteID string, entries map[listed]*ResultJob) int {
+func resultSiteSize(siteID string, entries []cachedResult) int {
 	n := 256 + len(siteID)
-	for _, r := range entries {
-		n += resultSize(r)
+	for _, e := range entries {
+		n += e.cost
 	}
 	return n
 }
@@ -192,6 +204,19 @@ func resultSiteSize(siteID string, entries map[listed]*ResultJob) int {
 // relay's answer entry, about as large again).
 func resultSize(r *ResultJob) int {
 	return 2 * (len(r.Result) + len(r.Device) + len(r.JobID) + len(r.RunnerID) + len(r.LeaseID) + len(r.RunnerOwner) + len(r.Disposition) + 128)
+}
+
+// listedBefore orders index entries as the finished index lists them: by
+// seq (decimal text without leading zeros, so shorter is smaller), then by
+// member.
+func listedBefore(a, b listed) bool {
+	if len(a.seq) != len(b.seq) {
+		return len(a.seq) < len(b.seq)
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.eJ < b.eJ
 }
 
 // ResultJobs lists the site's done jobs that carry a result, in insertion
@@ -211,16 +236,7 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 		return nil, fmt.Errorf("result jobs: %w", err)
 	}
 
-	cached := s.results.get(siteID, epoch)
-	found := make([]*ResultJob, len(list))
-	var missing []int
-	for i, l := range list {
-		if r, ok := cached[l]; ok {
-			found[i] = r
-		} else {
-			missing = append(missing, i)
-		}
-	}
+	found, missing := matchCached(list, s.results.get(siteID, epoch))
 	for len(missing) > 0 {
 		batch := make([]listed, min(len(missing), s.limits.getJobs))
 		for j := range batch {
@@ -240,21 +256,45 @@ func (s *Store) ResultJobs(ctx context.Context, siteID string) ([]*ResultJob, er
 			if f[4] != "" {
 				r.Claimed, r.RunnerID, r.LeaseID, r.Device, r.RunnerOwner = true, f[3], f[4], json.RawMessage(f[5]), f[6]
 			}
-			found[missing[row.pos]] = r
+			i := missing[row.pos]
+			found[i] = cachedResult{l: list[i], r: r, cost: resultSize(r)}
 		}
 		missing = missing[consumed:]
 	}
 
+	// A job listed but gone by the time it was read has no result: it
+	// is neither answered nor kept.
 	out := make([]*ResultJob, 0, len(list))
-	keep := make(map[listed]*ResultJob, len(list))
-	for i, r := range found {
-		if r != nil {
-			out = append(out, r)
-			keep[list[i]] = r
+	keep := found[:0]
+	for _, e := range found {
+		if e.r != nil {
+			out = append(out, e.r)
+			keep = append(keep, e)
 		}
 	}
 	s.results.put(siteID, epoch, keep)
 	return out, nil
+}
+
+// matchCached pairs each entry of list with its cached result, and says
+// which entries have none (indices into list). Both are in index order
+// (listedBefore), so one walk matches them; an entry out of that order is
+// only read again, never paired with another entry's result.
+func matchCached(list []listed, cached []cachedResult) (found []cachedResult, missing []int) {
+	found = make([]cachedResult, len(list))
+	c := 0
+	for i, l := range list {
+		for c < len(cached) && listedBefore(cached[c].l, l) {
+			c++
+		}
+		if c < len(cached) && cached[c].l == l {
+			found[i] = cached[c]
+			c++
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	return found, missing
 }
 
 // listed is one entry of a finished index: the job (as encoded in the
@@ -321,7 +361,7 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 		s.c.B().Zrangebyscore().Key(fin).Min(after).Max("+inf").Withscores().Limit(0, int64(limit)).Build(),
 		s.c.B().Get().Key(epochKey).Build(),
 		s.c.B().Info().Section("replication").Build())
-	page, err := res[0].AsZScores()
+	page, err := res[0].ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("finished page: %w", err)
 	}
@@ -343,16 +383,76 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 			epoch += "/" + replicationID(info)
 		}
 	}
-	flat := make([]string, 1, 1+2*len(page))
-	flat[0] = epoch
-	for _, z := range page {
-		seq, err := seqText(z)
-		if err != nil {
-			return nil, fmt.Errorf("finished page: %w", err)
+	return appendZEntries([]string{epoch}, page)
+}
+
+// appendZEntries appends a ZRANGE ... WITHSCORES reply's members and
+// scores, flat, each score as seqText writes it. RESP3 answers pairs,
+// RESP2 one flat list.
+func appendZEntries(flat []string, page []valkey.ValkeyMessage) ([]string, error) {
+	if len(page) > 0 && page[0].IsArray() {
+		flat = slices.Grow(flat, 2*len(page))
+		for _, pair := range page {
+			kv, err := pair.ToArray()
+			if err != nil || len(kv) != 2 {
+				return nil, fmt.Errorf("%w: finished page: an entry of %d items (%v)", ErrUnexpectedReply, len(kv), err)
+			}
+			if flat, err = appendZEntry(flat, &kv[0], &kv[1]); err != nil {
+				return nil, err
+			}
 		}
-		flat = append(flat, z.Member, seq)
+		return flat, nil
+	}
+	if len(page)%2 != 0 {
+		return nil, fmt.Errorf("%w: finished page of %d items", ErrUnexpectedReply, len(page))
+	}
+	flat = slices.Grow(flat, len(page))
+	for i := 0; i < len(page); i += 2 {
+		var err error
+		if flat, err = appendZEntry(flat, &page[i], &page[i+1]); err != nil {
+			return nil, err
+		}
 	}
 	return flat, nil
+}
+
+func appendZEntry(flat []string, member, score *valkey.ValkeyMessage) ([]string, error) {
+	m, err := member.ToString()
+	if err != nil {
+		return nil, fmt.Errorf("finished page: member: %w", err)
+	}
+	text, err := score.ToString()
+	if err != nil {
+		return nil, fmt.Errorf("finished page: score of %q: %w", m, err)
+	}
+	// A server writes an integral score as its digits; anything else
+	// (an exponent, a fraction) goes through the number.
+	if !isDecimal(text) {
+		f, err := score.AsFloat64()
+		if err != nil {
+			return nil, fmt.Errorf("%w: finished page: score %q of %q", ErrUnexpectedReply, text, m)
+		}
+		if text, err = seqText(valkey.ZScore{Member: m, Score: f}); err != nil {
+			return nil, err
+		}
+	}
+	return append(flat, m, text), nil
+}
+
+// isDecimal reports whether s is a non-negative integer as
+// strconv.FormatInt writes it: digits, no sign, no leading zero, short
+// enough for an int64. (A server writes a double's digits only when they
+// are its exact integral value.)
+func isDecimal(s string) bool {
+	if s == "" || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // seqText is an index entry's score, a seq, as the scripts write it: an

@@ -441,3 +441,137 @@ func deviceOfSize(t *testing.T, n int) protocol.PublicIdentity {
 	}
 	return dev
 }
+
+// The results cache is walked in the finished index's order: every read
+// answers the results it has read before from the cache (the same
+// *ResultJob) and reads only the new ones, when a result lands before
+// older ones (a job enqueued earlier finishing later) and when an entry in
+// the middle passes its deadline and is swept. (Seqs of different lengths,
+// where text order and number order differ, are TestMatchCached's.)
+func TestResultJobsReuseCachedResultsInIndexOrder(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		const n, swept = 12, "job-05"
+		for i := range n {
+			st := stub(fmt.Sprintf("job-%02d", i), "alice")
+			if st.ID == swept {
+				st.DeadlineAt = h.now() + 120_000
+			}
+			h.enqueueStub(site, st)
+		}
+		// A device holds few unsealed jobs at once: claim, seal, again.
+		leases := map[string]string{}
+		for len(leases) < n {
+			got := h.claim(maxJobs(n))
+			if len(got) == 0 {
+				t.Fatalf("claimed %d of %d, then none", len(leases), n)
+			}
+			for _, g := range got {
+				leases[stubID(g)] = g.Lease.ID
+				if r := h.seal(stubID(g)); r.State != StateReady {
+					t.Fatalf("seal %s: %+v", stubID(g), r)
+				}
+			}
+		}
+		read := func() map[string]*ResultJob {
+			t.Helper()
+			res, err := h.s.ResultJobs(h.ctx, site)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fin, err := h.s.Finished(h.ctx, site)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameJSON(t, "results", res, resultsOf(t, fin))
+			out := map[string]*ResultJob{}
+			for _, r := range res {
+				out[r.JobID] = r
+			}
+			return out
+		}
+		sameAsBefore := func(prev, cur map[string]*ResultJob) {
+			t.Helper()
+			for id, r := range cur {
+				if p, ok := prev[id]; ok && p != r {
+					t.Fatalf("the result of %s was read again though the cache held it", id)
+				}
+			}
+		}
+		prev := read()
+		for _, i := range []int{11, 3, 9, 0, 10, 5, 1, 8, 2, 7, 4, 6} {
+			id := fmt.Sprintf("job-%02d", i)
+			if r := h.complete(id, "runner_1", leases[id], "ok"); !r.Accepted {
+				t.Fatalf("complete %s: %+v", id, r)
+			}
+			cur := read()
+			if _, ok := prev[id]; ok || cur[id] == nil {
+				t.Fatalf("after completing %s: before %v, now %v", id, prev[id] != nil, cur[id] != nil)
+			}
+			sameAsBefore(prev, cur)
+			prev = cur
+		}
+
+		h.s.Testing().AdvanceClock(120_001)
+		h.sweep()
+		cur := read()
+		if len(cur) != n-1 || cur[swept] != nil {
+			t.Fatalf("after %s's deadline: %d results, %s there: %v", swept, len(cur), swept, cur[swept] != nil)
+		}
+		sameAsBefore(prev, cur)
+	})
+}
+
+// matchCached pairs a listing with the cache only where entry and seq
+// both match, in any mix of removed, added and reordered entries; an entry
+// out of index order is read again, never paired with another's result.
+func TestMatchCached(t *testing.T) {
+	t.Parallel()
+	l := func(eJ, seq string) listed { return listed{eJ: eJ, seq: seq} }
+	cache := func(ls ...listed) []cachedResult {
+		out := make([]cachedResult, len(ls))
+		for i, x := range ls {
+			out[i] = cachedResult{l: x, r: &ResultJob{JobID: x.eJ + "@" + x.seq}}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		list   []listed
+		cached []cachedResult
+		hits   []string // per list entry: the cached job paired, "" for a miss
+	}{
+		{"empty", nil, nil, nil},
+		{"nothing cached", []listed{l("a", "1")}, nil, []string{""}},
+		{"all cached", []listed{l("a", "9"), l("b", "10")}, cache(l("a", "9"), l("b", "10")), []string{"a@9", "b@10"}},
+		{"one removed across a digit boundary", []listed{l("b", "10")}, cache(l("a", "9"), l("b", "10")), []string{"b@10"}},
+		{"removed from the middle", []listed{l("a", "2"), l("c", "100")}, cache(l("a", "2"), l("b", "30"), l("c", "100")), []string{"a@2", "c@100"}},
+		{"added before and between", []listed{l("x", "1"), l("a", "9"), l("y", "50"), l("b", "100")}, cache(l("a", "9"), l("b", "100")), []string{"", "a@9", "", "b@100"}},
+		{"same job, another seq (an id used again)", []listed{l("a", "12")}, cache(l("a", "11")), []string{""}},
+		{"same seq, another job", []listed{l("b", "7")}, cache(l("a", "7")), []string{""}},
+		{"tie on seq ordered by member", []listed{l("a", "7"), l("b", "7")}, cache(l("a", "7"), l("b", "7")), []string{"a@7", "b@7"}},
+		{"listing out of order", []listed{l("b", "10"), l("a", "9")}, cache(l("a", "9"), l("b", "10")), []string{"b@10", ""}},
+		{"cache out of order", []listed{l("a", "9"), l("b", "10")}, cache(l("b", "10"), l("a", "9")), []string{"", "b@10"}},
+	} {
+		found, missing := matchCached(c.list, c.cached)
+		var got []string
+		var wantMissing []int
+		for i, f := range found {
+			if f.r == nil {
+				got = append(got, "")
+			} else {
+				got = append(got, f.r.JobID)
+				if f.l != c.list[i] {
+					t.Fatalf("%s: entry %d paired with %v", c.name, i, f.l)
+				}
+			}
+			if c.hits[i] == "" {
+				wantMissing = append(wantMissing, i)
+			}
+		}
+		if !slices.Equal(got, c.hits) || !slices.Equal(missing, wantMissing) {
+			t.Fatalf("%s: paired %q, missing %v; want %q, %v", c.name, got, missing, c.hits, wantMissing)
+		}
+	}
+}
