@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strings"
 )
 
 // siteRoutes are the site plane's paths (wire.md §3): the requests whose
@@ -75,20 +74,4 @@ func (w *refusalWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
-}
-
-// RecipientKeyID reads a sealed envelope's recipientKeyId: a result is
-// sealed to its site, so this names the site a completion belongs to
-// without another store read. "" when absent.
-func RecipientKeyID(envelope []byte) string {
-	// The key sits near the end of a large ciphertext object; a targeted
-	// decode of one field still walks the bytes once, which the relay
-	// already did to validate the body.
-	var e struct {
-		RecipientKeyID string `json:"recipientKeyId"`
-	}
-	if json.Unmarshal(envelope, &e) != nil {
-		return ""
-	}
-	return strings.TrimSpace(e.RecipientKeyID)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/byollm/relay-go/internal/projection"
@@ -422,7 +423,7 @@ func (r *Relay) result(req *request) (reply, error) {
 		return reply{}, fmt.Errorf("result: %w", err)
 	}
 	if done.Accepted && !done.Duplicate {
-		r.work.Completed(req.ctx, envelopeJSON)
+		r.work.Completed(req.ctx, strings.TrimSpace(env.RecipientKeyID))
 	}
 	switch {
 	case done.Refused != "":

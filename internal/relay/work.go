@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/byollm/relay-go/internal/store"
 )
@@ -14,9 +13,10 @@ import (
 type WorkObserver interface {
 	// Enqueued: a job of siteID was enqueued.
 	Enqueued(ctx context.Context, siteID string)
-	// Completed: a result was accepted (not a duplicate); envelope is the
-	// sealed result as stored.
-	Completed(ctx context.Context, envelope json.RawMessage)
+	// Completed: a result was accepted (not a duplicate); recipientKeyID
+	// is its envelope's recipientKeyId (a result is sealed to its site, so
+	// it names the site without another store read).
+	Completed(ctx context.Context, recipientKeyID string)
 	// Claimed: a claim call handed out granted jobs (0 or more).
 	Claimed(ctx context.Context, granted int)
 	// SiteLimited: a request of siteID was refused at limit.
@@ -29,7 +29,7 @@ type WorkObserver interface {
 type noWork struct{}
 
 func (noWork) Enqueued(context.Context, string)            {}
-func (noWork) Completed(context.Context, json.RawMessage)  {}
+func (noWork) Completed(context.Context, string)           {}
 func (noWork) Claimed(context.Context, int)                {}
 func (noWork) SiteLimited(context.Context, string, string) {}
 func (noWork) Swept(context.Context, []store.Job)          {}

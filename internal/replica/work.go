@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/byollm/relay-go/internal/opsview"
 	"github.com/byollm/relay-go/internal/store"
@@ -29,11 +28,11 @@ func (w *workMetrics) Enqueued(_ context.Context, siteID string) {
 	}
 }
 
-func (w *workMetrics) Completed(_ context.Context, envelope json.RawMessage) {
+func (w *workMetrics) Completed(_ context.Context, recipientKeyID string) {
 	if w.act == nil || w.siteOfKey == nil {
 		return
 	}
-	if site, ok := w.siteOfKey(opsview.RecipientKeyID(envelope)); ok {
+	if site, ok := w.siteOfKey(recipientKeyID); ok {
 		w.act.Completed(site)
 	}
 }
