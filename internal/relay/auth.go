@@ -47,11 +47,12 @@ const (
 // presenceCheckTTL is how long a reconciled presence record (right owner,
 // right identity key) is taken to still be so by the requests that do not
 // use the device's key set (fetch, result, release): within it they skip
-// the presence lookup, one Valkey round trip per poll. A heartbeat whose
-// write verified the remembered record counts as a reconciliation, so a
-// busy device, which heartbeats every tick, is not looked up at all. Presence only
-// changes owner or keys by being dropped and rebuilt (re-keying, re-pairing,
-// TTL), and a rebuild that a skipped lookup would have done is done by the
+// the presence lookup, one Valkey round trip per poll. A heartbeat or a
+// claim whose store call verified the remembered record counts as a
+// reconciliation, so a busy device is rarely looked up at all: its fetches
+// and results follow the claim that granted them. Presence only changes
+// owner or keys by being dropped and rebuilt (re-keying, re-pairing, TTL),
+// and a rebuild that a skipped lookup would have done is done by the
 // runner's next claim or heartbeat instead; no answer depends on it.
 const presenceCheckTTL = time.Second
 

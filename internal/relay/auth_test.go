@@ -413,6 +413,33 @@ func TestVerifiedHeartbeatRenewsThePresenceCheck(t *testing.T) {
 	}
 }
 
+// A claim that reached the store with a remembered key set and found the
+// record holding it counts as a reconciliation too: the fetch, result or
+// release after it reads nothing within presenceCheckTTL.
+func TestVerifiedClaimRenewsThePresenceCheck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 2 * time.Second
+	e.relay.presence.ttl = ttl
+	w := newWorld(t)
+	w.install(e)
+	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1")); got.status != 200 { // reconciles
+		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	}
+	time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
+	// Remembered, so the claim verifies the record it reads.
+	e.enqueueAndClaim(t, w, "verified-1", "alice", w.alice, "runner_alice")
+	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.daemonPost(w.alice, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown")); got.status != 200 {
+		t.Fatalf("release: %d %s", got.status, got.body)
+	}
+	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p != nil {
+		t.Fatalf("the release looked the record up (and rebuilt it: %+v, %v) right after a verified claim", p, err)
+	}
+}
+
 // A heartbeat from a runner this replica reconciled lately writes its
 // presence without reading it first, and checks what the write answers: a
 // record that meanwhile changed owner is started over from the projection,

@@ -287,14 +287,21 @@ func (r *Relay) claim(req *request) (reply, error) {
 		// read just before it would have found.
 		RequirePresence: dev.remembered,
 	}
-	granted, err := r.store.Claim(req.ctx, claim)
+	local := time.Now().UnixMilli()
+	granted, verified, err := r.store.ClaimVerified(req.ctx, claim)
 	if errors.Is(err, store.ErrPresenceChanged) {
 		r.presence.forget(dev.runnerID)
 		if claim.Device, err = r.reconcilePresence(req.ctx, dev); err != nil {
 			return reply{}, fmt.Errorf("claim: %w", err)
 		}
 		claim.RequirePresence = false
-		granted, err = r.store.Claim(req.ctx, claim)
+		granted, verified, err = r.store.ClaimVerified(req.ctx, claim)
+	}
+	if verified {
+		// The claim read the record and found the remembered owner and
+		// key set, as a reconciliation would have: the fetch and result
+		// of what it granted need not read it again (presenceCheckTTL).
+		r.presence.note(dev.runnerID, dev.owner, dev.identity, dev.projected.Identity, local)
 	}
 	if lost := (*store.UnansweredClaim)(nil); errors.As(err, &lost) {
 		// Answered 503 below; the daemon will never see these leases.

@@ -112,7 +112,7 @@ type Store interface {
 	Jobs(ctx context.Context) ([]store.Job, error)
 	PendingJobs(ctx context.Context, siteID string) ([]store.PendingJob, error)
 	ResultJobs(ctx context.Context, siteID string) ([]*store.ResultJob, error)
-	Claim(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, error)
+	ClaimVerified(ctx context.Context, in store.ClaimInput) ([]store.ClaimedStub, bool, error)
 	TakePayload(ctx context.Context, in store.HolderInput) (store.TakeResult, error)
 	Complete(ctx context.Context, in store.CompleteInput) (store.CompleteResult, error)
 	ReleaseLeases(ctx context.Context, in store.ReleaseInput) ([]string, error)

@@ -196,10 +196,15 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 	}
 	relaytest.WaitFor(t, 5*time.Second, "an empty claim asks Valkey nothing", func() bool {
 		counter.take()
-		if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 0 {
+		got, verified, err := a.ClaimVerified(ha.ctx, in)
+		if err != nil || len(got) != 0 {
 			t.Fatalf("empty claim: %v %v", got, err)
 		}
-		return len(counter.take()) == 0
+		asked := len(counter.take()) != 0
+		if verified && !asked {
+			t.Fatal("a claim that read nothing says it verified the presence record")
+		}
+		return !asked
 	})
 	if err := a.DropPresence(ha.ctx, "runner_1"); err != nil {
 		t.Fatal(err)
@@ -227,9 +232,19 @@ func TestEmptyClaimSkipsThePresenceRead(t *testing.T) {
 		t.Fatalf("a claim refused for its presence granted: %+v", j)
 	}
 	ha.seen("runner_1", "alice", dev, `[]`, `[]`)
-	if got, err := a.Claim(ha.ctx, in); err != nil || len(got) != 1 {
-		t.Fatalf("claim after the record is back: %v %v", got, err)
+	if got, verified, err := a.ClaimVerified(ha.ctx, in); err != nil || len(got) != 1 || !verified {
+		t.Fatalf("claim after the record is back: %v, verified %v, %v", got, verified, err)
 	}
+	// Without RequirePresence nothing is verified, whatever was read.
+	ho.enqueueStub(site, stub("queued-2", "alice"))
+	in.RequirePresence = false
+	relaytest.WaitFor(t, 5*time.Second, "the claim sees the second job", func() bool {
+		got, verified, err := a.ClaimVerified(ha.ctx, in)
+		if err != nil || verified {
+			t.Fatalf("claim without RequirePresence: %v, verified %v, %v", got, verified, err)
+		}
+		return len(got) == 1
+	})
 }
 
 // sameShardRunners is n runner ids whose presence lives on one shard, and

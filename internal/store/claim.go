@@ -28,6 +28,9 @@ type claimStats struct {
 	Truncated   bool // stopped by ClaimScanBudget
 	Quarantined int  // stubs that failed strict validation
 	Attempts    int  // claim scripts run (more than 1 when a sweep came first or the scan continued)
+	// PresenceVerified: under RequirePresence, the claim read the
+	// runner's presence record and found it holding Owner and Device.
+	PresenceVerified bool
 }
 
 // ErrPresenceChanged is Claim's answer under RequirePresence when the
@@ -57,6 +60,15 @@ const claimAttemptsBeforeForce = 3
 func (s *Store) Claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, error) {
 	out, _, err := s.claim(ctx, in)
 	return out, err
+}
+
+// ClaimVerified is Claim that also says whether the claim verified the
+// runner's presence record: under RequirePresence, it read the record and
+// found it holding Owner and Device. A claim the work view rules out reads
+// nothing and verifies nothing.
+func (s *Store) ClaimVerified(ctx context.Context, in ClaimInput) ([]ClaimedStub, bool, error) {
+	out, stats, err := s.claim(ctx, in)
+	return out, stats.PresenceVerified, err
 }
 
 func (s *Store) claim(ctx context.Context, in ClaimInput) ([]ClaimedStub, claimStats, error) {
@@ -154,6 +166,7 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 		if err1 != nil || err2 != nil || owner != in.Owner || dev != string(device) {
 			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
 		}
+		stats.PresenceVerified = true
 	}
 	out := []ClaimedStub{}
 	deadlines := map[int]int64{}
