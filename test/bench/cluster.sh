@@ -126,7 +126,8 @@ def load_part():
   scripts = [y["scripts"] - x["scripts"] for x, y in zip(b["nodes"], a["nodes"])]
   total = sum(cpu) or 1e-9
   relay = (a["relayTicks"] - b["relayTicks"]) / tck
-  print(f"### Load split: 12 sites, 24 daemons, 3 replicas on a 3-primary cluster\n")
+  on = "one redis-server" if os.environ.get("BENCH_VALKEY") == "single" else "a 3-primary cluster"
+  print(f"### Load split: 12 sites, 24 daemons, 3 replicas on {on}\n")
   print(f"{jobs} jobs collected at {rep['jobsPerSecond']:.0f} jobs/s; lost {rep['jobs']['lost']}, run twice {rep['jobs']['runTwice']}\n")
   print("| primary | Valkey CPU s | share | scripts | scripts/job |\n|---|---|---|---|---|")
   for n, c, s in zip(a["nodes"], cpu, scripts):
