@@ -5,6 +5,7 @@
 #   test/bench/cluster.sh                  # both parts, about 5 minutes
 #   BENCH_QUICK=1 test/bench/cluster.sh    # smaller, about 2 minutes
 #   BENCH_PARTS=idle test/bench/cluster.sh # the idle part only
+#   BENCH_PARTS=load test/bench/cluster.sh # the load part only
 #   BENCH_VALKEY=single BENCH_PARTS=idle test/bench/cluster.sh # the idle part on one redis-server
 #   RELAY_BIN_DIR=dir test/bench/cluster.sh # relay and loadgen built elsewhere
 #                                          # (another revision, side by side)
@@ -80,6 +81,7 @@ kill "${RELAY_PIDS[@]}" 2>/dev/null || true; wait "${RELAY_PIDS[@]}" 2>/dev/null
 fi
 
 # ---- 2. idle ---------------------------------------------------------------
+if [[ $PARTS == *idle* ]]; then
 NS="cidle-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_relays "$NS"
 replicas=$(IFS=,; echo "${URLS[*]}")
@@ -113,6 +115,7 @@ sleep 10
 snapshot >"$OUT/cluster-base2-before.json"
 sleep "$IDLE_BASE"
 snapshot >"$OUT/cluster-base2-after.json"
+fi
 
 python3 - "$OUT" "$CLK_TCK" "$IDLE_DAEMONS" "$IDLE_FOR" <<'EOF' | tee "$OUT/cluster.md"
 import json, sys
@@ -138,6 +141,8 @@ def load_part():
 if os.path.exists(f"{out}/cluster-load.json"):
   load_part()
 
+if not os.path.exists(f"{out}/cluster-idle-samples.jsonl"):
+    sys.exit(0)
 samples = [json.loads(l) for l in open(f"{out}/cluster-idle-samples.jsonl") if l.strip()]
 t0 = samples[0]["t"]
 win = samples[1:]
