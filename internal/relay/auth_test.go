@@ -374,69 +374,53 @@ func TestPresenceCheckSkippedOnlyWhereTheDeviceIsUnused(t *testing.T) {
 	}
 }
 
-// A remembered heartbeat whose write found the record holding exactly the
-// remembered owner and key set counts as a reconciliation: the fetches,
-// results and releases after it skip the presence lookup for another
-// presenceCheckTTL, even when the last lookup is older than that.
-func TestVerifiedHeartbeatRenewsThePresenceCheck(t *testing.T) {
+// A store call that checked the presence record this replica remembered
+// and found the same owner and key set (a heartbeat's write, a claim's
+// read) counts as a reconciliation: the fetches, results and releases
+// after it skip the presence lookup for another presenceCheckTTL, even
+// when the last lookup is older than that.
+func TestVerifiedCallRenewsThePresenceCheck(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	const ttl = 2 * time.Second
-	e.relay.presence.ttl = ttl
-	w := newWorld(t)
-	w.install(e)
-	hb := heartbeatJSON(t, "runner_alice", "0.1.1")
-	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 { // reconciles
-		t.Fatalf("heartbeat: %d %s", got.status, got.body)
+	beat := func(t *testing.T, e *env, w *world) {
+		t.Helper()
+		if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1")); got.status != 200 {
+			t.Fatalf("heartbeat: %d %s", got.status, got.body)
+		}
 	}
-	time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
-	// Remembered, so its write verifies the record.
-	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
-		t.Fatalf("heartbeat: %d %s", got.status, got.body)
-	}
-	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
-		t.Fatal(err)
-	}
-	got := e.daemonPost(w.alice, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown"))
-	if got.status != 200 {
-		t.Fatalf("release: %d %s", got.status, got.body)
-	}
-	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p != nil {
-		t.Fatalf("the release looked the record up (and rebuilt it: %+v, %v) right after a verified heartbeat", p, err)
-	}
-	// The next heartbeat finds the record gone and rebuilds it.
-	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", hb); got.status != 200 {
-		t.Fatalf("heartbeat: %d %s", got.status, got.body)
-	}
-	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p == nil {
-		t.Fatalf("after the next heartbeat: %+v, %v", p, err)
-	}
-}
-
-// A claim that reached the store with a remembered key set and found the
-// record holding it counts as a reconciliation too: the fetch, result or
-// release after it reads nothing within presenceCheckTTL.
-func TestVerifiedClaimRenewsThePresenceCheck(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	const ttl = 2 * time.Second
-	e.relay.presence.ttl = ttl
-	w := newWorld(t)
-	w.install(e)
-	if got := e.daemonPost(w.alice, "runner_alice", "heartbeat", heartbeatJSON(t, "runner_alice", "0.1.1")); got.status != 200 { // reconciles
-		t.Fatalf("heartbeat: %d %s", got.status, got.body)
-	}
-	time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
-	// Remembered, so the claim verifies the record it reads.
-	e.enqueueAndClaim(t, w, "verified-1", "alice", w.alice, "runner_alice")
-	if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.daemonPost(w.alice, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown")); got.status != 200 {
-		t.Fatalf("release: %d %s", got.status, got.body)
-	}
-	if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p != nil {
-		t.Fatalf("the release looked the record up (and rebuilt it: %+v, %v) right after a verified claim", p, err)
+	for _, c := range []struct {
+		name   string
+		verify func(t *testing.T, e *env, w *world)
+	}{
+		{"heartbeat", beat},
+		{"claim", func(t *testing.T, e *env, w *world) {
+			e.enqueueAndClaim(t, w, "verified-1", "alice", w.alice, "runner_alice")
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			const ttl = 2 * time.Second
+			e.relay.presence.ttl = ttl
+			w := newWorld(t)
+			w.install(e)
+			beat(t, e, w)                          // reconciles
+			time.Sleep(ttl + 100*time.Millisecond) // that reconciliation is stale now
+			c.verify(t, e, w)                      // remembered, so the store call checks the record
+			if err := e.st.DropPresence(t.Context(), "runner_alice"); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.daemonPost(w.alice, "runner_alice", "release", releaseJSON(t, "runner_alice", "shutdown")); got.status != 200 {
+				t.Fatalf("release: %d %s", got.status, got.body)
+			}
+			if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p != nil {
+				t.Fatalf("the release looked the record up (and rebuilt it: %+v, %v) right after a verified %s", p, err, c.name)
+			}
+			// The next heartbeat finds the record gone and rebuilds it.
+			beat(t, e, w)
+			if p, err := e.st.Presence(t.Context(), "runner_alice"); err != nil || p == nil {
+				t.Fatalf("after the next heartbeat: %+v, %v", p, err)
+			}
+		})
 	}
 }
 
