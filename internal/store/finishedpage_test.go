@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/byollm/relay-go/test/relaytest"
 	"github.com/google/uuid"
+	"github.com/valkey-io/valkey-go"
 )
 
 // BenchmarkFinishedPage is the server's cost of one page of a site's
@@ -56,6 +58,48 @@ func BenchmarkFinishedPage(b *testing.B) {
 				}
 				benchServerCost(b, be.client, func() { read() })
 			})
+		}
+	}
+}
+
+// A page's entries read the same from the pairs RESP3 answers and the flat
+// list RESP2 answers (an older server, the embedded store), scores that are
+// not plain digits included.
+func TestZEntriesOnBothProtocols(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := "{zentries-" + uuid.NewString() + "}:fin"
+	read := func(resp2 bool) []string {
+		t.Helper()
+		opt, err := valkey.ParseURL(relaytest.ValkeyURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.DisableCache, opt.AlwaysRESP2 = true, resp2
+		c, err := valkey.NewClient(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		page, err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("+inf").Withscores().Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat, err := appendZEntries([]string{"epoch"}, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return flat
+	}
+	c := realBackend(t).client
+	t.Cleanup(func() { c.Do(context.Background(), c.B().Del().Key(key).Build()) })
+	if err := c.Do(ctx, c.B().Zadd().Key(key).ScoreMember().ScoreMember(7, "a").ScoreMember(1796634408341045, "b").ScoreMember(1e17, "c").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"epoch", "a", "7", "b", "1796634408341045", "c", "100000000000000000"}
+	for _, resp2 := range []bool{false, true} {
+		if got := read(resp2); !slices.Equal(got, want) {
+			t.Fatalf("RESP2 %v: %q, want %q", resp2, got, want)
 		}
 	}
 }

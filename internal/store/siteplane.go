@@ -390,53 +390,47 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 // scores, flat, each score as seqText writes it. RESP3 answers pairs,
 // RESP2 one flat list.
 func appendZEntries(flat []string, page []valkey.ValkeyMessage) ([]string, error) {
-	if len(page) > 0 && page[0].IsArray() {
-		flat = slices.Grow(flat, 2*len(page))
-		for _, pair := range page {
-			kv, err := pair.ToArray()
-			if err != nil || len(kv) != 2 {
+	pairs := len(page) > 0 && page[0].IsArray()
+	n := len(page)
+	if !pairs {
+		if n%2 != 0 {
+			return nil, fmt.Errorf("%w: finished page of %d items", ErrUnexpectedReply, n)
+		}
+		n /= 2
+	}
+	flat = slices.Grow(flat, 2*n)
+	for i := range n {
+		var kv []valkey.ValkeyMessage
+		if pairs {
+			var err error
+			if kv, err = page[i].ToArray(); err != nil || len(kv) != 2 {
 				return nil, fmt.Errorf("%w: finished page: an entry of %d items (%v)", ErrUnexpectedReply, len(kv), err)
 			}
-			if flat, err = appendZEntry(flat, &kv[0], &kv[1]); err != nil {
+		} else {
+			kv = page[2*i : 2*i+2]
+		}
+		m, err := kv[0].ToString()
+		if err != nil {
+			return nil, fmt.Errorf("finished page: member: %w", err)
+		}
+		text, err := kv[1].ToString()
+		if err != nil {
+			return nil, fmt.Errorf("finished page: score of %q: %w", m, err)
+		}
+		// A server writes an integral score as its digits; anything else
+		// (an exponent, a fraction) goes through the number.
+		if !isDecimal(text) {
+			f, err := kv[1].AsFloat64()
+			if err != nil {
+				return nil, fmt.Errorf("%w: finished page: score %q of %q", ErrUnexpectedReply, text, m)
+			}
+			if text, err = seqText(valkey.ZScore{Member: m, Score: f}); err != nil {
 				return nil, err
 			}
 		}
-		return flat, nil
-	}
-	if len(page)%2 != 0 {
-		return nil, fmt.Errorf("%w: finished page of %d items", ErrUnexpectedReply, len(page))
-	}
-	flat = slices.Grow(flat, len(page))
-	for i := 0; i < len(page); i += 2 {
-		var err error
-		if flat, err = appendZEntry(flat, &page[i], &page[i+1]); err != nil {
-			return nil, err
-		}
+		flat = append(flat, m, text)
 	}
 	return flat, nil
-}
-
-func appendZEntry(flat []string, member, score *valkey.ValkeyMessage) ([]string, error) {
-	m, err := member.ToString()
-	if err != nil {
-		return nil, fmt.Errorf("finished page: member: %w", err)
-	}
-	text, err := score.ToString()
-	if err != nil {
-		return nil, fmt.Errorf("finished page: score of %q: %w", m, err)
-	}
-	// A server writes an integral score as its digits; anything else
-	// (an exponent, a fraction) goes through the number.
-	if !isDecimal(text) {
-		f, err := score.AsFloat64()
-		if err != nil {
-			return nil, fmt.Errorf("%w: finished page: score %q of %q", ErrUnexpectedReply, text, m)
-		}
-		if text, err = seqText(valkey.ZScore{Member: m, Score: f}); err != nil {
-			return nil, err
-		}
-	}
-	return append(flat, m, text), nil
 }
 
 // isDecimal reports whether s is a non-negative integer as
