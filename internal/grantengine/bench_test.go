@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"syscall"
 	"testing"
 
 	"github.com/byollm/relay-go/internal/grant"
@@ -39,7 +38,7 @@ func BenchmarkAuthorGrant(b *testing.B) {
 	req := grant.Request{Job: job("alice"), SiteID: "site", SiteKey: "KEY", Owner: "bob", RunnerID: "r", Capabilities: json.RawMessage(caps)}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := relaytest.ProcessCPU(b)
 	for i := 0; i < b.N; i++ {
 		d, err := eng.AuthorGrant(ctx, req)
 		if err != nil || d.Granted == nil {
@@ -48,15 +47,7 @@ func BenchmarkAuthorGrant(b *testing.B) {
 	}
 	// The relay's own CPU per grant (this process: user + system), which is
 	// what the budget is about; the wall time also waits on Valkey.
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1000, "relay-cpu-µs/op")
-}
-
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	b.ReportMetric(float64(relaytest.ProcessCPU(b)-cpu0)/float64(b.N)/1000, "relay-cpu-µs/op")
 }
 
 // BenchmarkSign is the signature alone (statement, Ed25519, document).

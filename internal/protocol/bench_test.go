@@ -3,8 +3,9 @@ package protocol
 import (
 	"crypto/ed25519"
 	"encoding/json"
-	"syscall"
 	"testing"
+
+	"github.com/byollm/relay-go/test/relaytest"
 )
 
 var benchStub = JobStub{ID: "job-123456", Kind: KindChat, Owner: "alice", Site: "BYOLLM-D8W0-7NFG-B682-M73D-NYY9-Q93J",
@@ -59,20 +60,11 @@ func BenchmarkEd25519Verify(b *testing.B) {
 	}
 	msg := []byte(`BYOLLM-REQ-v1` + "\nclaim\nrunner_alice\n1800000000000\n" + `{"protocolVersion":"2","runnerId":"runner_alice","capabilities":[],"max":1}`)
 	sig := ed25519.Sign(priv, msg)
-	cpu0 := processCPU(b)
+	cpu0 := relaytest.ProcessCPU(b)
 	for b.Loop() {
 		if !ed25519.Verify(pub, msg, sig) {
 			b.Fatal("did not verify")
 		}
 	}
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// processCPU is this process's user+system CPU time in ns.
-func processCPU(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	b.ReportMetric(float64(relaytest.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

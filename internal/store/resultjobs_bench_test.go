@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/byollm/relay-go/internal/protocol"
 	"github.com/byollm/relay-go/test/relaytest"
@@ -62,22 +60,13 @@ func BenchmarkResultJobsCached(b *testing.B) {
 	}
 	read() // fills the cache
 	before := serverCost(b, be.client)
-	cpu0 := processCPU(b)
+	cpu0 := relaytest.ProcessCPU(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		read()
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "go-cpu-us/op")
+	b.ReportMetric(float64((relaytest.ProcessCPU(b)-cpu0).Microseconds())/float64(b.N), "go-cpu-us/op")
 	serverCost(b, be.client).report(b, before)
-}
-
-// processCPU is this process's user and system CPU so far.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
