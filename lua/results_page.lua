@@ -4,7 +4,7 @@
 -- which carries a result: complete adds the entry in the script that writes
 -- the result and the done state, and forget removes it in the script that
 -- deletes the record. A done job's result, disposition and grant never
--- change, and seq is never reused, so Go fetches with results_get only the
+-- change, and seq is never reused, so Go reads (store.resultsGet) only the
 -- results of seqs it has not read before. Pure read.
 --
 -- The reply opens with the data generation: the namespace's epoch (written

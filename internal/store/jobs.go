@@ -125,9 +125,9 @@ func (s *Store) Job(ctx context.Context, siteID, jobID string) (*Job, error) {
 type pageLimits struct {
 	snapshotEntries int // full snapshots: entries examined per call
 	snapshotBytes   int // ... ending early once this many bytes are read
-	leanEntries     int // pending_page: entries per call
+	leanEntries     int // pendingPage: index entries per page
 	resultsEntries  int // results_page: index entries per call
-	getJobs         int // results_get: jobs per call
+	getJobs         int // resultsGet: jobs per read
 	getBytes        int // ... ending early once this many bytes are read
 	claimScan       int // claim: queue entries examined per call
 	presenceEntries int // presence_all: records per call

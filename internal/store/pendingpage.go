@@ -3,58 +3,36 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
+
+// opPendingPage names a pending page's reads in the store's call metrics.
+const opPendingPage = "pending_page"
 
 // pendingFields is what one HMGET of a pending page reads per entry: the
 // state, the answer's fields but the device, then the device's head
 // (deviceHead).
 var pendingFields = deviceHead([]string{"state", "cr", "cl", "au", "ce"})
 
-// pendingPage is one page of PendingJobs: on a cluster pending_page.lua
-// reads it; on one node, plain commands do (pendingPagePlain). Either
-// answers the index's cursor ("" once it is exhausted) and one row per
-// awaiting-payload job: eJ, device, runnerId, leaseId, awaitingUntil,
-// leaseExpiresAt, each "" when absent.
-func (s *Store) pendingPage(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
-	if valkeyconn.IsCluster(s.c) {
-		return s.pendingPageScript(ctx, k, siteID, exclusive, limit)
-	}
-	return s.pendingPagePlain(ctx, k, siteID, exclusive, limit)
-}
-
-// pendingPageScript is pendingPage read by pending_page.lua.
-func (s *Store) pendingPageScript(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
-	msg, err := s.run(ctx, scPendingPage, []string{k.awaiting(siteID)}, enc(siteID), exclusive, strconv.Itoa(limit))
-	if err != nil {
-		return "", nil, err
-	}
-	flat, err := msg.AsStrSlice()
-	if err != nil || len(flat)%6 != 1 {
-		return "", nil, fmt.Errorf("%w: pending page of %d items (%v)", ErrUnexpectedReply, len(flat), err)
-	}
-	rows := make([][6]string, 0, len(flat)/6)
-	for i := 1; i < len(flat); i += 6 {
-		rows = append(rows, [6]string(flat[i:i+6]))
-	}
-	return flat[0], rows, nil
-}
-
-// pendingPagePlain is pendingPage without a script, for one node: the
+// pendingPage is one page of PendingJobs, read with plain commands: the
 // index's page, then every entry's record in one pipeline of HMGETs (and,
-// for a device longer than deviceGuess slices, one more). A script reads
-// the index and the records at one instant; this reads them one after the
-// other, which a poll cannot tell apart from a script's read at some
-// instant per job: an entry whose record has left awaiting-payload by the
-// time it is read is skipped (the script skips a record that disagrees
-// with its entry), one that joins after the index was read is in the next
-// poll, and a job's row comes from one HMGET, or from two that agree on its
-// grant (lease id), so it never mixes two grants.
-func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
-	page, err := s.doMulti(ctx, scPendingPage.Name,
+// for a device longer than deviceGuess slices, one more). It answers the
+// index's cursor ("" once it is exhausted) and one row per awaiting-payload
+// job: eJ, device, runnerId, leaseId, awaitingUntil, leaseExpiresAt, each
+// "" when absent.
+//
+// A script would read the index and the records at one instant; this reads
+// them one after the other, which a poll cannot tell apart from a read at
+// some instant per job: an entry whose record has left awaiting-payload by
+// the time it is read is skipped, one that joins after the index was read
+// is in the next poll, and a job's row comes from one HMGET, or from two
+// that agree on its grant (lease id), so it never mixes two grants. The
+// same holds on a cluster: every key read is in the site's slot, and while
+// that slot migrates each command is redirected on its own, which is one
+// more reading at its own instant.
+func (s *Store) pendingPage(ctx context.Context, k keys, siteID, exclusive string, limit int) (string, [][6]string, error) {
+	page, err := s.doMulti(ctx, opPendingPage,
 		s.c.B().Zrangebyscore().Key(k.awaiting(siteID)).Min(exclusive).Max("+inf").Withscores().Limit(0, int64(limit)).Build())[0].AsZScores()
 	if err != nil {
 		return "", nil, fmt.Errorf("pending page: %w", err)
@@ -76,7 +54,7 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 	rows := make([][6]string, 0, len(page))
 	var long []int // rows whose device has more slices than were read
 	var slices []int
-	for i, res := range s.doMulti(ctx, scPendingPage.Name, reads...) {
+	for i, res := range s.doMulti(ctx, opPendingPage, reads...) {
 		v, err := res.ToArray()
 		if err != nil {
 			return "", nil, fmt.Errorf("pending page: %w", err)
@@ -106,7 +84,7 @@ func (s *Store) pendingPagePlain(ctx context.Context, k keys, siteID, exclusive 
 		reads = append(reads, s.c.B().Hmget().Key(prefix+rows[r][0]).Field(fields...).Build())
 	}
 	drop := map[int]bool{}
-	for j, res := range s.doMulti(ctx, scPendingPage.Name, reads...) {
+	for j, res := range s.doMulti(ctx, opPendingPage, reads...) {
 		v, err := res.ToArray()
 		if err != nil {
 			return "", nil, fmt.Errorf("pending page: %w", err)

@@ -3,9 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -18,72 +16,31 @@ type resultRow struct {
 	f   [7]string
 }
 
-// resultsGet reads the results of asked (done jobs named by the finished
-// index) as results_get.lua answers: how many pairs of asked it consumed
-// (at least one; fewer than all once the results read reach budget bytes)
-// and a row for each consumed job still there under the same seq with a
-// result. On a cluster the script reads them; on one node, plain commands
-// (resultsGetPlain).
-func (s *Store) resultsGet(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
-	if valkeyconn.IsCluster(s.c) {
-		return s.resultsGetScript(ctx, k, siteID, asked, budget)
-	}
-	return s.resultsGetPlain(ctx, k, siteID, asked, budget)
-}
+// opResultsGet names a results read's pipelines in the store's call
+// metrics.
+const opResultsGet = "results_get"
 
-// resultsGetScript is resultsGet read by results_get.lua.
-func (s *Store) resultsGetScript(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
-	args := make([]string, 0, 2+2*len(asked))
-	args = append(args, enc(siteID), strconv.Itoa(budget))
-	for _, a := range asked {
-		args = append(args, a.eJ, a.seq)
-	}
-	msg, err := s.run(ctx, scResultsGet, []string{k.finished(siteID)}, args...)
-	if err != nil {
-		return 0, nil, err
-	}
-	parts, err := elems(msg, 1)
-	if err != nil {
-		return 0, nil, err
-	}
-	consumed, err := num(parts[0])
-	if err != nil || consumed < 1 || int(consumed) > len(asked) || (len(parts)-1)%8 != 0 {
-		return 0, nil, fmt.Errorf("%w: results reply of %d items consumed %d of %d (%v)", ErrUnexpectedReply, len(parts), consumed, len(asked), err)
-	}
-	rows := make([]resultRow, 0, (len(parts)-1)/8)
-	for p := 1; p < len(parts); p += 8 {
-		pos, err := num(parts[p])
-		if err != nil || pos < 1 || pos > consumed {
-			return 0, nil, fmt.Errorf("%w: results position %d (%v)", ErrUnexpectedReply, pos, err)
-		}
-		r := resultRow{pos: int(pos) - 1}
-		for j := range r.f {
-			if r.f[j], err = parts[p+1+j].ToString(); err != nil {
-				return 0, nil, err
-			}
-		}
-		rows = append(rows, r)
-	}
-	return int(consumed), rows, nil
-}
-
-// resultsHead is what the first read of resultsGetPlain asks of each job:
+// resultsHead is what the first read of resultsGet asks of each job:
 // the fields the answer shows but the result, the device's length and
 // first slices when it is sliced, and the result's length when it is.
 var resultsHead = blobFields(deviceHead([]string{"state", "seq", "dp", "cr", "cl", "co"}), blobBaseResult, 0, 0)
 
-// resultsGetPlain is resultsGet without a script, for one node, in two
-// pipelined reads. The first reads every asked job's head (resultsHead)
+// resultsGet reads the results of asked (done jobs named by the finished
+// index): how many pairs of asked it consumed (at least one; fewer than all
+// once the results read reach budget bytes) and a row for each consumed job
+// still there under the same seq with a result. Plain commands in two
+// pipelined reads: the first reads every asked job's head (resultsHead)
 // and the length of a result stored whole (HSTRLEN), no result bytes, so
-// it chooses which jobs fit the budget as the script does, without
-// carrying a result it will not answer. The second reads those jobs'
-// results (and a device longer than the first read's slices) with their
-// seq again. A done job's result, disposition, device and grant never
-// change while a record of that seq exists, and seq is never reused, so a
-// job whose seq still matches is the job the first read saw; one whose
-// record went or was replaced in between is left out, as the script leaves
-// out a job no longer there.
-func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
+// it chooses which jobs fit the budget without carrying a result it will
+// not answer; the second reads those jobs' results (and a device longer
+// than the first read's slices) with their seq again. A done job's result,
+// disposition, device and grant never change while a record of that seq
+// exists, and seq is never reused, so a job whose seq still matches is the
+// job the first read saw; one whose record went or was replaced in between
+// is left out. On a cluster every key read is in the site's slot, and
+// while it migrates each command is redirected on its own: one more read
+// at its own instant, checked by seq like the rest.
+func (s *Store) resultsGet(ctx context.Context, k keys, siteID string, asked []listed, budget int) (int, []resultRow, error) {
 	prefix := k.siteJobs(siteID)
 	reads := make(valkey.Commands, 0, 2*len(asked))
 	for _, a := range asked {
@@ -91,7 +48,7 @@ func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, aske
 			s.c.B().Hmget().Key(prefix+a.eJ).Field(resultsHead...).Build(),
 			s.c.B().Hstrlen().Key(prefix+a.eJ).Field("rs").Build())
 	}
-	heads := s.doMulti(ctx, scResultsGet.Name, reads...)
+	heads := s.doMulti(ctx, opResultsGet, reads...)
 	type more struct {
 		fields      []string
 		whole       bool // the result is the field rs itself
@@ -156,7 +113,7 @@ func (s *Store) resultsGetPlain(ctx context.Context, k keys, siteID string, aske
 		reads = append(reads, s.c.B().Hmget().Key(prefix+asked[r.pos].eJ).Field(wants[j].fields...).Build())
 	}
 	kept := rows[:0]
-	for j, res := range s.doMulti(ctx, scResultsGet.Name, reads...) {
+	for j, res := range s.doMulti(ctx, opResultsGet, reads...) {
 		v, err := res.ToArray()
 		if err != nil {
 			return 0, nil, err

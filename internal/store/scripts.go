@@ -58,7 +58,6 @@ var (
 	scPairingGet        = Script{Name: "pairing_get", ReadOnly: false}
 	scPairingPut        = Script{Name: "pairing_put", ReadOnly: false}
 	scPairingShow       = Script{Name: "pairing_show", ReadOnly: false}
-	scPendingPage       = Script{Name: "pending_page", ReadOnly: true}
 	scPlace             = Script{Name: "place", ReadOnly: false}
 	scPlaceBackfill     = Script{Name: "place_backfill", ReadOnly: false}
 	scPlaceReap         = Script{Name: "place_reap", ReadOnly: false}
@@ -74,7 +73,6 @@ var (
 	scPresenceSeenBatch = Script{Name: "presence_seen_batch", ReadOnly: false}
 	scRelease           = Script{Name: "release", ReadOnly: false, Work: true}
 	scRenew             = Script{Name: "renew", ReadOnly: false, Work: true}
-	scResultsGet        = Script{Name: "results_get", ReadOnly: true}
 	scResultsPage       = Script{Name: "results_page", ReadOnly: true}
 	scRunnerShardsAdd   = Script{Name: "runner_shards_add", ReadOnly: false}
 	scSeal              = Script{Name: "seal", ReadOnly: false, Work: true}
@@ -115,7 +113,6 @@ var Scripts = []Script{
 	scPairingGet,
 	scPairingPut,
 	scPairingShow,
-	scPendingPage,
 	scPlace,
 	scPlaceBackfill,
 	scPlaceReap,
@@ -131,7 +128,6 @@ var Scripts = []Script{
 	scPresenceSeenBatch,
 	scRelease,
 	scRenew,
-	scResultsGet,
 	scResultsPage,
 	scRunnerShardsAdd,
 	scSeal,

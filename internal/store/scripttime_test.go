@@ -27,12 +27,12 @@ import (
 //	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6391/0 go test ./internal/store -run '^$' -bench ScriptTime -benchtime 20x
 //
 // Metrics: p50-us and max-us of the calls of the script under test that took
-// 50 µs or more (others the case runs, such as results_page before
-// results_get, carry their name as a suffix; max-us 0 when no call reached
-// 50 µs), logged/op (such calls per op: p50-us is the median of all calls
-// when it equals the script's calls per op) and mean-us over every script
-// call of the case (setup excluded only where the case pauses the timer
-// around it... commandstats cannot tell, so it includes setup calls).
+// 50 µs or more (other scripts the case runs carry their name as a suffix;
+// max-us 0 when no call reached 50 µs), logged/op (such calls per op:
+// p50-us is the median of all calls when it equals the script's calls per
+// op) and mean-us over every script call of the case (setup excluded only
+// where the case pauses the timer around it... commandstats cannot tell, so
+// it includes setup calls).
 func BenchmarkScriptTime(b *testing.B) {
 	be := realBackend(b)
 	e := env(b, "scripttime", be, 0)
@@ -110,34 +110,6 @@ func BenchmarkScriptTime(b *testing.B) {
 				}
 			}
 		}},
-		{"results-5000-uncached", "results_get", func(b *testing.B) func(int) {
-			// Every result read afresh, as a cluster reads them (the
-			// script; one node reads them with plain commands, see
-			// resultsGet).
-			siteID := finished(b, 5000)
-			k, err := e.s.siteKeys(ctx, siteID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			list, _, err := e.s.finishedIndex(ctx, k, siteID)
-			if err != nil || len(list) != 5000 {
-				b.Fatalf("finished index: %d %v", len(list), err)
-			}
-			return func(int) {
-				jobs := 0
-				for rest := list; len(rest) > 0; {
-					consumed, rows, err := e.s.resultsGetScript(ctx, k, siteID, rest[:min(len(rest), e.s.limits.getJobs)], e.s.limits.getBytes)
-					if err != nil {
-						b.Fatal(err)
-					}
-					jobs += len(rows)
-					rest = rest[consumed:]
-				}
-				if jobs != 5000 {
-					b.Fatalf("results: %d", jobs)
-				}
-			}
-		}},
 		{"results-5000-cached", "results_page", func(b *testing.B) func(int) {
 			// The index pages as a cluster reads them (the script; one node
 			// reads them with plain commands, see finishedPage).
@@ -161,32 +133,6 @@ func BenchmarkScriptTime(b *testing.B) {
 				}
 				if entries != 5000 {
 					b.Fatalf("results: %d entries", entries)
-				}
-			}
-		}},
-		{"pending-1000", "pending_page", func(b *testing.B) func(int) {
-			// The pages as a cluster reads them (the script; one node reads
-			// them with plain commands, see pendingPage).
-			siteID := awaiting(b, 1000)
-			k, err := e.s.siteKeys(ctx, siteID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func(int) {
-				jobs, exclusive := 0, "-inf"
-				for {
-					cursor, rows, err := e.s.pendingPageScript(ctx, k, siteID, exclusive, e.s.limits.leanEntries)
-					if err != nil {
-						b.Fatal(err)
-					}
-					jobs += len(rows)
-					if cursor == "" {
-						break
-					}
-					exclusive = "(" + cursor
-				}
-				if jobs != 1000 {
-					b.Fatalf("pending: %d jobs", jobs)
 				}
 			}
 		}},

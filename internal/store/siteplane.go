@@ -19,10 +19,11 @@ import (
 // and the results listing carries every finished job's envelope until its
 // deadline. These reads return only the fields those answers show, in
 // bounded pages, and results come from a per-store cache wherever the
-// stored result cannot have changed. On one node every one of these reads
-// is plain commands (finishedPage, pendingPage, resultsGet). On a cluster
-// they stay scripts: the finished page must (finishedPage says why); the
-// other two were left as they were, not measured there.
+// stored result cannot have changed. They are plain commands (pendingPage,
+// resultsGet, and on one node finishedPage), not scripts: each tolerates
+// reading one key after another, and a script costs the server more for
+// the same reads. A cluster reads the finished page with a script, which
+// must run on the node of the site's slot (finishedPage says why).
 
 // PendingJob is one awaiting-payload job as the site plane's pending answer
 // shows it. Device is the claiming device's identity JSON exactly as stored

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -272,11 +273,12 @@ func TestFinishedPageMatchesTheScript(t *testing.T) {
 	})
 }
 
-// On one node a pending page is read with plain commands; it must answer
-// what pending_page.lua answers, for a device stored whole (short or
-// long) or in slices (within the first read's guess, and beyond it), for a
-// page cut by its limit, and for entries the script skips.
-func TestPendingPageMatchesTheScript(t *testing.T) {
+// A pending page is read with plain commands; each row must say what the
+// job's whole record says (Job, a script's read), for a device stored
+// whole (short or long) or in slices (within the first read's guess, and
+// beyond it), for a page cut by its limit, and with an entry whose record
+// no longer awaits its payload left out.
+func TestPendingPageRowsMatchTheRecords(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
@@ -314,21 +316,37 @@ func TestPendingPageMatchesTheScript(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		compare := func(exclusive string, limit, rows int) (string, [][6]string) {
+		// The row the job's whole record gives.
+		want := func(eJ string) [6]string {
 			t.Helper()
-			cursor, got, err := h.s.pendingPagePlain(h.ctx, k, site, exclusive, limit)
-			if err != nil {
-				t.Fatalf("page after %s: %v", exclusive, err)
-			}
-			wantCursor, want, err := h.s.pendingPageScript(h.ctx, k, site, exclusive, limit)
+			id, err := decJob(eJ)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cursor != wantCursor || !slices.Equal(got, want) {
-				t.Fatalf("page after %s, at most %d:\n got %q %q\nwant %q %q", exclusive, limit, cursor, got, wantCursor, want)
+			j, err := h.s.Job(h.ctx, site, id)
+			if err != nil || j == nil || j.ClaimedBy == nil {
+				t.Fatalf("job %s: %+v %v", id, j, err)
+			}
+			dev, err := protocol.Marshal(j.ClaimedBy.Device)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := j.ClaimedBy
+			return [6]string{eJ, string(dev), c.RunnerID, c.LeaseID, strconv.FormatInt(j.AwaitingUntil, 10), strconv.FormatInt(c.LeaseExpiresAt, 10)}
+		}
+		compare := func(exclusive string, limit, rows int) (string, [][6]string) {
+			t.Helper()
+			cursor, got, err := h.s.pendingPage(h.ctx, k, site, exclusive, limit)
+			if err != nil {
+				t.Fatalf("page after %s: %v", exclusive, err)
 			}
 			if len(got) != rows {
 				t.Fatalf("page after %s, at most %d: %d rows, want %d", exclusive, limit, len(got), rows)
+			}
+			for _, row := range got {
+				if w := want(row[0]); row != w {
+					t.Fatalf("page after %s, at most %d:\n got %q\nwant %q", exclusive, limit, row, w)
+				}
 			}
 			return cursor, got
 		}
@@ -353,12 +371,13 @@ func TestPendingPageMatchesTheScript(t *testing.T) {
 	})
 }
 
-// On one node a results read is plain commands; it must answer what
-// results_get.lua answers: results stored whole (short, and past 4 KiB) or
-// sliced (within the 32 slices and beyond), devices within the first
-// read's slices and beyond, the budget cutting the batch, and asked jobs
-// that are not done, not there, or there under another seq.
-func TestResultsGetMatchesTheScript(t *testing.T) {
+// A results read is plain commands; each row must say what the job's
+// whole record says (Job, a script's read), for results stored whole
+// (short, and past 4 KiB) or sliced (within the 32 slices and beyond),
+// devices within the first read's slices and beyond, with the budget
+// cutting the batch, and asked jobs that are not done, not there, or there
+// under another seq left out.
+func TestResultsGetRowsMatchTheRecords(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
@@ -397,21 +416,40 @@ func TestResultsGetMatchesTheScript(t *testing.T) {
 			listed{encJob("res-none"), "1"})     // not there
 		asked = append(asked, list[3:]...)
 
-		compare := func(asked []listed, budget, wantConsumed, wantRows int) {
+		// The row the job's whole record gives.
+		want := func(eJ string) [7]string {
 			t.Helper()
-			consumed, got, err := h.s.resultsGetPlain(h.ctx, k, site, asked, budget)
-			if err != nil {
-				t.Fatalf("budget %d: %v", budget, err)
-			}
-			wantC, want, err := h.s.resultsGetScript(h.ctx, k, site, asked, budget)
+			id, err := decJob(eJ)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if consumed != wantC || !slices.Equal(got, want) {
-				t.Fatalf("budget %d:\n got %d %v\nwant %d %v", budget, consumed, got, wantC, want)
+			j, err := h.s.Job(h.ctx, site, id)
+			if err != nil || j == nil || j.ClaimedBy == nil {
+				t.Fatalf("job %s: %+v %v", id, j, err)
+			}
+			dev, err := protocol.Marshal(j.ClaimedBy.Device)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := j.ClaimedBy
+			return [7]string{eJ, string(j.Result), j.Disposition, c.RunnerID, c.LeaseID, string(dev), c.Owner}
+		}
+		compare := func(asked []listed, budget, wantConsumed, wantRows int) {
+			t.Helper()
+			consumed, got, err := h.s.resultsGet(h.ctx, k, site, asked, budget)
+			if err != nil {
+				t.Fatalf("budget %d: %v", budget, err)
 			}
 			if consumed != wantConsumed || len(got) != wantRows {
 				t.Fatalf("budget %d: consumed %d, %d rows; want %d, %d", budget, consumed, len(got), wantConsumed, wantRows)
+			}
+			for _, row := range got {
+				if row.pos >= consumed || row.f[0] != asked[row.pos].eJ {
+					t.Fatalf("budget %d: row for %q at %d of %d asked", budget, row.f[0], row.pos, consumed)
+				}
+				if w := want(row.f[0]); row.f != w {
+					t.Fatalf("budget %d:\n got %q\nwant %q", budget, row.f, w)
+				}
 			}
 		}
 		compare(asked, 1<<20, len(asked), len(jobs))
@@ -419,7 +457,7 @@ func TestResultsGetMatchesTheScript(t *testing.T) {
 		compare(asked, 40+64+65+2048, 7, 4) // reached on res-3, after the three asked that are not answered
 		compare(asked[3:6], 1<<20, 3, 0)    // nothing to answer
 		for i, j := range jobs {
-			_, rows, err := h.s.resultsGetPlain(h.ctx, k, site, list[i:i+1], 1<<20)
+			_, rows, err := h.s.resultsGet(h.ctx, k, site, list[i:i+1], 1<<20)
 			if err != nil || len(rows) != 1 || len(rows[0].f[1]) != j.result || (j.device > 0 && len(rows[0].f[5]) != j.device) {
 				t.Fatalf("job %d: %d rows, %v", i, len(rows), err)
 			}
