@@ -14,7 +14,8 @@
 #    three replicas. Reports each primary's CPU (INFO cpu used_cpu_sys +
 #    used_cpu_user, before and after) and its share of the cluster's total,
 #    script calls (INFO commandstats: EVAL*, EVALSHA*, FCALL*) per collected
-#    job, and relay CPU per job.
+#    job, relay CPU per job, and the replicas' store calls a job by
+#    operation (their /metrics).
 # 2. Idle cost: IDLE_DAEMONS (default 1000) simulated daemons that ticked
 #    like the real one when idle (a heartbeat and an empty claim every 10 s),
 #    a trickle of 0.05 jobs/s so the run has an end (its one site polls once
@@ -71,12 +72,14 @@ replicas=$(IFS=,; echo "${URLS[*]}")
 log "load: warm-up"
 timeout 120 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 2 -daemons 4 -jobs 200 \
   -concurrency 16 -quiet >"$OUT/cluster-warmup.txt"
+store_calls >"$OUT/cluster-load-calls-before.json"
 snapshot >"$OUT/cluster-load-before.json"
 log "load: 12 sites, 24 daemons, $LOAD_JOBS jobs"
 timeout 400 "$BIN/loadgen" -replicas "$replicas" -admin "$ADMIN" -admin-token "$TOKEN" -sites 12 -daemons 24 -slots 8 \
   -concurrency 64 -payload 256 -ttl 60s -drain 30s -jobs "$LOAD_JOBS" -results-poll 250ms -pending-poll 20ms \
   -claim-poll 50ms -fetch-poll 10ms -heartbeat 5s -quiet -json "$OUT/cluster-load.json" >"$OUT/cluster-load.txt"
 snapshot >"$OUT/cluster-load-after.json"
+store_calls >"$OUT/cluster-load-calls-after.json"
 kill "${RELAY_PIDS[@]}" 2>/dev/null || true; wait "${RELAY_PIDS[@]}" 2>/dev/null || true
 fi
 
@@ -137,6 +140,16 @@ def load_part():
       print(f"| :{n['port']} | {c:.2f} | {100*c/total:.0f}% | {s} | {s/max(jobs,1):.2f} |")
   print(f"| all | {total:.2f} | 100% | {sum(scripts)} | {sum(scripts)/max(jobs,1):.2f} |\n")
   print(f"Valkey CPU per job {1000*total/max(jobs,1):.3f} ms; relay CPU per job {1000*relay/max(jobs,1):.3f} ms (3 replicas)\n")
+  # The replicas' store calls by operation over the same window (scraped
+  # just outside it, so the scrapes' own reads are not in the Valkey
+  # figures): a script's name, or the plain pipeline filed under it.
+  cb, ca = (json.load(open(f"{out}/cluster-load-calls-{w}.json")) for w in ("before", "after"))
+  calls = {k: v - cb.get(k, 0) for k, v in ca.items() if v - cb.get(k, 0) > 0}
+  print("Store calls a job by operation (the replicas' relay_valkey_script_duration_seconds_count; a script, or the plain pipeline that stands in for it):\n")
+  print("| operation | calls | a job |\n|---|---|---|")
+  for k, v in sorted(calls.items(), key=lambda kv: -kv[1]):
+      print(f"| {k} | {v:.0f} | {v/max(jobs,1):.2f} |")
+  print()
 
 if os.path.exists(f"{out}/cluster-load.json"):
   load_part()

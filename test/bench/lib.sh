@@ -147,6 +147,25 @@ for line in sys.stdin:
 print(json.dumps(n))'
 }
 
+# store_calls: the replicas' store calls so far by operation, summed over
+# ADMINS, as {"name": n}: relay_valkey_script_duration_seconds_count by its
+# script label, which names a script, or the plain pipeline that stands in
+# for one (internal/scriptrun), so it counts operations, not Lua runs.
+store_calls() {
+  local a
+  for a in "${ADMINS[@]}"; do
+    curl -s -H "Authorization: Bearer $TOKEN" "$a/metrics" || true
+  done | python3 -c '
+import sys, json, re
+n = {}
+for line in sys.stdin:
+    m = re.match(r"relay_valkey_script_duration_seconds_count\{(.*)\} (\S+)", line)
+    if m:
+        s = re.search(r"script=\"([^\"]*)\"", m.group(1)).group(1)
+        n[s] = n.get(s, 0) + float(m.group(2))
+print(json.dumps(n))'
+}
+
 start_relays() {
   local ns=$1 n=${2:-3} i outf
   URLS=() RELAY_PIDS=() ADMIN="" ADMINS=()
