@@ -384,9 +384,12 @@ func (r *Relay) fetch(req *request) (reply, error) {
 		return true
 	}
 	// A grant made on this replica whose seal it has not heard would read
-	// not-ready: wait first, then read once. The read after the wait
-	// answers whatever happened meanwhile (sealed, cancelled, expired).
-	waited := wait && r.store.PayloadUnsealed(in.LeaseID)
+	// not-ready: wait first, then read once. So would a grant made on
+	// another replica whose record plainly still awaits its payload, which
+	// costs the server a plain read instead of take.lua's refusal. The read
+	// after the wait answers whatever happened meanwhile (sealed,
+	// cancelled, expired).
+	waited := wait && (r.store.PayloadUnsealed(in.LeaseID) || r.store.GrantAwaitsPayload(req.ctx, hi))
 	if waited && !holdFor() {
 		return holderRefusal(store.RefusedNotReady), nil
 	}

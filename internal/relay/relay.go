@@ -139,6 +139,9 @@ type Store interface {
 	// PayloadUnsealed: leaseID was granted here and no seal of it heard
 	// since (ask after AwaitPayload); a fetch can wait before reading.
 	PayloadUnsealed(leaseID string) bool
+	// GrantAwaitsPayload: a plain read (no script) shows that a fetch of
+	// in's grant would now be answered not-ready; false when in doubt.
+	GrantAwaitsPayload(ctx context.Context, in store.HolderInput) bool
 }
 
 // ProjectionSource hands out the projection in force. Current returns nil

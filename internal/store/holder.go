@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -68,6 +69,74 @@ func (s *Store) TakePayload(ctx context.Context, in HolderInput) (TakeResult, er
 		value = s.missRefusal(ctx, in.JobID, in.RunnerID, sh)
 	}
 	return TakeResult{Refused: value}, nil
+}
+
+// opPayloadPeek names GrantAwaitsPayload's read in the store's call
+// metrics.
+const opPayloadPeek = "payload_peek"
+
+// GrantAwaitsPayload reports whether TakePayload would now answer in's
+// grant not-ready, read with plain commands in one round trip (the job's
+// record and the server's clock), no script: the record holds this grant
+// for this runner, awaiting its payload and not cancelled, and the clock
+// is before its deadline and the end of its awaiting window, so that
+// settling (§9.8) would leave it as it is and take.lua would find no
+// payload. A fetch that reaches a replica other than the one that granted
+// it has no note of the grant (PayloadUnsealed); it asks this first and
+// waits for the seal without running take.lua for a refusal. False
+// whenever it cannot tell: a lease id that does not carry its site (the
+// record is then found only through the lease index), a record that
+// disagrees, or a read that failed; TakePayload then answers.
+func (s *Store) GrantAwaitsPayload(ctx context.Context, in HolderInput) bool {
+	if s.checkHolder(in.JobID, in.RunnerID, in.LeaseID) != nil {
+		return false
+	}
+	sh, ok := s.k.leaseShard(in.LeaseID)
+	if !ok {
+		return false
+	}
+	eS, ok := leaseSite(in.LeaseID)
+	if !ok {
+		return false
+	}
+	job := s.k.shards[sh] + "j:" + eS + ":" + encJob(in.JobID)
+	res := s.doMulti(ctx, opPayloadPeek,
+		s.c.B().Hmget().Key(job).Field("state", "cl", "cr", "cx", "au", "dl").Build(),
+		s.c.B().Time().Build().SetSlot(job)) // the clock of the node that holds the record
+	v, err := res[0].ToArray()
+	if err != nil {
+		return false
+	}
+	f, err := optionalStrings(v)
+	if err != nil || len(f) != 6 {
+		return false
+	}
+	if f[0] != StateAwaitingPayload || f[1] != in.LeaseID || f[2] != in.RunnerID || f[3] != "" {
+		return false
+	}
+	now, err := s.timeReply(res[1])
+	if err != nil {
+		return false
+	}
+	au, err1 := strconv.ParseInt(f[4], 10, 64)
+	dl, err2 := strconv.ParseInt(f[5], 10, 64)
+	return err1 == nil && err2 == nil && now < au && now < dl
+}
+
+// leaseSite is the encoded site a site-bearing lease id carries after its
+// one dot (lib/store.lua lease_site: claim.lua writes "<minted>.<eS>" when
+// it fits the lease id's limit).
+func leaseSite(leaseID string) (string, bool) {
+	minted, eS, ok := strings.Cut(leaseID, ".")
+	if !ok || minted == "" || strings.Contains(eS, ".") {
+		return "", false
+	}
+	for i := 0; i < len(eS); i++ {
+		if c := eS[i]; !isAlnum(c) && c != '-' && c != '_' {
+			return "", false
+		}
+	}
+	return eS, true
 }
 
 // missRefusal answers a grant the lease's own shard (skip; -1 for none) did

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -179,4 +181,86 @@ func TestPayloadUnsealedNotesGrantsMadeHere(t *testing.T) {
 	if h.s.PayloadUnsealed(l1) || h.s.Testing().PayloadNotes() != 0 {
 		t.Fatalf("this Store's own seal left its note (%d notes)", h.s.Testing().PayloadNotes())
 	}
+}
+
+// GrantAwaitsPayload says yes exactly where take.lua would answer
+// not-ready without changing anything: a grant held by its runner, unsealed,
+// inside its awaiting window and its deadline, not cancelled. Every other
+// case is a no (a seal, another runner, an expired window, a cancel, a
+// lease id without its site or of another job, input the store refuses),
+// after which TakePayload answers for itself.
+func TestGrantAwaitsPayload(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		n := 0
+		// A fresh grant each: a site and owner pair holds only so many
+		// unsealed jobs.
+		grant := func() (string, HolderInput) {
+			t.Helper()
+			n++
+			id, owner := fmt.Sprint("await-", n), fmt.Sprint("owner", n)
+			h.enqueue(id, owner)
+			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}))
+			if len(g) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(g))
+			}
+			if _, ok := leaseSite(g[0].Lease.ID); !ok {
+				t.Fatalf("lease id %q carries no site", g[0].Lease.ID)
+			}
+			return id, HolderInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID}
+		}
+		awaits := func(in HolderInput) bool { return h.s.GrantAwaitsPayload(h.ctx, in) }
+
+		_, in := grant()
+		if !awaits(in) {
+			t.Fatal("an unsealed grant does not await its payload")
+		}
+		if r := h.take(in.JobID, in.RunnerID, in.LeaseID); r.Refused != RefusedNotReady {
+			t.Fatalf("take of an awaiting grant: %+v, want not-ready", r)
+		}
+		if !awaits(in) {
+			t.Fatal("a take refused not-ready changed the answer")
+		}
+
+		other := in
+		other.RunnerID = "runner_2"
+		minted, _, _ := strings.Cut(in.LeaseID, ".")
+		for name, x := range map[string]HolderInput{
+			"another runner":            other,
+			"the lease id without site": {JobID: in.JobID, RunnerID: in.RunnerID, LeaseID: minted},
+			"another site in the lease": {JobID: in.JobID, RunnerID: in.RunnerID, LeaseID: minted + "." + enc("site_other")},
+			"another job":               {JobID: "await-none", RunnerID: in.RunnerID, LeaseID: in.LeaseID},
+			"no job id":                 {RunnerID: in.RunnerID, LeaseID: in.LeaseID},
+			"a lease naming no shard":   {JobID: in.JobID, RunnerID: in.RunnerID, LeaseID: "zz" + in.LeaseID[2:]},
+		} {
+			if awaits(x) {
+				t.Errorf("%s: awaits its payload", name)
+			}
+		}
+
+		id, in := grant()
+		h.seal(id)
+		if awaits(in) {
+			t.Error("a sealed grant awaits its payload")
+		}
+
+		id, in = grant()
+		if ok, err := h.s.Cancel(h.ctx, site, id); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+		if awaits(in) {
+			t.Error("a cancelled grant awaits its payload")
+		}
+
+		_, in = grant()
+		h.s.Testing().AdvanceClock(AwaitingPayloadMs)
+		defer h.s.Testing().SetClockOffset(0)
+		if awaits(in) {
+			t.Error("a grant past its awaiting window awaits its payload")
+		}
+		if r := h.take(in.JobID, in.RunnerID, in.LeaseID); r.Refused == RefusedNotReady || r.Refused == "" {
+			t.Fatalf("take past the awaiting window: %+v, want the grant gone", r)
+		}
+	})
 }
