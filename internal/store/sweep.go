@@ -8,7 +8,6 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/byollm/relay-go/internal/workview"
 )
 
@@ -96,7 +95,7 @@ func (s *Store) dueHeadsWith(ctx context.Context, name string, shards []int, ext
 	var clock clockReading
 	var res []valkey.ValkeyResult
 	if len(shards) > 0 {
-		clock, res = s.nowAnd(ctx, name, cmds)
+		clock, res = s.nowAnd(ctx, name, s.k.due(shards[0]), cmds)
 		if clock.err != nil {
 			return nil, 0, clock.err
 		}
@@ -208,23 +207,16 @@ type clockReading struct {
 	err error
 }
 
-// nowAnd reads the store clock and runs the pipelined single-key commands.
-// On one node TIME is the pipeline's last command: one round trip for both
-// (a separate TIME was a read event of its own on the server about as often
-// as not, some 27 µs of Valkey CPU on this project's guest). On a cluster
-// TIME takes no key, and a client may not mix it with commands on several
-// slots in one pipeline, so it goes alongside, at the same time.
-func (s *Store) nowAnd(ctx context.Context, name string, cmds []valkey.Completed) (clockReading, []valkey.ValkeyResult) {
-	if !valkeyconn.IsCluster(s.c) {
-		res := s.doMulti(ctx, name, append(cmds[:len(cmds):len(cmds)], s.c.B().Time().Build())...)
-		ms, err := s.timeReply(res[len(res)-1])
-		return clockReading{ms, err}, res[:len(res)-1]
-	}
-	done := make(chan clockReading, 1)
-	go func() {
-		ms, err := s.Now(ctx)
-		done <- clockReading{ms, err}
-	}()
-	res := s.doMulti(ctx, name, cmds...)
-	return <-done, res
+// nowAnd reads the store clock and runs the pipelined single-key commands
+// in one round trip: TIME is the pipeline's last command (a separate TIME
+// was a read event of its own on the server about as often as not, some
+// 27 µs of Valkey CPU on this project's guest). TIME takes no key, and a
+// cluster client may not mix a keyless command with commands on several
+// slots in one pipeline, so it is sent to clockKey's slot: on a cluster
+// the node holding that key reads the clock, in the round trip that node
+// makes anyway for the commands on its slots.
+func (s *Store) nowAnd(ctx context.Context, name, clockKey string, cmds []valkey.Completed) (clockReading, []valkey.ValkeyResult) {
+	res := s.doMulti(ctx, name, append(cmds[:len(cmds):len(cmds)], s.c.B().Time().Build().SetSlot(clockKey))...)
+	ms, err := s.timeReply(res[len(res)-1])
+	return clockReading{ms, err}, res[:len(res)-1]
 }
