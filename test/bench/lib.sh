@@ -25,6 +25,7 @@
 #   start_relays NS [N]   N (default 3) relays of $BIN on CLUSTER_URL in
 #                     namespace NS; sets URLS, ADMINS, ADMIN (the first),
 #                     RELAY_PIDS
+#   store_calls       the replicas' store calls so far by operation (JSON)
 #   snapshot          one JSON line: time, relay CPU ticks of RELAY_PIDS,
 #                     and per server of PRIMARIES its CPU, scripts, commands,
 #                     read events and calls by command; with
@@ -147,10 +148,9 @@ for line in sys.stdin:
 print(json.dumps(n))'
 }
 
-# store_calls: the replicas' store calls so far by operation, summed over
-# ADMINS, as {"name": n}: relay_valkey_script_duration_seconds_count by its
-# script label, which names a script, or the plain pipeline that stands in
-# for one (internal/scriptrun), so it counts operations, not Lua runs.
+# store_calls: relay_valkey_script_duration_seconds_count by its script
+# label, summed over ADMINS. The label names a script or the plain pipeline
+# filed under an operation's name, so this counts operations, not Lua runs.
 store_calls() {
   local a
   for a in "${ADMINS[@]}"; do
@@ -166,13 +166,18 @@ for line in sys.stdin:
 print(json.dumps(n))'
 }
 
+# Every simulated daemon connects from 127.0.0.1, so start_relays lifts the
+# per-address connection cap to RELAY_MAX_CONNS's default (2,048): at its
+# own default (512) a thousand idle daemons' keep-alive connections were
+# answered 503, which a fleet of real devices, each from its own address,
+# would not see.
 start_relays() {
   local ns=$1 n=${2:-3} i outf
   URLS=() RELAY_PIDS=() ADMIN="" ADMINS=()
   for i in $(seq 1 "$n"); do
     outf=$OUT/cluster-$ns-r$i.stdout
     RELAY_VALKEY_URL=$CLUSTER_URL RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
-      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 \
+      RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 RELAY_MAX_CONNS_PER_ADDRESS=2048 \
       "$BIN/relay" >"$outf" 2>"$OUT/cluster-$ns-r$i.log" &
     STARTED+=($!); RELAY_PIDS+=($!)
     for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
