@@ -9,10 +9,11 @@ import (
 // at most blobChunk bytes, or of more than blobWhole, is the field <name>
 // itself; one in between is its length under the numbered field <base> and
 // its blobChunk-byte slices, in order, under <base+1> .. <base+n>. The
-// scripts read blobs with get_blob; on one node Go reads two, the claiming
-// device (pendingPagePlain, resultsGetPlain) and the result
-// (resultsGetPlain), and TestPendingPageMatchesTheScript and
-// TestResultsGetMatchesTheScript hold the readers together.
+// scripts read blobs with get_blob; Go reads two with plain commands, the
+// claiming device (pendingPage, resultsGet) and the result (resultsGet),
+// and TestPendingPageRowsMatchTheRecords and
+// TestResultsGetRowsMatchTheRecords check them against a script's read of
+// the whole record.
 const (
 	blobChunk      = 64
 	blobWhole      = 4096
