@@ -29,6 +29,7 @@ const MaxNotes = 65536
 type Waiters struct {
 	mu    sync.Mutex
 	m     map[string]*entry
+	byJob map[string]string    // job id -> a lease a fetch of it waits on
 	notes map[string]time.Time // Minted(lease id) -> when the note stops counting
 	// pruneAt: while the notes are full, no note ends before this, so a
 	// Granted before it refuses without scanning them again.
@@ -38,10 +39,25 @@ type Waiters struct {
 type entry struct {
 	sealed  chan struct{}
 	waiting int
+	// The grant's holder as the first fetch to wait named it (job id and
+	// runner id), so a seal on this replica can take the payload for it
+	// (Holder), and the payload handed over that way, set before sealed is
+	// closed.
+	job, runner string
+	payload     []byte
+	// sealing: seals on this replica that may take the payload for these
+	// fetches are in flight, so the news of a seal (heard) waits for them
+	// to say whether they took it; the seal's own announcement can arrive
+	// before its reply.
+	sealing int
+	heard   bool
+	closed  bool
 }
 
 // New returns an empty registry.
-func New() *Waiters { return &Waiters{m: map[string]*entry{}, notes: map[string]time.Time{}} }
+func New() *Waiters {
+	return &Waiters{m: map[string]*entry{}, byJob: map[string]string{}, notes: map[string]time.Time{}}
+}
 
 // Minted is a lease id up to its first '.': the id as minted, before the
 // claim script appends the job's site. Notes are kept under it, so a note
@@ -96,40 +112,109 @@ func (w *Waiters) Unsealed(lease string, now time.Time) bool {
 	return ok && until.After(now)
 }
 
-// Wait registers a fetch waiting for the payload of lease: sealed is closed
-// when Sealed(lease) is called after this. done must be called when the
-// fetch stops waiting, sealed or not.
-func (w *Waiters) Wait(lease string) (sealed <-chan struct{}, done func()) {
+// Wait registers a fetch of job by runner waiting for the payload of
+// lease: sealed is closed when Sealed(lease) is called after this, or a
+// seal that took the payload for it releases its Holder, and payload then
+// answers what was handed over (nil: the fetch reads the store). done must be called when the fetch
+// stops waiting, sealed or not.
+func (w *Waiters) Wait(lease, job, runner string) (sealed <-chan struct{}, payload func() []byte, done func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.m[lease]
 	if e == nil {
-		e = &entry{sealed: make(chan struct{})}
+		e = &entry{sealed: make(chan struct{}), job: job, runner: runner}
 		w.m[lease] = e
+		if job != "" {
+			w.byJob[job] = lease
+		}
 	}
 	e.waiting++
+	payload = func() []byte {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return e.payload
+	}
 	var once sync.Once
-	return e.sealed, func() {
+	done = func() {
 		once.Do(func() {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			e.waiting--
 			if e.waiting == 0 && w.m[lease] == e {
-				delete(w.m, lease)
+				w.drop(lease, e)
 			}
 		})
 	}
+	return e.sealed, payload, done
 }
 
-// Sealed wakes every fetch waiting for the payload of lease and ends its
-// note. A lease no fetch waits for costs two map lookups.
+// drop removes lease's entry e (w.mu held).
+func (w *Waiters) drop(lease string, e *entry) {
+	if w.m[lease] == e {
+		delete(w.m, lease)
+	}
+	if e.job != "" && w.byJob[e.job] == lease {
+		delete(w.byJob, e.job)
+	}
+}
+
+// wake closes e's channel, handing payload to its fetches (w.mu held).
+func (w *Waiters) wake(lease string, e *entry, payload []byte) {
+	if e.closed {
+		return
+	}
+	e.payload, e.closed = payload, true
+	close(e.sealed)
+	w.drop(lease, e)
+}
+
+// Holder is a grant of job that a fetch waits on here: its lease and its
+// runner, as the fetch named them (the seal checks them against the
+// record before it takes anything for it). Until release is called, news
+// of that lease's seal (Sealed) is held back; release says what the seal
+// did: payload when it took the payload for the fetches, sealed when it
+// sealed the grant without taking. Call release exactly once, whatever the
+// seal answered.
+func (w *Waiters) Holder(job string) (lease, runner string, release func(payload []byte, sealed bool), ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lease, ok = w.byJob[job]
+	if !ok {
+		return "", "", nil, false
+	}
+	e := w.m[lease]
+	e.sealing++
+	var once sync.Once
+	release = func(payload []byte, sealed bool) {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			e.sealing--
+			e.heard = e.heard || sealed
+			switch {
+			case payload != nil:
+				w.wake(lease, e, payload)
+			case e.heard && e.sealing == 0:
+				w.wake(lease, e, nil)
+			}
+		})
+	}
+	return lease, e.runner, release, true
+}
+
+// Sealed wakes every fetch waiting for the payload of lease (once no seal
+// of it on this replica is in flight, see Holder) and ends its note. A
+// lease no fetch waits for costs two map lookups.
 func (w *Waiters) Sealed(lease string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.notes, Minted(lease))
 	if e := w.m[lease]; e != nil {
-		close(e.sealed)
-		delete(w.m, lease)
+		if e.sealing > 0 {
+			e.heard = true
+			return
+		}
+		w.wake(lease, e, nil)
 	}
 }
 
@@ -142,8 +227,7 @@ func (w *Waiters) WakeAll() {
 	defer w.mu.Unlock()
 	clear(w.notes)
 	for lease, e := range w.m {
-		close(e.sealed)
-		delete(w.m, lease)
+		w.wake(lease, e, nil)
 	}
 }
 

@@ -19,9 +19,9 @@ func closed(ch <-chan struct{}) bool {
 func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
 	t.Parallel()
 	w := New()
-	a1, doneA1 := w.Wait("a")
-	a2, doneA2 := w.Wait("a")
-	b, doneB := w.Wait("b")
+	a1, _, doneA1 := w.Wait("a", "", "")
+	a2, _, doneA2 := w.Wait("a", "", "")
+	b, _, doneB := w.Wait("b", "", "")
 	if w.Len() != 2 {
 		t.Fatalf("Len %d, want 2", w.Len())
 	}
@@ -43,11 +43,85 @@ func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
 	}
 	// A fetch that registers after the seal waits for the next one: the
 	// caller reads the store after registering, so it sees that seal there.
-	c, doneC := w.Wait("a")
+	c, _, doneC := w.Wait("a", "", "")
 	if closed(c) {
 		t.Fatal("a new wait on a sealed lease is closed at once")
 	}
 	doneC()
+}
+
+// A seal that took the payload for a waiting fetch hands it to every fetch
+// waiting on that lease when it releases the Holder, and the news of that
+// seal heard meanwhile (its own announcement) waits for the release
+// instead of waking them with nothing. A seal that did not take releases
+// them to read the store, or leaves them waiting when it sealed nothing.
+// Holder finds a waiting fetch's grant by job id while it waits, and not
+// after.
+func TestHolderHandsThePayloadToTheWaitingFetches(t *testing.T) {
+	t.Parallel()
+	w := New()
+	s1, p1, done1 := w.Wait("lease-1", "job-1", "runner-1")
+	s2, p2, done2 := w.Wait("lease-1", "job-1", "runner-1") // the daemon asked again
+	s3, p3, done3 := w.Wait("lease-2", "job-2", "runner-2")
+	_, _, done4 := w.Wait("lease-3", "", "") // no holder named
+	defer func() {
+		for _, d := range []func(){done1, done2, done3, done4} {
+			d()
+		}
+		if w.Len() != 0 {
+			t.Errorf("Len %d after every fetch ended", w.Len())
+		}
+	}()
+	if _, _, _, ok := w.Holder("job-none"); ok {
+		t.Fatal("a job no fetch waits for has a holder")
+	}
+	if _, _, _, ok := w.Holder(""); ok {
+		t.Fatal("the empty job id has a holder")
+	}
+	lease, runner, release, ok := w.Holder("job-1")
+	if !ok || lease != "lease-1" || runner != "runner-1" {
+		t.Fatalf("Holder(job-1) = %q %q %v", lease, runner, ok)
+	}
+	w.Sealed("lease-1") // the seal's announcement, before its reply
+	if closed(s1) || closed(s2) {
+		t.Fatal("news of the seal woke the fetches before the seal said whether it took the payload")
+	}
+	release([]byte("envelope"), true)
+	release(nil, true) // twice: counted once
+	if !closed(s1) || !closed(s2) || closed(s3) {
+		t.Fatalf("after the release: %v %v %v", closed(s1), closed(s2), closed(s3))
+	}
+	if string(p1()) != "envelope" || string(p2()) != "envelope" || p3() != nil {
+		t.Fatalf("payloads %q %q %q", p1(), p2(), p3())
+	}
+	if _, _, _, ok := w.Holder("job-1"); ok {
+		t.Fatal("a woken grant still has a holder")
+	}
+
+	_, _, release, _ = w.Holder("job-2")
+	release(nil, false) // refused: nothing sealed, nothing heard
+	if closed(s3) {
+		t.Fatal("a seal that sealed nothing woke the fetch")
+	}
+	_, _, release, _ = w.Holder("job-2")
+	release(nil, true) // sealed without taking: the fetch reads the store
+	if !closed(s3) || p3() != nil {
+		t.Fatalf("a seal that did not take: woken %v, payload %q", closed(s3), p3())
+	}
+
+	s5, _, done5 := w.Wait("lease-5", "job-5", "runner-5")
+	_, _, release, _ = w.Holder("job-5")
+	w.WakeAll() // a subscription ended: every fetch reads the store
+	if !closed(s5) {
+		t.Fatal("WakeAll left a fetch waiting behind a seal in flight")
+	}
+	release([]byte("late"), true) // nothing left to hand it to
+	done5()
+	_, _, done6 := w.Wait("lease-6", "job-6", "runner-6")
+	done6()
+	if _, _, _, ok := w.Holder("job-6"); ok {
+		t.Fatal("a fetch that stopped waiting left its holder")
+	}
 }
 
 func TestWaitersUnderConcurrency(t *testing.T) {
@@ -60,7 +134,7 @@ func TestWaitersUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			lease := string(rune('a' + i%8))
 			for range 200 {
-				ch, done := w.Wait(lease)
+				ch, _, done := w.Wait(lease, "", "")
 				w.Sealed(lease)
 				<-ch // sealed by this goroutine's call, or an earlier one
 				done()
@@ -76,8 +150,8 @@ func TestWaitersUnderConcurrency(t *testing.T) {
 func TestWakeAllWakesEveryFetch(t *testing.T) {
 	t.Parallel()
 	w := New()
-	a, doneA := w.Wait("a")
-	b, doneB := w.Wait("b")
+	a, _, doneA := w.Wait("a", "", "")
+	b, _, doneB := w.Wait("b", "", "")
 	w.WakeAll()
 	if !closed(a) || !closed(b) || w.Len() != 0 {
 		t.Fatalf("after WakeAll: a %v b %v, Len %d", closed(a), closed(b), w.Len())
@@ -85,7 +159,7 @@ func TestWakeAllWakesEveryFetch(t *testing.T) {
 	doneA()
 	doneB()
 	w.Sealed("a") // nothing waits: nothing to close twice
-	c, doneC := w.Wait("a")
+	c, _, doneC := w.Wait("a", "", "")
 	defer doneC()
 	if closed(c) || w.Len() != 1 {
 		t.Fatalf("a wait after WakeAll: closed %v, Len %d", closed(c), w.Len())

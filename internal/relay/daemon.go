@@ -366,10 +366,11 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	// Registered before the first read, so a seal landing between that
 	// read and the wait still wakes it.
 	var sealed <-chan struct{}
+	var handed func() []byte
 	wait := r.fetchWait > 0
 	if wait {
 		var done func()
-		sealed, done, wait = r.store.AwaitPayload(in.LeaseID)
+		sealed, handed, done, wait = r.store.AwaitPayload(hi)
 		defer done()
 	}
 	holdFor := func() bool {
@@ -393,6 +394,11 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	if waited && !holdFor() {
 		return holderRefusal(store.RefusedNotReady), nil
 	}
+	// A seal on this replica took the payload for this fetch: the job is
+	// running, as after a take, and there is nothing left to read.
+	if env := handedPayload(handed); env != nil {
+		return ok200(newObj().raw("envelope", env)), nil
+	}
 	taken, err := r.store.TakePayload(req.ctx, hi)
 	if err != nil {
 		return reply{}, fmt.Errorf("fetch: %w", err)
@@ -400,6 +406,9 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	if taken.Refused == store.RefusedNotReady && wait && !waited {
 		if !holdFor() {
 			return holderRefusal(taken.Refused), nil
+		}
+		if env := handedPayload(handed); env != nil {
+			return ok200(newObj().raw("envelope", env)), nil
 		}
 		if taken, err = r.store.TakePayload(req.ctx, hi); err != nil {
 			return reply{}, fmt.Errorf("fetch: %w", err)
@@ -409,6 +418,15 @@ func (r *Relay) fetch(req *request) (reply, error) {
 		return holderRefusal(taken.Refused), nil
 	}
 	return ok200(newObj().raw("envelope", taken.Envelope)), nil
+}
+
+// handedPayload is the payload a seal on this replica took for a waiting
+// fetch, or nil (no wait, or the fetch must read the store).
+func handedPayload(handed func() []byte) []byte {
+	if handed == nil {
+		return nil
+	}
+	return handed()
 }
 
 // result is wire.md §8.4: size rule, then complete.

@@ -21,7 +21,7 @@ func liveViews(t *testing.T, st *store.Store) {
 	go func() { st.RunWorkView(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	relaytest.WaitFor(t, 10*time.Second, "the store hears seals", func() bool {
-		_, stop, ok := st.AwaitPayload("probe")
+		_, _, stop, ok := st.AwaitPayload(store.HolderInput{LeaseID: "probe"})
 		stop()
 		return ok
 	})
@@ -46,9 +46,11 @@ func takeCounter(n *atomic.Int64) store.Options {
 // answered with the payload once the seal lands, on this replica or on
 // another one sharing the store: one request where the daemon would have
 // polled. Without a seal it answers not-ready when the wait ends. A fetch
-// waits before it runs take.lua, which it then runs once: on the replica
-// that made the grant by its note of it, on another replica because a
-// plain read of the record shows the grant still awaits its payload.
+// waits before it reads: on the replica that made the grant by its note of
+// it, on another replica because a plain read of the record shows the
+// grant still awaits its payload. A seal on the replica where the fetch
+// waits takes the payload for it (no take script at all); a seal
+// elsewhere wakes it to run take.lua once.
 func TestFetchWaitsForTheSeal(t *testing.T) {
 	t.Parallel()
 	const wait = 8 * time.Second
@@ -58,7 +60,7 @@ func TestFetchWaitsForTheSeal(t *testing.T) {
 		fetchElse bool // the fetch lands on another replica than the claim
 		takes     int64
 	}{
-		{"this replica", false, false, 1},
+		{"this replica", false, false, 0},
 		{"sealed on another replica", true, false, 1},
 		{"fetched on another replica", false, true, 1},
 	} {

@@ -133,9 +133,10 @@ type Store interface {
 	// GiveBack hands back the grants of a claim whose answer was lost
 	// (store.UnansweredClaim); it is idempotent.
 	GiveBack(ctx context.Context, u store.UnansweredClaim) ([]string, error)
-	// AwaitPayload registers a fetch waiting for the seal of grant
-	// leaseID; ok false: a seal might go unheard, so do not wait.
-	AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool)
+	// AwaitPayload registers a fetch waiting for the seal of its grant;
+	// once sealed, taken is the payload when the seal took it for the
+	// fetch, else nil. ok false: a seal might go unheard, so do not wait.
+	AwaitPayload(in store.HolderInput) (sealed <-chan struct{}, taken func() []byte, done func(), ok bool)
 	// PayloadUnsealed: leaseID was granted here and no seal of it heard
 	// since (ask after AwaitPayload); a fetch can wait before reading.
 	PayloadUnsealed(leaseID string) bool

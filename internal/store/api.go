@@ -163,6 +163,10 @@ type SealResult struct {
 	Refused string
 	Was     string
 	Limit   string // with RefusedSiteLimit: the limit (LimitBytes)
+	// TakenForFetch: a fetch of the grant was waiting on this Store, and
+	// the seal took the payload for it (the job is running; State still
+	// says ready, the seal's own answer) and handed it over.
+	TakenForFetch bool
 }
 
 // ReleaseInput hands grants back. RetryAfter is an absolute instant (ms) on

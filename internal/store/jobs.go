@@ -301,7 +301,10 @@ func (s *Store) siteList(ctx context.Context, op Script, key func(keys, string) 
 
 // Seal stores the payload the site sealed to the claiming device and makes
 // the job ready (§2.11). An overdue job is settled first (§9.8), so a seal
-// after the window answers too-late (was queued) or not-found.
+// after the window answers too-late (was queued) or not-found. When the
+// holder's fetch waits on this Store (AwaitPayload), the seal also takes
+// the payload for it in the same script, and the fetch gets it without a
+// take of its own.
 func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.RawMessage) (SealResult, error) {
 	if err := s.checkID("site id", siteID); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
@@ -316,8 +319,23 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	if err := s.checkBlob("envelope", envelope); err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
+	// A fetch of this job waiting here: the seal takes the payload for it
+	// when the grant is still the one it waits on (seal.lua), and tells it
+	// what happened whatever the answer (release).
+	takeLease, takeRunner, release, waiting := s.payloads.Holder(jobID)
+	if !waiting {
+		release = func([]byte, bool) {}
+	}
+	sealed, took := false, false
+	defer func() {
+		if took {
+			release(envelope, true)
+		} else {
+			release(nil, sealed)
+		}
+	}()
 	msg, err := s.run(ctx, scSeal, []string{k.job(siteID, jobID), k.siteBytes(siteID)}, member(siteID, jobID), string(envelope),
-		strconv.FormatInt(max(s.opts.SiteLimits.For(siteID).Bytes, 0), 10))
+		strconv.FormatInt(max(s.opts.SiteLimits.For(siteID).Bytes, 0), 10), takeRunner, takeLease)
 	if err != nil {
 		return SealResult{}, fmt.Errorf("seal: %w", err)
 	}
@@ -336,15 +354,22 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	s.fireChurn(reports)
 	switch status {
 	case StateReady:
-		if len(parts) != 3 {
+		if len(parts) != 4 {
 			return SealResult{}, fmt.Errorf("seal: ready reply of %d parts", len(parts))
 		}
 		lease, err := str(parts[1])
 		if err != nil {
 			return SealResult{}, fmt.Errorf("seal: %w", err)
 		}
+		taken, err := num(parts[2])
+		if err != nil {
+			return SealResult{}, fmt.Errorf("seal: %w", err)
+		}
+		// The site sees the seal's own answer (ready); a fetch the seal took
+		// the payload for gets it as from a take right after.
+		sealed, took = true, taken == 1 && lease == takeLease
 		s.payloads.Sealed(lease)
-		return SealResult{State: StateReady}, nil
+		return SealResult{State: StateReady, TakenForFetch: took}, nil
 	case RefusedNotFound:
 		return SealResult{Refused: RefusedNotFound}, nil
 	case RefusedTooLate:

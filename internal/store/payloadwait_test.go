@@ -32,7 +32,7 @@ func TestAwaitPayloadHearsSealsOfOtherReplicas(t *testing.T) {
 	t.Parallel()
 	h, ho := twoReplicas(t)
 
-	if _, done, ok := h.s.AwaitPayload("lease"); ok {
+	if _, _, done, ok := h.s.AwaitPayload(HolderInput{LeaseID: "lease"}); ok {
 		done()
 		t.Fatal("a wait offered before the work view subscribed: another replica's seal would go unheard")
 	}
@@ -48,12 +48,12 @@ func TestAwaitPayloadHearsSealsOfOtherReplicas(t *testing.T) {
 	for _, c := range got {
 		lease[stubID(c)] = c.Lease.ID
 	}
-	s1, done1, ok := h.s.AwaitPayload(lease["j1"])
+	s1, _, done1, ok := h.s.AwaitPayload(HolderInput{LeaseID: lease["j1"]})
 	if !ok {
 		t.Fatal("no wait offered with the view live")
 	}
 	defer done1()
-	s2, done2, _ := h.s.AwaitPayload(lease["j2"])
+	s2, _, done2, _ := h.s.AwaitPayload(HolderInput{LeaseID: lease["j2"]})
 	defer done2()
 
 	if r := ho.seal("j2"); r.State != StateReady {
@@ -97,7 +97,7 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 		t.Skip("the server has no sharded pub/sub")
 	}
 	withView(t, s)
-	sealed, done, ok := s.AwaitPayload("lease-1")
+	sealed, _, done, ok := s.AwaitPayload(HolderInput{LeaseID: "lease-1"})
 	if !ok {
 		t.Fatal("no wait offered with the view live")
 	}
@@ -114,7 +114,7 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 	if s.PayloadUnsealed("lease-1") {
 		t.Fatal("a grant's note outlived the subscription that would hear its seal")
 	}
-	if _, d, ok := s.AwaitPayload("lease-2"); ok {
+	if _, _, d, ok := s.AwaitPayload(HolderInput{LeaseID: "lease-2"}); ok {
 		d()
 		t.Fatal("a wait offered with the subscription down")
 	}
@@ -124,7 +124,7 @@ func TestAwaitPayloadWakesWhenTheSubscriptionEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	relaytest.WaitFor(t, 15*time.Second, "a wait offered again", func() bool {
-		_, d, ok := s.AwaitPayload("lease-3")
+		_, _, d, ok := s.AwaitPayload(HolderInput{LeaseID: "lease-3"})
 		d()
 		return ok
 	})
@@ -263,4 +263,88 @@ func TestGrantAwaitsPayload(t *testing.T) {
 			t.Fatalf("take past the awaiting window: %+v, want the grant gone", r)
 		}
 	})
+}
+
+// A seal on the Store where the holder's fetch waits takes the payload for
+// it in the same script: the job is running, the fetch is handed the
+// envelope as stored, and a repeated fetch reads it again as from any
+// running job. A fetch that names another runner or another lease gets
+// nothing taken for it: the job is ready, and the fetch is woken to read
+// the store. A seal with no fetch waiting is a plain seal.
+func TestSealTakesThePayloadForAWaitingFetch(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		if h.s.announce {
+			withView(t, h.s)
+		}
+		n := 0
+		grant := func() HolderInput {
+			t.Helper()
+			n++
+			id, owner := fmt.Sprint("seal-take-", n), fmt.Sprint("owner", n)
+			h.enqueue(id, owner)
+			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}))
+			if len(g) != 1 {
+				t.Fatalf("claim %s: %q", id, ids(g))
+			}
+			return HolderInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID}
+		}
+		await := func(in HolderInput) (<-chan struct{}, func() []byte) {
+			t.Helper()
+			sealed, taken, done, ok := h.s.AwaitPayload(in)
+			if !ok {
+				t.Fatal("no wait offered")
+			}
+			t.Cleanup(done)
+			return sealed, taken
+		}
+
+		in := grant()
+		sealed, taken := await(in)
+		r := h.seal(in.JobID)
+		if r.State != StateReady || !r.TakenForFetch {
+			t.Fatalf("seal with the holder's fetch waiting: %+v", r)
+		}
+		if !closed(sealed) || string(taken()) != string(envelope) {
+			t.Fatalf("the fetch: woken %v, handed %q", closed(sealed), taken())
+		}
+		h.mustState(in.JobID, StateRunning)
+		if got := h.take(in.JobID, in.RunnerID, in.LeaseID); got.Refused != "" || string(got.Envelope) != string(envelope) {
+			t.Fatalf("a repeated fetch: %+v", got)
+		}
+
+		for _, c := range []struct {
+			name  string
+			other func(HolderInput) HolderInput
+		}{
+			{"another runner", func(in HolderInput) HolderInput { in.RunnerID = "runner_2"; return in }},
+			{"another lease", func(in HolderInput) HolderInput { in.LeaseID = in.LeaseID[:len(in.LeaseID)-1] + "x"; return in }},
+		} {
+			in := grant()
+			sealed, taken := await(c.other(in))
+			if r := h.seal(in.JobID); r.State != StateReady || r.TakenForFetch {
+				t.Fatalf("%s: seal %+v", c.name, r)
+			}
+			if !closed(sealed) || taken() != nil {
+				t.Fatalf("%s: woken %v, handed %q", c.name, closed(sealed), taken())
+			}
+			h.mustState(in.JobID, StateReady)
+		}
+
+		in = grant()
+		if r := h.seal(in.JobID); r.State != StateReady || r.TakenForFetch {
+			t.Fatalf("seal with no fetch waiting: %+v", r)
+		}
+		h.mustState(in.JobID, StateReady)
+	})
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

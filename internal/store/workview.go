@@ -48,25 +48,27 @@ func (p viewPubSub) Receive(ctx context.Context, channel string, fn func(string)
 	})
 }
 
-// AwaitPayload registers a fetch waiting for the payload of grant leaseID
+// AwaitPayload registers in's fetch waiting for the payload of its grant
 // (internal/payloadwait): sealed is closed when this Store learns of the
 // seal, from its own Seal or, through its work view's subscriptions, from
-// another replica's. done must be called when the fetch stops waiting.
+// another replica's. Once it is, taken answers the payload when this
+// Store's seal took it for the fetch (the job is running), else nil: read
+// it with TakePayload. done must be called when the fetch stops waiting.
 // ok is false when a seal elsewhere might go unheard (a shard's
 // subscription is not live): the caller should not wait then; a
 // subscription that ends while fetches wait wakes them all (OnDown), so
 // a store going away costs a waiting fetch no more than any other
 // request. The embedded store has one replica, so its own seals are all
 // there are.
-func (s *Store) AwaitPayload(leaseID string) (sealed <-chan struct{}, done func(), ok bool) {
+func (s *Store) AwaitPayload(in HolderInput) (sealed <-chan struct{}, taken func() []byte, done func(), ok bool) {
 	// Registered before liveness is read: a subscription that ends after
 	// the read wakes this wait (the view marks itself down, then wakes).
-	sealed, done = s.payloads.Wait(leaseID)
+	sealed, taken, done = s.payloads.Wait(in.LeaseID, in.JobID, in.RunnerID)
 	if s.announce && !s.view.Live() {
 		done()
-		return nil, func() {}, false
+		return nil, nil, func() {}, false
 	}
-	return sealed, done, true
+	return sealed, taken, done, true
 }
 
 // PayloadUnsealed reports whether this Store granted leaseID (the claim
