@@ -5,16 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+	"github.com/byollm/relay-go/test/relaytest"
+)
 
 func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
 	t.Parallel()
@@ -26,8 +19,8 @@ func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
 		t.Fatalf("Len %d, want 2", w.Len())
 	}
 	w.Sealed("a")
-	if !closed(a1) || !closed(a2) || closed(b) {
-		t.Fatalf("after Sealed(a): a1 %v a2 %v b %v", closed(a1), closed(a2), closed(b))
+	if !relaytest.Closed(a1) || !relaytest.Closed(a2) || relaytest.Closed(b) {
+		t.Fatalf("after Sealed(a): a1 %v a2 %v b %v", relaytest.Closed(a1), relaytest.Closed(a2), relaytest.Closed(b))
 	}
 	w.Sealed("a")      // again: nothing waits, nothing happens
 	w.Sealed("nobody") // a lease no fetch waits for
@@ -38,13 +31,13 @@ func TestSealedWakesEveryFetchOfThatLeaseOnly(t *testing.T) {
 		t.Fatalf("Len %d after a's fetches ended, want 1 (b)", w.Len())
 	}
 	doneB()
-	if w.Len() != 0 || closed(b) {
-		t.Fatalf("Len %d, b closed %v: a fetch that stops waiting leaves nothing behind", w.Len(), closed(b))
+	if w.Len() != 0 || relaytest.Closed(b) {
+		t.Fatalf("Len %d, b closed %v: a fetch that stops waiting leaves nothing behind", w.Len(), relaytest.Closed(b))
 	}
 	// A fetch that registers after the seal waits for the next one: the
 	// caller reads the store after registering, so it sees that seal there.
 	c, _, doneC := w.Wait("a", "", "")
-	if closed(c) {
+	if relaytest.Closed(c) {
 		t.Fatal("a new wait on a sealed lease is closed at once")
 	}
 	doneC()
@@ -83,13 +76,13 @@ func TestHolderHandsThePayloadToTheWaitingFetches(t *testing.T) {
 		t.Fatalf("Holder(job-1) = %q %q %v", lease, runner, ok)
 	}
 	w.Sealed("lease-1") // the seal's announcement, before its reply
-	if closed(s1) || closed(s2) {
+	if relaytest.Closed(s1) || relaytest.Closed(s2) {
 		t.Fatal("news of the seal woke the fetches before the seal said whether it took the payload")
 	}
 	release([]byte("envelope"), true)
 	release(nil, true) // twice: counted once
-	if !closed(s1) || !closed(s2) || closed(s3) {
-		t.Fatalf("after the release: %v %v %v", closed(s1), closed(s2), closed(s3))
+	if !relaytest.Closed(s1) || !relaytest.Closed(s2) || relaytest.Closed(s3) {
+		t.Fatalf("after the release: %v %v %v", relaytest.Closed(s1), relaytest.Closed(s2), relaytest.Closed(s3))
 	}
 	if string(p1()) != "envelope" || string(p2()) != "envelope" || p3() != nil {
 		t.Fatalf("payloads %q %q %q", p1(), p2(), p3())
@@ -100,19 +93,19 @@ func TestHolderHandsThePayloadToTheWaitingFetches(t *testing.T) {
 
 	_, _, release, _ = w.Holder("job-2")
 	release(nil, false) // refused: nothing sealed, nothing heard
-	if closed(s3) {
+	if relaytest.Closed(s3) {
 		t.Fatal("a seal that sealed nothing woke the fetch")
 	}
 	_, _, release, _ = w.Holder("job-2")
 	release(nil, true) // sealed without taking: the fetch reads the store
-	if !closed(s3) || p3() != nil {
-		t.Fatalf("a seal that did not take: woken %v, payload %q", closed(s3), p3())
+	if !relaytest.Closed(s3) || p3() != nil {
+		t.Fatalf("a seal that did not take: woken %v, payload %q", relaytest.Closed(s3), p3())
 	}
 
 	s5, _, done5 := w.Wait("lease-5", "job-5", "runner-5")
 	_, _, release, _ = w.Holder("job-5")
 	w.WakeAll() // a subscription ended: every fetch reads the store
-	if !closed(s5) {
+	if !relaytest.Closed(s5) {
 		t.Fatal("WakeAll left a fetch waiting behind a seal in flight")
 	}
 	release([]byte("late"), true) // nothing left to hand it to
@@ -153,16 +146,16 @@ func TestWakeAllWakesEveryFetch(t *testing.T) {
 	a, _, doneA := w.Wait("a", "", "")
 	b, _, doneB := w.Wait("b", "", "")
 	w.WakeAll()
-	if !closed(a) || !closed(b) || w.Len() != 0 {
-		t.Fatalf("after WakeAll: a %v b %v, Len %d", closed(a), closed(b), w.Len())
+	if !relaytest.Closed(a) || !relaytest.Closed(b) || w.Len() != 0 {
+		t.Fatalf("after WakeAll: a %v b %v, Len %d", relaytest.Closed(a), relaytest.Closed(b), w.Len())
 	}
 	doneA()
 	doneB()
 	w.Sealed("a") // nothing waits: nothing to close twice
 	c, _, doneC := w.Wait("a", "", "")
 	defer doneC()
-	if closed(c) || w.Len() != 1 {
-		t.Fatalf("a wait after WakeAll: closed %v, Len %d", closed(c), w.Len())
+	if relaytest.Closed(c) || w.Len() != 1 {
+		t.Fatalf("a wait after WakeAll: closed %v, Len %d", relaytest.Closed(c), w.Len())
 	}
 }
 

@@ -194,21 +194,14 @@ func TestGrantAwaitsPayload(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
 		n := 0
-		// A fresh grant each: a site and owner pair holds only so many
-		// unsealed jobs.
 		grant := func() (string, HolderInput) {
 			t.Helper()
 			n++
-			id, owner := fmt.Sprint("await-", n), fmt.Sprint("owner", n)
-			h.enqueue(id, owner)
-			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}))
-			if len(g) != 1 {
-				t.Fatalf("claim %s: %q", id, ids(g))
+			in := h.unsealedGrant(fmt.Sprint("await-", n))
+			if _, ok := leaseSite(in.LeaseID); !ok {
+				t.Fatalf("lease id %q carries no site", in.LeaseID)
 			}
-			if _, ok := leaseSite(g[0].Lease.ID); !ok {
-				t.Fatalf("lease id %q carries no site", g[0].Lease.ID)
-			}
-			return id, HolderInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID}
+			return in.JobID, in
 		}
 		awaits := func(in HolderInput) bool { return h.s.GrantAwaitsPayload(h.ctx, in) }
 
@@ -280,15 +273,8 @@ func TestSealTakesThePayloadForAWaitingFetch(t *testing.T) {
 		}
 		n := 0
 		grant := func() HolderInput {
-			t.Helper()
 			n++
-			id, owner := fmt.Sprint("seal-take-", n), fmt.Sprint("owner", n)
-			h.enqueue(id, owner)
-			g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}))
-			if len(g) != 1 {
-				t.Fatalf("claim %s: %q", id, ids(g))
-			}
-			return HolderInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID}
+			return h.unsealedGrant(fmt.Sprint("seal-take-", n))
 		}
 		await := func(in HolderInput) (<-chan struct{}, func() []byte) {
 			t.Helper()
@@ -306,8 +292,8 @@ func TestSealTakesThePayloadForAWaitingFetch(t *testing.T) {
 		if r.State != StateReady || !r.TakenForFetch {
 			t.Fatalf("seal with the holder's fetch waiting: %+v", r)
 		}
-		if !closed(sealed) || string(taken()) != string(envelope) {
-			t.Fatalf("the fetch: woken %v, handed %q", closed(sealed), taken())
+		if !relaytest.Closed(sealed) || string(taken()) != string(envelope) {
+			t.Fatalf("the fetch: woken %v, handed %q", relaytest.Closed(sealed), taken())
 		}
 		h.mustState(in.JobID, StateRunning)
 		if got := h.take(in.JobID, in.RunnerID, in.LeaseID); got.Refused != "" || string(got.Envelope) != string(envelope) {
@@ -326,8 +312,8 @@ func TestSealTakesThePayloadForAWaitingFetch(t *testing.T) {
 			if r := h.seal(in.JobID); r.State != StateReady || r.TakenForFetch {
 				t.Fatalf("%s: seal %+v", c.name, r)
 			}
-			if !closed(sealed) || taken() != nil {
-				t.Fatalf("%s: woken %v, handed %q", c.name, closed(sealed), taken())
+			if !relaytest.Closed(sealed) || taken() != nil {
+				t.Fatalf("%s: woken %v, handed %q", c.name, relaytest.Closed(sealed), taken())
 			}
 			h.mustState(in.JobID, StateReady)
 		}
@@ -340,11 +326,16 @@ func TestSealTakesThePayloadForAWaitingFetch(t *testing.T) {
 	})
 }
 
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
+// unsealedGrant enqueues job id under an owner of its own (a site and
+// owner pair holds only so many unsealed jobs) and claims it as runner_1:
+// the grant, awaiting its payload.
+func (h *storeFixture) unsealedGrant(id string) HolderInput {
+	h.t.Helper()
+	owner := "owner-" + id
+	h.enqueue(id, owner)
+	g := h.claim(deviceOwner(owner), routes([]string{site}, []string{owner}))
+	if len(g) != 1 {
+		h.t.Fatalf("claim %s: %q", id, ids(g))
 	}
+	return HolderInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID}
 }

@@ -63,7 +63,7 @@ func NewProcess(t testing.TB, name, path string, args ...string) *Process {
 func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && isOpen(p.done) {
+	if p.cmd != nil && !Closed(p.done) {
 		return fmt.Errorf("%s is already running (pid %d)", p.Name, p.cmd.Process.Pid)
 	}
 	p.starts++
@@ -131,7 +131,7 @@ func (p *Process) FirstLine(within time.Duration) (string, error) {
 func (p *Process) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd != nil && isOpen(p.done)
+	return p.cmd != nil && !Closed(p.done)
 }
 
 // Done is closed when the current incarnation exits.
@@ -154,7 +154,7 @@ func (p *Process) ExitErr() error {
 func (p *Process) ExitCode() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.ProcessState == nil || isOpen(p.done) {
+	if p.cmd == nil || p.cmd.ProcessState == nil || !Closed(p.done) {
 		return -1
 	}
 	return p.cmd.ProcessState.ExitCode()
@@ -195,7 +195,7 @@ func (p *Process) Stop(sig syscall.Signal, limit time.Duration) (time.Duration, 
 	done := p.Done()
 	start := time.Now()
 	if err := p.Signal(sig); err != nil {
-		if done != nil && !isOpen(done) {
+		if done != nil && Closed(done) {
 			return 0, p.ExitErr() // it had exited already
 		}
 		return 0, err
@@ -214,7 +214,7 @@ func (p *Process) Kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
-	if cmd == nil || !isOpen(done) {
+	if cmd == nil || Closed(done) {
 		return
 	}
 	_ = cmd.Process.Kill()
@@ -262,15 +262,6 @@ func TailFile(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func isOpen(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return false
-	default:
-		return true
-	}
 }
 
 // Environ is this process's environment without the RELAY_* variables (a

@@ -22,3 +22,13 @@ func WaitFor(t testing.TB, within time.Duration, msg string, cond func() bool) {
 		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
+
+// Closed reports whether ch is closed, without waiting.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
