@@ -174,13 +174,13 @@ func (w *Waiters) wake(lease string, e *entry, payload []byte) {
 // of that lease's seal (Sealed) is held back; release says what the seal
 // did: payload when it took the payload for the fetches, sealed when it
 // sealed the grant without taking. Call release exactly once, whatever the
-// seal answered.
+// seal answered; with no fetch waiting (ok false) it does nothing.
 func (w *Waiters) Holder(job string) (lease, runner string, release func(payload []byte, sealed bool), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lease, ok = w.byJob[job]
 	if !ok {
-		return "", "", nil, false
+		return "", "", func([]byte, bool) {}, false
 	}
 	e := w.m[lease]
 	e.sealing++

@@ -322,10 +322,7 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 	// A fetch of this job waiting here: the seal takes the payload for it
 	// when the grant is still the one it waits on (seal.lua), and tells it
 	// what happened whatever the answer (release).
-	takeLease, takeRunner, release, waiting := s.payloads.Holder(jobID)
-	if !waiting {
-		release = func([]byte, bool) {}
-	}
+	takeLease, takeRunner, release, _ := s.payloads.Holder(jobID)
 	sealed, took := false, false
 	defer func() {
 		if took {
@@ -367,7 +364,7 @@ func (s *Store) Seal(ctx context.Context, siteID, jobID string, envelope json.Ra
 		}
 		// The site sees the seal's own answer (ready); a fetch the seal took
 		// the payload for gets it as from a take right after.
-		sealed, took = true, taken == 1 && lease == takeLease
+		sealed, took = true, taken == 1
 		s.payloads.Sealed(lease)
 		return SealResult{State: StateReady, TakenForFetch: took}, nil
 	case RefusedNotFound:

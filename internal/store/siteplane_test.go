@@ -319,20 +319,9 @@ func TestPendingPageRowsMatchTheRecords(t *testing.T) {
 		// The row the job's whole record gives.
 		want := func(eJ string) [6]string {
 			t.Helper()
-			id, err := decJob(eJ)
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := h.s.Job(h.ctx, site, id)
-			if err != nil || j == nil || j.ClaimedBy == nil {
-				t.Fatalf("job %s: %+v %v", id, j, err)
-			}
-			dev, err := protocol.Marshal(j.ClaimedBy.Device)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j, dev := h.grantedRecord(eJ)
 			c := j.ClaimedBy
-			return [6]string{eJ, string(dev), c.RunnerID, c.LeaseID, strconv.FormatInt(j.AwaitingUntil, 10), strconv.FormatInt(c.LeaseExpiresAt, 10)}
+			return [6]string{eJ, dev, c.RunnerID, c.LeaseID, strconv.FormatInt(j.AwaitingUntil, 10), strconv.FormatInt(c.LeaseExpiresAt, 10)}
 		}
 		compare := func(exclusive string, limit, rows int) (string, [][6]string) {
 			t.Helper()
@@ -419,20 +408,9 @@ func TestResultsGetRowsMatchTheRecords(t *testing.T) {
 		// The row the job's whole record gives.
 		want := func(eJ string) [7]string {
 			t.Helper()
-			id, err := decJob(eJ)
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := h.s.Job(h.ctx, site, id)
-			if err != nil || j == nil || j.ClaimedBy == nil {
-				t.Fatalf("job %s: %+v %v", id, j, err)
-			}
-			dev, err := protocol.Marshal(j.ClaimedBy.Device)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j, dev := h.grantedRecord(eJ)
 			c := j.ClaimedBy
-			return [7]string{eJ, string(j.Result), j.Disposition, c.RunnerID, c.LeaseID, string(dev), c.Owner}
+			return [7]string{eJ, string(j.Result), j.Disposition, c.RunnerID, c.LeaseID, dev, c.Owner}
 		}
 		compare := func(asked []listed, budget, wantConsumed, wantRows int) {
 			t.Helper()
@@ -463,6 +441,25 @@ func TestResultsGetRowsMatchTheRecords(t *testing.T) {
 			}
 		}
 	})
+}
+
+// grantedRecord is the whole record (Job, a script's read) of the granted
+// job of site encoded eJ, with its device as the store writes it.
+func (h *storeFixture) grantedRecord(eJ string) (*Job, string) {
+	h.t.Helper()
+	id, err := decJob(eJ)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	j := h.job(site, id)
+	if j == nil || j.ClaimedBy == nil {
+		h.t.Fatalf("job %s: %+v", id, j)
+	}
+	dev, err := protocol.Marshal(j.ClaimedBy.Device)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return j, string(dev)
 }
 
 // deviceOfSize is a device identity whose JSON, as the store keeps it, is
