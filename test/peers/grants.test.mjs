@@ -242,7 +242,10 @@ describe.runIf(authorityAdmin !== undefined)(`grants through a remote authority,
       expect(daemon.backend.executions(job.prompt)).toBe(1);
       expect(site.store.completions.get(job.id)).toBe(1);
     }
-    expect(daemon.requests.filter((r) => r.endpoint === "claim" && r.status !== 200)).toEqual([]);
+    // The daemon keeps polling, so one claim may still be on the wire here;
+    // every claim that has answered or failed must have been a 200.
+    const settled = daemon.requests.filter((r) => r.endpoint === "claim" && (r.doneAt > 0 || r.error !== undefined));
+    expect(settled.filter((r) => r.status !== 200)).toEqual([]);
     recordFigures({
       scenario: "G7",
       jobs: N,
