@@ -12,53 +12,46 @@ import (
 )
 
 // BenchmarkFinishedPage is the server's cost of one page of a site's
-// finished index, read as finishedPage does on one node (plain commands,
-// one pipeline) and as results_page.lua does (a cluster's path), for an
+// finished index (finishedPage: one transaction of plain commands), for an
 // index of 50 and of 500 entries (a site finishing 25 jobs a second with
-// a 20 s deadline holds about 500). Compare valkey-us/op between the two
-// paths of one run:
+// a 20 s deadline holds about 500). Run it against a private server; the
+// figure is valkey-us/op:
 //
 //	go test ./internal/store -run '^$' -bench BenchmarkFinishedPage -benchtime 3000x
 func BenchmarkFinishedPage(b *testing.B) {
 	for _, entries := range []int{50, 500} {
-		for _, path := range []string{"plain", "script"} {
-			b.Run(fmt.Sprintf("entries=%d/%s", entries, path), func(b *testing.B) {
-				be := realBackend(b)
-				s := newStore(b, be, Options{Logger: relaytest.Discard()})
-				ctx := context.Background()
-				k, err := s.siteKeys(ctx, site)
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			be := realBackend(b)
+			s := newStore(b, be, Options{Logger: relaytest.Discard()})
+			ctx := context.Background()
+			k, err := s.siteKeys(ctx, site)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fin, epoch := k.finished(site), k.epoch(k.siteShard(site))
+			c := be.client
+			cmds := c.B().Zadd().Key(fin).ScoreMember()
+			for i := range entries {
+				cmds = cmds.ScoreMember(float64(1000+i), enc(uuid.NewString()))
+			}
+			if err := c.Do(ctx, cmds.Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Do(ctx, c.B().Set().Key(epoch).Value("bench-epoch").Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			read := func() int {
+				flat, err := s.finishedPage(ctx, k, site, "-inf", s.limits.resultsEntries)
 				if err != nil {
 					b.Fatal(err)
 				}
-				fin, epoch := k.finished(site), k.epoch(k.siteShard(site))
-				c := be.client
-				cmds := c.B().Zadd().Key(fin).ScoreMember()
-				for i := range entries {
-					cmds = cmds.ScoreMember(float64(1000+i), enc(uuid.NewString()))
-				}
-				if err := c.Do(ctx, cmds.Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.Do(ctx, c.B().Set().Key(epoch).Value("bench-epoch").Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-				read := func() int {
-					page := s.finishedPage
-					if path == "script" {
-						page = s.finishedPageScript
-					}
-					flat, err := page(ctx, k, site, "-inf", s.limits.resultsEntries)
-					if err != nil {
-						b.Fatal(err)
-					}
-					return len(flat)
-				}
-				if n := read(); n != 1+2*entries {
-					b.Fatalf("a page of %d items, want %d", n, 1+2*entries)
-				}
-				benchServerCost(b, be.client, func() { read() })
-			})
-		}
+				return len(flat)
+			}
+			if n := read(); n != 1+2*entries {
+				b.Fatalf("a page of %d items, want %d", n, 1+2*entries)
+			}
+			benchServerCost(b, be.client, func() { read() })
+		})
 	}
 }
 

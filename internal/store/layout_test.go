@@ -189,13 +189,6 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 	h.complete(stubID(got[0]), "runner_1", got[0].Lease.ID, "ok")
 	_, _ = h.s.Finished(ctx, got[0].SiteID)
 	_, _ = h.s.ResultJobs(ctx, got[0].SiteID)
-	// ResultJobs reads its pages with plain commands on one node; the
-	// script is a cluster's path, run here as finishedPage runs it there.
-	if k, err := h.s.siteKeys(ctx, got[0].SiteID); err != nil {
-		t.Fatal(err)
-	} else if list, err := h.s.finishedPageScript(ctx, k, got[0].SiteID, "-inf", 10); err != nil || len(list) != 3 {
-		t.Fatalf("finished page: %q %v", list, err)
-	}
 	h.s.Cancel(ctx, got[1].SiteID, stubID(got[1]))
 	_, _ = h.s.CancelRequests(ctx, "runner_1")
 	_, _ = h.s.RenewLeases(ctx, RenewInput{RunnerID: "runner_1", LeaseMs: 1000, Leases: []protocol.GrantRef{grant(got[1])}})

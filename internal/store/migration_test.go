@@ -396,3 +396,73 @@ func mustLeaseShard(t *testing.T, s *Store, lease string) int {
 	}
 	return i
 }
+
+// A finished page moved with its slot: the client still sends the page's
+// reads to the old owner, which redirects them. The page must come whole
+// from the new owner, its generation naming the new owner's replication
+// id: a generation read from the old owner beside entries read from the
+// new one would file them under a generation the results cache already
+// trusts.
+func TestFinishedPageGenerationFollowsAMovedSlot(t *testing.T) {
+	t.Parallel()
+	mc := openMigrationCluster(t)
+	ctx := context.Background()
+	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h := &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+	for i := range 3 {
+		id := fmt.Sprint("moved-", i)
+		h.enqueue(id, "alice")
+		g := h.claim()
+		if len(g) != 1 {
+			t.Fatalf("claim %s: %q", id, ids(g))
+		}
+		h.seal(id)
+		if r := h.complete(id, "runner_1", g[0].Lease.ID, "ok"); !r.Accepted {
+			t.Fatalf("complete %s: %+v", id, r)
+		}
+	}
+	k, err := s.siteKeys(ctx, site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int(keyHashSlot(k.finished(site)))
+	src, dst := mc.owner(t, slot)
+	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, s.KeyPattern()) })
+	replID := func(n clusterPrimary) string {
+		t.Helper()
+		info, err := n.c.Do(ctx, n.c.B().Info().Section("replication").Build()).ToString()
+		if err != nil || replicationID(info) == "" {
+			t.Fatalf("INFO replication on %s: %v", n.addr, err)
+		}
+		return replicationID(info)
+	}
+	if replID(src) == replID(dst) {
+		t.Fatalf("%s and %s share a replication id", src.addr, dst.addr)
+	}
+
+	before, err := s.finishedPage(ctx, k, site, "-inf", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, from, ok := strings.Cut(before[0], "/")
+	if !ok || from != replID(src) || len(before) != 1+2*3 {
+		t.Fatalf("before the move: %q, want 3 entries under %s's id %s", before, src.addr, replID(src))
+	}
+
+	beginMigration(t, slot, src, dst)
+	mc.finishMigration(t, slot, src, dst)
+	t.Logf("src %s %s dst %s %s", src.addr, replID(src), dst.addr, replID(dst))
+	after, err := s.finishedPage(ctx, k, site, "-inf", 10)
+	if err != nil {
+		t.Fatalf("page after the move: %v", err)
+	}
+	if want := epoch + "/" + replID(dst); after[0] != want {
+		t.Fatalf("generation after the move %q, want %q (%s's)", after[0], want, dst.addr)
+	}
+	if !slices.Equal(after[1:], before[1:]) {
+		t.Fatalf("entries after the move %q, want %q", after[1:], before[1:])
+	}
+}

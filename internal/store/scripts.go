@@ -73,7 +73,6 @@ var (
 	scPresenceSeenBatch = Script{Name: "presence_seen_batch", ReadOnly: false}
 	scRelease           = Script{Name: "release", ReadOnly: false, Work: true}
 	scRenew             = Script{Name: "renew", ReadOnly: false, Work: true}
-	scResultsPage       = Script{Name: "results_page", ReadOnly: true}
 	scRunnerShardsAdd   = Script{Name: "runner_shards_add", ReadOnly: false}
 	scSeal              = Script{Name: "seal", ReadOnly: false, Work: true}
 	scSweep             = Script{Name: "sweep", ReadOnly: false, Work: true}
@@ -128,7 +127,6 @@ var Scripts = []Script{
 	scPresenceSeenBatch,
 	scRelease,
 	scRenew,
-	scResultsPage,
 	scRunnerShardsAdd,
 	scSeal,
 	scSweep,

@@ -110,32 +110,6 @@ func BenchmarkScriptTime(b *testing.B) {
 				}
 			}
 		}},
-		{"results-5000-cached", "results_page", func(b *testing.B) func(int) {
-			// The index pages as a cluster reads them (the script; one node
-			// reads them with plain commands, see finishedPage).
-			siteID := finished(b, 5000)
-			k, err := e.s.siteKeys(ctx, siteID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func(int) {
-				entries, after := 0, "-inf"
-				for {
-					flat, err := e.s.finishedPageScript(ctx, k, siteID, after, e.s.limits.resultsEntries)
-					if err != nil {
-						b.Fatal(err)
-					}
-					entries += (len(flat) - 1) / 2
-					if len(flat)-1 < 2*e.s.limits.resultsEntries {
-						break
-					}
-					after = "(" + flat[len(flat)-1]
-				}
-				if entries != 5000 {
-					b.Fatalf("results: %d entries", entries)
-				}
-			}
-		}},
 		{"awaiting-1000", "awaiting", func(b *testing.B) func(int) {
 			siteID := awaiting(b, 1000)
 			return func(int) {

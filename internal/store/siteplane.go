@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/byollm/relay-go/internal/valkeyconn"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -339,34 +338,51 @@ func (s *Store) finishedIndex(ctx context.Context, k keys, siteID string) ([]lis
 	}
 }
 
+// opResultsPage names a finished-index page's reads in the store's call
+// metrics.
+const opResultsPage = "results_page"
+
 // finishedPage reads one page of the site's finished index: the data
-// generation, then members and seqs, flat, as results_page.lua answers.
+// generation, then members and seqs, flat.
 //
-// On one node it is three plain commands in one pipeline, no script: the
-// page, the epoch, then INFO replication, the same reads the script makes,
-// at about a third of the server's CPU for a page of hundreds of entries
-// (a script turns every entry into a Lua string and back). They are not
-// one atomic step, and need not be: the page is read first, so a loss of
-// data or a failover after it can only file an old page under the newer
-// generation, whose results resultsGet reads afresh and checks by seq;
-// never new entries under an older generation, which the cache would
-// answer from results read before the loss. On a cluster INFO takes no
-// key and would reach any node, not the one holding the site's slot, so
-// the script reads all three there.
+// The generation is the namespace's epoch (written by the first enqueue;
+// "" when there is none) and the replication id of the server that holds
+// the index. seq restarts when Valkey loses its data: a restart without
+// persistence or FLUSHALL removes the epoch key, and a failover to a
+// replica that missed the latest writes (which keeps the epoch but rolls
+// seq back) gives the promoted server a new replication id. The results
+// cache trusts what it read under a seq only for the generation the page
+// names.
+//
+// The page, the epoch and INFO replication are one transaction, no
+// script: a script turns every entry into a Lua string and back, about
+// three times the server's CPU for a page of hundreds of entries. MULTI
+// keeps the three on one server: on a cluster INFO takes no key, and a
+// plain INFO sent beside keyed reads that a failover or a moved slot
+// redirects would still be answered by the server the client first chose,
+// filing the new owner's entries under the old owner's generation. A
+// keyed command queued on a server that does not own the slot aborts the
+// transaction, and the client sends it whole to the new owner.
 func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, limit int) ([]string, error) {
-	if valkeyconn.IsCluster(s.c) {
-		return s.finishedPageScript(ctx, k, siteID, after, limit)
-	}
 	fin, epochKey := k.finished(siteID), k.epoch(k.siteShard(siteID))
-	res := s.doMulti(ctx, scResultsPage.Name,
+	res := s.doMulti(ctx, opResultsPage,
+		s.c.B().Multi().Build(),
 		s.c.B().Zrangebyscore().Key(fin).Min(after).Max("+inf").Withscores().Limit(0, int64(limit)).Build(),
 		s.c.B().Get().Key(epochKey).Build(),
-		s.c.B().Info().Section("replication").Build())
-	page, err := res[0].ToArray()
+		s.c.B().Info().Section("replication").Build(),
+		s.c.B().Exec().Build())
+	replies, err := res[len(res)-1].ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("finished page: %w", err)
 	}
-	epoch, err := res[1].ToString()
+	if len(replies) != 3 {
+		return nil, fmt.Errorf("%w: finished page: a transaction of %d replies", ErrUnexpectedReply, len(replies))
+	}
+	page, err := replies[0].ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("finished page: %w", err)
+	}
+	epoch, err := replies[1].ToString()
 	if valkey.IsValkeyNil(err) {
 		epoch, err = "", nil
 	}
@@ -374,10 +390,10 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 		return nil, fmt.Errorf("finished page: epoch: %w", err)
 	}
 	if epoch != "" {
-		info, err := res[2].ToString()
+		info, err := replies[2].ToString()
 		if _, refused := valkey.IsValkeyErr(err); refused {
-			// The embedded store answers no such section (and cannot fail
-			// over): its generation is the epoch alone.
+			// The embedded store answers no section "replication" (and
+			// cannot fail over): its generation is the epoch alone.
 		} else if err != nil {
 			return nil, fmt.Errorf("finished page: replication: %w", err)
 		} else {
@@ -460,23 +476,8 @@ func seqText(z valkey.ZScore) (string, error) {
 	return strconv.FormatInt(seq, 10), nil
 }
 
-// finishedPageScript is finishedPage's answer read by results_page.lua (a
-// cluster's path).
-func (s *Store) finishedPageScript(ctx context.Context, k keys, siteID, after string, limit int) ([]string, error) {
-	msg, err := s.run(ctx, scResultsPage, []string{k.finished(siteID), k.epoch(k.siteShard(siteID))}, after, strconv.Itoa(limit))
-	if err != nil {
-		return nil, err
-	}
-	flat, err := msg.AsStrSlice()
-	if err != nil || len(flat)%2 != 1 {
-		return nil, fmt.Errorf("page of %d items (%v)", len(flat), err)
-	}
-	return flat, nil
-}
-
-// replicationID is INFO replication's master_replid: as results_page.lua
-// reads it (the run of letters and digits after the field name; "" when
-// the field is missing).
+// replicationID is INFO replication's master_replid: the run of letters
+// and digits after the field name ("" when the field is missing).
 func replicationID(info string) string {
 	_, rest, ok := strings.Cut(info, "master_replid:")
 	if !ok {

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/protocol"
 )
@@ -209,12 +212,11 @@ func TestResultJobsSitesAndCacheBound(t *testing.T) {
 	}
 }
 
-// On one node a page of the finished index is read with plain commands,
-// on a cluster with results_page.lua; both answer the same: generation
-// first (the epoch, with the replication id where the server has one; ""
-// with no epoch), then member and seq of each entry, for every bound and
-// page size.
-func TestFinishedPageMatchesTheScript(t *testing.T) {
+// A page of the finished index answers the generation first (the epoch,
+// with the replication id of the server holding the site's slot where the
+// server has one; "" with no epoch), then member and seq of each entry, as
+// the index holds them, for every bound and page size.
+func TestFinishedPageReadsTheIndexAndItsGeneration(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
@@ -234,43 +236,73 @@ func TestFinishedPageMatchesTheScript(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		viaScript := func(after string, limit int) []string {
-			t.Helper()
-			flat, err := h.s.finishedPageScript(h.ctx, k, site, after, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return flat
+		fin, epochKey := k.finished(site), k.epoch(k.siteShard(site))
+		c := b.client
+		index, err := c.Do(h.ctx, c.B().Zrange().Key(fin).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		if err != nil || len(index) != 5 {
+			t.Fatalf("the index: %v %v", index, err)
 		}
-		compare := func(after string, limit, entries int) []string {
+		replID := holderReplicationID(t, c, fin)
+		compare := func(after string, limit int, want []valkey.ZScore, generation string) []string {
 			t.Helper()
 			got, err := h.s.finishedPage(h.ctx, k, site, after, limit)
 			if err != nil {
 				t.Fatalf("page after %s: %v", after, err)
 			}
-			if want := viaScript(after, limit); !slices.Equal(got, want) {
-				t.Fatalf("page after %s, at most %d:\n got %q\nwant %q", after, limit, got, want)
+			flat := []string{generation}
+			for _, z := range want {
+				flat = append(flat, z.Member, strconv.FormatInt(int64(z.Score), 10))
 			}
-			if len(got) != 1+2*entries {
-				t.Fatalf("page after %s, at most %d: %d entries, want %d", after, limit, (len(got)-1)/2, entries)
+			if !slices.Equal(got, flat) {
+				t.Fatalf("page after %s, at most %d:\n got %q\nwant %q", after, limit, got, flat)
 			}
 			return got
 		}
-		first := compare("-inf", 2, 2)
-		if first[0] == "" {
-			t.Fatal("no generation with an epoch stored")
+		epoch, err := c.Do(h.ctx, c.B().Get().Key(epochKey).Build()).ToString()
+		if err != nil || epoch == "" {
+			t.Fatalf("no epoch stored: %q %v", epoch, err)
 		}
-		compare("("+first[len(first)-1], 2, 2)
-		all := compare("-inf", 100, 5)
-		compare("("+all[len(all)-1], 100, 0)
+		generation := epoch
+		if replID != "" {
+			generation += "/" + replID
+		}
+		first := compare("-inf", 2, index[:2], generation)
+		compare("("+first[len(first)-1], 2, index[2:4], generation)
+		all := compare("-inf", 100, index, generation)
+		compare("("+all[len(all)-1], 100, nil, generation)
 
-		if err := b.client.Do(h.ctx, b.client.B().Del().Key(k.epoch(k.siteShard(site))).Build()).Error(); err != nil {
+		if err := c.Do(h.ctx, c.B().Del().Key(epochKey).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		if got := compare("-inf", 100, 5); got[0] != "" {
-			t.Fatalf("generation %q with no epoch stored", got[0])
-		}
+		compare("-inf", 100, index, "")
 	})
+}
+
+// holderReplicationID is INFO replication's master_replid on the server
+// that holds key's slot ("" where the server answers no such section): the
+// node that answers EXISTS key instead of redirecting it.
+func holderReplicationID(t *testing.T, c valkey.Client, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	for addr, n := range c.Nodes() {
+		rs := n.DoMulti(ctx, n.B().Exists().Key(key).Build(), n.B().Info().Section("replication").Build())
+		if rs[0].Error() != nil {
+			continue // another node's slot
+		}
+		info, err := rs[1].ToString()
+		if _, refused := valkey.IsValkeyErr(err); refused {
+			return ""
+		} else if err != nil {
+			t.Fatalf("INFO replication on %s: %v", addr, err)
+		}
+		id := replicationID(info)
+		if id == "" {
+			t.Fatalf("INFO replication on %s names no master_replid", addr)
+		}
+		return id
+	}
+	t.Fatalf("no node holds %s", key)
+	return ""
 }
 
 // A pending page is read with plain commands; each row must say what the
