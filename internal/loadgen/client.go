@@ -234,7 +234,7 @@ func (c *client) once(ctx context.Context, name, method, target, signedEndpoint 
 	res, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.stats.record(name, 0, time.Since(start))
+			c.stats.record(name, 0, time.Since(start), 0)
 		}
 		return response{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -243,11 +243,11 @@ func (c *client) once(ctx context.Context, name, method, target, signedEndpoint 
 	elapsed := time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.stats.record(name, 0, elapsed)
+			c.stats.record(name, 0, elapsed, 0)
 		}
 		return response{}, fmt.Errorf("%s: read body: %w", name, err)
 	}
-	c.stats.record(name, res.StatusCode, elapsed)
+	c.stats.record(name, res.StatusCode, elapsed, len(out))
 	return response{status: res.StatusCode, body: out}, nil
 }
 

@@ -70,6 +70,7 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 type endpointStats struct {
 	mu       sync.Mutex
 	statuses map[int]int
+	bytes    int64 // answer bodies read
 	latency  samples
 }
 
@@ -78,7 +79,9 @@ type endpointStats struct {
 type EndpointReport struct {
 	Requests int         `json:"requests"`
 	Statuses map[int]int `json:"statuses"`
-	Latency  Latency     `json:"latency"`
+	// AnswerBytes is the answer bodies read, headers not counted.
+	AnswerBytes int64   `json:"answerBytes"`
+	Latency     Latency `json:"latency"`
 }
 
 type requestStats struct {
@@ -100,10 +103,13 @@ func (r *requestStats) endpoint(name string) *endpointStats {
 	return e
 }
 
-func (r *requestStats) record(name string, status int, d time.Duration) {
+// record counts one request: its status (0: no answer), how long it took
+// and the bytes of the answer body read.
+func (r *requestStats) record(name string, status int, d time.Duration, bodyBytes int) {
 	e := r.endpoint(name)
 	e.mu.Lock()
 	e.statuses[status]++
+	e.bytes += int64(bodyBytes)
 	e.mu.Unlock()
 	e.latency.add(d)
 }
@@ -125,8 +131,9 @@ func (r *requestStats) report() map[string]EndpointReport {
 			st[k] = v
 			total += v
 		}
+		bytes := e.bytes
 		e.mu.Unlock()
-		out[n] = EndpointReport{Requests: total, Statuses: st, Latency: e.latency.summary()}
+		out[n] = EndpointReport{Requests: total, Statuses: st, AnswerBytes: bytes, Latency: e.latency.summary()}
 	}
 	return out
 }

@@ -35,6 +35,9 @@ type Report struct {
 	// Requests is every relay request of the run (all endpoints, all
 	// statuses): the denominator of a cost per signed request.
 	Requests int64 `json:"requests"`
+	// AnswerBytes is the answer bodies of those requests, headers not
+	// counted: what a service answering the same requests writes at least.
+	AnswerBytes int64 `json:"answerBytes"`
 
 	Jobs      JobCounts                 `json:"jobs"`
 	Phases    map[string]Latency        `json:"phases"`
@@ -210,6 +213,7 @@ func (r *runner) report(started, enqueueEnded time.Time, cpuAtStart float64) *Re
 	}
 	for _, e := range rep.Endpoints {
 		rep.Requests += int64(e.Requests)
+		rep.AnswerBytes += e.AnswerBytes
 	}
 	r.problemsMu.Lock()
 	rep.Problems = slices.Clone(r.problems)

@@ -65,6 +65,16 @@ func TestSmokeAgainstRelay(t *testing.T) {
 			if rep.Endpoints["site/results"].Requests == 0 || rep.Endpoints["fetch"].Statuses[200] != cfg.Jobs {
 				t.Fatalf("jobs did not take the whole path: %+v", rep.Endpoints)
 			}
+			// Each fetch answer carries a sealed envelope of at least the
+			// payload's length, and the total is the endpoints' sum.
+			var sum int64
+			for _, e := range rep.Endpoints {
+				sum += e.AnswerBytes
+			}
+			chars := rep.Settings.PayloadChars
+			if f := rep.Endpoints["fetch"].AnswerBytes; chars < 1 || f < int64(cfg.Jobs*chars) || sum != rep.AnswerBytes {
+				t.Fatalf("answer bytes: fetch %d for %d jobs of %d characters; endpoints %d, total %d", f, cfg.Jobs, chars, sum, rep.AnswerBytes)
+			}
 		})
 	}
 }

@@ -52,7 +52,10 @@
 #    (IDLE_DAEMONS + 1 for the idle fleet), on loadgen's shared connection
 #    pool; its CPU per request (user+system over the window, from its own
 #    getrusage, since a short run's floor CPU is under one clock tick) is
-#    the floor every per-request figure is also divided by.
+#    the floor every per-request figure is also divided by. Under load it
+#    runs a second time with each answer padded to the bytes the relay's
+#    answers averaged in that run (loadgen's answer bytes ÷ requests), so
+#    the floor also writes what the relay wrote.
 #
 # Output: test/bench/out/capacity.md and capacity.json (raw per-run JSON in
 # test/bench/out/cap-*), and the markdown printed at the end.
@@ -291,9 +294,19 @@ cost() { # TARGET PROFILE ROUND
 }
 
 # ---- 6. the floor: a minimal Go service at the rate a relay run served -------
-floor_run() { # PROFILE ROUND: copies the new-1 cost run of that profile and round
-  local profile=$1 round=$2 name rate clients burst settle dur outf spid dpid addr p0 p1 v0 v1 s0 s1 t0 t1 rc=0
+floor_run() { # PROFILE ROUND [bytes]: copies the new-1 cost run of that profile and round
+  # With "bytes", each answer is padded to what that run's answers averaged
+  # (loadgen's answer bytes ÷ its requests): the floor then also writes what
+  # the relay wrote.
+  local profile=$1 round=$2 match=${3:-} name rate clients burst settle dur outf spid dpid addr p0 p1 v0 v1 s0 s1 t0 t1 rc=0 answer=0
   name=floor-$profile-$round
+  if [ "$match" = bytes ]; then
+    name=floor-bytes-$profile-$round
+    answer=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(round(r.get("answerBytes", 0) / r["requests"]) if r["requests"] else 0)' "$OUT/cap-cost-new-1-$profile-$round.json")
+  fi
   # Its request rate: what the relay served over its window (the idle
   # fleet: relay_http_requests_total; under load: loadgen's requests).
   rate=$(python3 -c '
@@ -315,12 +328,12 @@ print(round(req / c["windowS"], 2) if c["windowS"] > 0 else 0)' "$OUT/cap-costs.
     return 0
   fi
   outf=$OUT/cap-$name.stdout
-  "$BIN/floor" serve -valkey "$VALKEY_URL" -clients "$clients" >"$outf" 2>"$OUT/cap-$name.log" &
+  "$BIN/floor" serve -valkey "$VALKEY_URL" -clients "$clients" -answer-bytes "$answer" >"$outf" 2>"$OUT/cap-$name.log" &
   spid=$!; STARTED+=("$spid")
   for _ in $(seq 1 100); do [ -s "$outf" ] && break; sleep 0.1; done
   [ -s "$outf" ] || { log "floor server not ready"; cat "$OUT/cap-$name.log" >&2; exit 1; }
   addr=http://$(field "$outf" listen)
-  log "$name: $clients clients at $rate requests/s, $burst a tick, for $dur (load $(loadavg))"
+  log "$name: $clients clients at $rate requests/s, $burst a tick, answers of $answer bytes or the short one, for $dur (load $(loadavg))"
   "$BIN/floor" drive -url "$addr" -clients "$clients" -rate "$rate" -burst "$burst" -duration "$dur" \
     -json "$OUT/cap-$name.json" >/dev/null 2>"$OUT/cap-$name-drive.log" &
   dpid=$!
@@ -328,8 +341,8 @@ print(round(req / c["windowS"], 2) if c["windowS"] > 0 else 0)' "$OUT/cap-costs.
   p0=$(cpu_ticks "$spid"); v0=$(valkey_stats "$VPORT"); s0=$(curl -fsS "$addr/stats"); t0=$(now)
   wait "$dpid" || rc=$?
   p1=$(cpu_ticks "$spid"); v1=$(valkey_stats "$VPORT"); s1=$(curl -fsS "$addr/stats"); t1=$(now)
-  printf '{"name":"%s","profile":"%s","round":%s,"clients":%s,"burst":%s,"rate":%s,"serverTicks":%s,"statsBefore":%s,"statsAfter":%s,"valkeyBefore":%s,"valkeyAfter":%s,"windowS":%s,"driveExit":%s,"load":"%s"}\n' \
-    "$name" "$profile" "$round" "$clients" "$burst" "$rate" $((p1 - p0)) "$s0" "$s1" "$v0" "$v1" "$(awk "BEGIN{print $t1 - $t0}")" "$rc" "$(loadavg)" >>"$OUT/cap-floor.jsonl"
+  printf '{"name":"%s","profile":"%s","round":%s,"clients":%s,"burst":%s,"rate":%s,"answerBytes":%s,"serverTicks":%s,"statsBefore":%s,"statsAfter":%s,"valkeyBefore":%s,"valkeyAfter":%s,"windowS":%s,"driveExit":%s,"load":"%s"}\n' \
+    "$name" "$profile" "$round" "$clients" "$burst" "$rate" "$answer" $((p1 - p0)) "$s0" "$s1" "$v0" "$v1" "$(awk "BEGIN{print $t1 - $t0}")" "$rc" "$(loadavg)" >>"$OUT/cap-floor.jsonl"
   kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true
 }
 
@@ -349,6 +362,9 @@ if [ "$RAMP_ONLY" != 1 ]; then
       cost old-1 "$profile" "$round"
       cost new-1 "$profile" "$round"
       floor_run "$profile" "$round"
+      # Under load the relay's answers (results, payloads) are far longer
+      # than the floor's; idle they are as short.
+      [ "$profile" = idle ] || floor_run "$profile" "$round" bytes
       verify_floor
     done
   done
@@ -452,6 +468,7 @@ if not ramp_only:
             "valkeyUsPerRequest": vk * 1e6 / req if req else None,
             "scriptsPerJob": sc / jobs if jobs else None,
             "loadgenMsPerJob": rep["loadgenCpuSeconds"] * 1000 / jobs if jobs else None,
+            "answerBytesPerRequest": rep.get("answerBytes", 0) / rep["requests"] if rep["requests"] else None,
             "e2eP50Ms": rep["phases"]["end-to-end"]["p50Ms"], "e2eP99Ms": rep["phases"]["end-to-end"]["p99Ms"],
             "load": c["load"],
         }
@@ -462,7 +479,10 @@ if not ramp_only:
         d = J(f"cap-{c['name']}.json")
         req = c["statsAfter"]["requests"] - c["statsBefore"]["requests"]
         vk = c["valkeyAfter"]["cpu"] - c["valkeyBefore"]["cpu"]
-        floor_runs[c["name"]] = {"key": c["profile"], "ok": req > 0 and c["statsAfter"]["refused"] == 0 and c["driveExit"] == 0,
+        floor_runs[c["name"]] = {"key": c["profile"] + ("-bytes" if c.get("answerBytes") else ""),
+            "ok": req > 0 and c["statsAfter"]["refused"] == 0 and c["driveExit"] == 0,
+            "answerBytesAsked": c.get("answerBytes", 0),
+            "answerBytesPerRequest": d.get("answerBytes", 0) / d["ok"] if d["ok"] else None,
             "clients": c["clients"], "burst": c["burst"], "rateAsked": c["rate"], "requests": req, "windowS": c["windowS"],
             "requestsPerSecond": req / c["windowS"] if c["windowS"] else None,
             "serverUsPerRequest": ((c["statsAfter"]["cpuSeconds"] - c["statsBefore"]["cpuSeconds"]) if "cpuSeconds" in c["statsAfter"]
@@ -487,11 +507,15 @@ if not ramp_only:
     for key in sorted({r["key"] for r in floor_runs.values()}):
         floors[key] = medians([r for r in floor_runs.values() if r["key"] == key])
     # Each per-request figure as a multiple of the floor of its profile.
+    # relayOverFloorBytes: over the floor that wrote the relay's answer
+    # bytes too (under load only).
     for key, c in costs.items():
         fl = floors.get(key.split("-", 2)[2], {})
         fs, fv = fl.get("serverUsPerRequest"), fl.get("valkeyUsPerRequest")
         c["relayOverFloor"] = c["relayUsPerRequest"] / fs if c.get("relayUsPerRequest") is not None and fs else None
         c["valkeyOverFloor"] = c["valkeyUsPerRequest"] / fv if c.get("valkeyUsPerRequest") is not None and fv else None
+        fb = floors.get(key.split("-", 2)[2] + "-bytes", {}).get("serverUsPerRequest")
+        c["relayOverFloorBytes"] = c["relayUsPerRequest"] / fb if c.get("relayUsPerRequest") is not None and fb else None
     store = {k: J(f"cap-store-{k}.json") for k in ("old", "new") if have(f"cap-store-{k}.json")}
     for k, s in store.items():
         s["beyondEnvelopes"] = s["memPerFinishedJobBytes"] - s["finishedJobEnvelopeBytes"]
@@ -581,15 +605,19 @@ if not ramp_only:
     L.append("`test/bench/floor`: net/http, a ~1.5 KB JSON body decoded, one Ed25519 verify over the body's canonical request, "
              "one Valkey script call (HSET + HINCRBY); driven right after each new-1 cost run at the request rate that run served, "
              "from as many keep-alive clients as it had parties, on loadgen's shared connection pool. CPU per request: "
-             "the server's user+system CPU over the window (its getrusage) ÷ the requests it answered in it.\n")
-    L.append("| profile copied | clients | requests a tick | rate asked / served, req/s | floor CPU per request, µs | floor ÷ one verify | floor's Valkey per request, µs | old relay ÷ floor | new relay ÷ floor | new Valkey ÷ floor's |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+             "the server's user+system CPU over the window (its getrusage) ÷ the requests it answered in it. "
+             "It answers a short JSON object; under load it runs once more with each answer padded to the bytes the relay's "
+             "answers averaged in the run it copies (\"same answer bytes\"), since results and payload answers are far longer.\n")
+    L.append("| profile copied | clients | requests a tick | rate asked / served, req/s | answer bytes a request, relay / floor | floor CPU per request, µs | floor ÷ one verify | floor's Valkey per request, µs | old relay ÷ floor | new relay ÷ floor | new Valkey ÷ floor's |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for p in ("idle", "aggressive", "real"):
-        if p not in floors: continue
-        fl = floors[p]; o = costs.get(f"old-1-{p}", {}); n = costs.get(f"new-1-{p}", {})
-        L.append(f"| {p} | {fl['clients']:.0f} | {fl['burst']:.0f} | {f(fl['rateAsked'],1)} / {f(fl['requestsPerSecond'],1)} | "
-                 f"{f(fl['serverUsPerRequest'],1)} | {ratio(fl['serverUsPerRequest'], v_us)} | {f(fl['valkeyUsPerRequest'],1)} | "
-                 f"{f(o.get('relayOverFloor'))} | {f(n.get('relayOverFloor'))} | {f(n.get('valkeyOverFloor'))} |")
+        for fk, label, over in ((p, p, "relayOverFloor"), (p + "-bytes", p + ", same answer bytes", "relayOverFloorBytes")):
+            if fk not in floors: continue
+            fl = floors[fk]; o = costs.get(f"old-1-{p}", {}); n = costs.get(f"new-1-{p}", {})
+            L.append(f"| {label} | {fl['clients']:.0f} | {fl['burst']:.0f} | {f(fl['rateAsked'],1)} / {f(fl['requestsPerSecond'],1)} | "
+                     f"{f(n.get('answerBytesPerRequest'),0)} / {f(fl.get('answerBytesPerRequest'),0)} | "
+                     f"{f(fl['serverUsPerRequest'],1)} | {ratio(fl['serverUsPerRequest'], v_us)} | {f(fl['valkeyUsPerRequest'],1)} | "
+                     f"{f(o.get(over))} | {f(n.get(over))} | {'' if over != 'relayOverFloor' else f(n.get('valkeyOverFloor'))} |")
     L.append("")
     bad = [k for k, c in runs.items() if not c["ok"]]
     L.append("Cost runs: " + ("every run balanced (0 lost, 0 run twice)." if not bad else f"these lost jobs or ran one twice and are left out of the medians where another round balanced: {', '.join(bad)}."))

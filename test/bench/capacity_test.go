@@ -101,6 +101,9 @@ func TestCapacitySmoke(t *testing.T) {
 			ValkeyMsPerJob    *float64 `json:"valkeyMsPerJob"`
 			ScriptsPerJob     *float64 `json:"scriptsPerJob"`
 			RelayOverFloor    *float64 `json:"relayOverFloor"`
+			// Over the floor that wrote the relay's answer bytes too.
+			RelayOverFloorBytes   *float64 `json:"relayOverFloorBytes"`
+			AnswerBytesPerRequest *float64 `json:"answerBytesPerRequest"`
 		} `json:"costs"`
 		Floor map[string]struct {
 			Requests           float64  `json:"requests"`
@@ -108,6 +111,9 @@ func TestCapacitySmoke(t *testing.T) {
 			Clients            float64  `json:"clients"`
 			ServerUsPerRequest *float64 `json:"serverUsPerRequest"`
 			ValkeyUsPerRequest *float64 `json:"valkeyUsPerRequest"`
+			AnswerBytesAsked   float64  `json:"answerBytesAsked"`
+			// What the driver read, ÷ the requests answered.
+			AnswerBytesPerRequest *float64 `json:"answerBytesPerRequest"`
 		} `json:"floor"`
 		Store map[string]struct {
 			Queued   float64 `json:"memPerQueuedJobBytes"`
@@ -183,6 +189,27 @@ func TestCapacitySmoke(t *testing.T) {
 		if got, want := *c.RelayOverFloor, *c.RelayUsPerRequest / *fl.ServerUsPerRequest; got < want*0.999 || got > want*1.001 {
 			t.Fatalf("new-1-%s: relay ÷ floor %v, want %v", p, got, want)
 		}
+	}
+	// Under load a second floor wrote the relay's answer bytes: each
+	// answer padded to the run's mean, which the driver read back.
+	for _, p := range []string{"aggressive", "real"} {
+		fl, ok := rep.Floor[p+"-bytes"]
+		c := rep.Costs["new-1-"+p]
+		if !ok || fl.Requests <= 0 || fl.ServerUsPerRequest == nil || fl.AnswerBytesPerRequest == nil || c.AnswerBytesPerRequest == nil {
+			t.Fatalf("floor %s-bytes missing or empty: %+v (relay run %+v)", p, fl, c)
+		}
+		if relay := *c.AnswerBytesPerRequest; relay <= 0 || fl.AnswerBytesAsked < relay-1 || fl.AnswerBytesAsked > relay+1 || *fl.AnswerBytesPerRequest != fl.AnswerBytesAsked {
+			t.Fatalf("floor %s-bytes: asked %v bytes an answer, read %v; the relay answered %v", p, fl.AnswerBytesAsked, *fl.AnswerBytesPerRequest, relay)
+		}
+		if c.RelayOverFloorBytes == nil {
+			t.Fatalf("new-1-%s: no ratio to the floor with its answer bytes", p)
+		}
+		if got, want := *c.RelayOverFloorBytes, *c.RelayUsPerRequest / *fl.ServerUsPerRequest; got < want*0.999 || got > want*1.001 {
+			t.Fatalf("new-1-%s: relay ÷ floor with its answer bytes %v, want %v", p, got, want)
+		}
+	}
+	if _, ok := rep.Floor["idle-bytes"]; ok {
+		t.Fatal("a floor with the relay's answer bytes for the idle fleet, whose answers are as short as the floor's")
 	}
 	if want := rep.Floor["idle"].Clients; want != float64(smokeIdleDaemons+1) {
 		t.Fatalf("idle floor with %v clients, want the fleet's %d daemons and its site", want, smokeIdleDaemons)

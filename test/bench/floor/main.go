@@ -8,7 +8,7 @@
 // such requests from many keep-alive clients at a given rate, the way
 // loadgen's daemons tick.
 //
-//	floor serve -valkey redis://127.0.0.1:6390/0 [-listen 127.0.0.1:0] [-clients 400] [-seed s]
+//	floor serve -valkey redis://127.0.0.1:6390/0 [-listen 127.0.0.1:0] [-clients 400] [-seed s] [-answer-bytes n]
 //	    prints {"listen": "127.0.0.1:port"}; GET /stats answers {"requests": n, "refused": n, "cpuSeconds": s}
 //	floor drive -url http://127.0.0.1:port -clients 400 -rate 84 -burst 2 -duration 30s [-json out.json]
 //
@@ -142,6 +142,9 @@ type server struct {
 	refused  atomic.Int64
 	log      *slog.Logger
 	maxBytes int64
+	// pad fills each answer out to -answer-bytes: a service that answers
+	// what the relay answers writes at least as many bytes.
+	pad []byte
 }
 
 func serve(args []string, log *slog.Logger) error {
@@ -151,7 +154,11 @@ func serve(args []string, log *slog.Logger) error {
 	clients := fs.Int("clients", 400, "client keys to accept (ids floor-0000 up)")
 	seed := fs.String("seed", "floor", "the key seed the driver uses too")
 	ns := fs.String("ns", "", "key namespace (default floor-<random>); its keys are deleted on exit")
+	answerBytes := fs.Int("answer-bytes", 0, "pad each answer body out to this many bytes (0: the short answer alone; at most 64 MiB)")
 	_ = fs.Parse(args)
+	if *answerBytes < 0 || *answerBytes > 64<<20 {
+		return fmt.Errorf("-answer-bytes %d: want 0 to %d", *answerBytes, 64<<20)
+	}
 	if *ns == "" {
 		*ns = fmt.Sprintf("floor-%06x", rand.N(1<<24)) //nolint:gosec // a namespace, not a secret
 	}
@@ -165,7 +172,7 @@ func serve(args []string, log *slog.Logger) error {
 	}
 	defer vk.Close()
 	s := &server{keys: make(map[string]ed25519.PublicKey, *clients), vk: vk, touch: valkey.NewLuaScript(touchLua),
-		ns: *ns, log: log, maxBytes: 64 << 10}
+		ns: *ns, log: log, maxBytes: 64 << 10, pad: bytes.Repeat([]byte("x"), *answerBytes)}
 	for i := range *clients {
 		id, priv := clientKey(*seed, i)
 		s.keys[id] = priv.Public().(ed25519.PublicKey)
@@ -243,8 +250,25 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.served.Add(1)
+	s.answer(w, n)
+}
+
+// answer writes {"ok":true,"n":n}, padded with a "pad" field of x's to
+// len(s.pad) bytes when that is longer.
+func (s *server) answer(w http.ResponseWriter, n int64) {
+	head := fmt.Appendf(nil, `{"ok":true,"n":%d`, n)
+	const padOpen, tail = `,"pad":"`, `"}`
+	fill := len(s.pad) - len(head) - len(padOpen) - len(tail)
 	w.Header().Set("content-type", "application/json")
-	_, _ = fmt.Fprintf(w, `{"ok":true,"n":%d}`, n)
+	if fill <= 0 {
+		w.Header().Set("content-length", strconv.Itoa(len(head)+1))
+		_, _ = w.Write(append(head, '}'))
+		return
+	}
+	w.Header().Set("content-length", strconv.Itoa(len(s.pad)))
+	_, _ = w.Write(append(head, padOpen...))
+	_, _ = w.Write(s.pad[:fill])
+	_, _ = w.Write([]byte(tail))
 }
 
 func (s *server) refuse(w http.ResponseWriter, status int, why string) {
@@ -279,6 +303,7 @@ type report struct {
 	DurationS    float64 `json:"durationS"`
 	Sent         int64   `json:"sent"`
 	OK           int64   `json:"ok"`
+	AnswerBytes  int64   `json:"answerBytes"` // answer bodies read
 	Failed       int64   `json:"failed"`
 	AchievedRate float64 `json:"achievedRate"`
 	P50Ms        float64 `json:"p50Ms"`
@@ -319,6 +344,7 @@ func drive(args []string) error {
 		mu       sync.Mutex
 		lat      []time.Duration
 		sent, ok atomic.Int64
+		answered atomic.Int64
 		firstErr atomic.Value
 	)
 	cpu0 := cpuSeconds()
@@ -346,10 +372,12 @@ func drive(args []string) error {
 				for range *burst {
 					sent.Add(1)
 					t0 := time.Now()
-					if err := send(hc, *base, id, priv, body); err != nil {
+					n, err := send(hc, *base, id, priv, body)
+					if err != nil {
 						firstErr.CompareAndSwap(nil, err.Error())
 						continue
 					}
+					answered.Add(int64(n))
 					d := time.Since(t0)
 					ok.Add(1)
 					mu.Lock()
@@ -365,6 +393,7 @@ func drive(args []string) error {
 	rep.DurationS = elapsed
 	rep.Sent, rep.OK = sent.Load(), ok.Load()
 	rep.Failed = rep.Sent - rep.OK
+	rep.AnswerBytes = answered.Load()
 	rep.AchievedRate = float64(rep.OK) / elapsed
 	rep.CPUSeconds = cpuSeconds() - cpu0
 	if e, isStr := firstErr.Load().(string); isStr {
@@ -388,10 +417,11 @@ func drive(args []string) error {
 	return nil
 }
 
-func send(hc *http.Client, base, id string, priv ed25519.PrivateKey, body []byte) error {
+// send sends one signed request and answers the bytes of its answer body.
+func send(hc *http.Client, base, id string, priv ed25519.PrivateKey, body []byte) (int, error) {
 	req, err := http.NewRequest(http.MethodPost, base+"/floor", bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("request: %w", err)
+		return 0, fmt.Errorf("request: %w", err)
 	}
 	now := time.Now().UnixMilli()
 	req.Header.Set("content-type", "application/json")
@@ -401,17 +431,17 @@ func send(hc *http.Client, base, id string, priv ed25519.PrivateKey, body []byte
 	req.Header.Set("x-floor-signature", base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, canonical(id, now, body))))
 	res, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return 0, fmt.Errorf("send: %w", err)
 	}
 	defer res.Body.Close()
 	msg, err := io.ReadAll(res.Body)
 	if err != nil {
-		return fmt.Errorf("read: %w", err)
+		return 0, fmt.Errorf("read: %w", err)
 	}
 	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(msg))
+		return 0, fmt.Errorf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(msg))
 	}
-	return nil
+	return len(msg), nil
 }
 
 // cpuSeconds is this process's user+system CPU time.
