@@ -452,9 +452,23 @@ func TestFinishedPageGenerationFollowsAMovedSlot(t *testing.T) {
 		t.Fatalf("before the move: %q, want 3 entries under %s's id %s", before, src.addr, replID(src))
 	}
 
+	// Mid-migration, the index on dst and the epoch still on src: the
+	// page is answered whole from one server or refused as unavailable
+	// (TRYAGAIN here: the transaction's keys are split), never as a bug.
 	beginMigration(t, slot, src, dst)
+	moveKeys(t, src, dst, k.finished(site))
+	mctx, cancel := context.WithTimeout(ctx, time.Second)
+	mid, err := s.finishedPage(mctx, k, site, "-inf", 10)
+	cancel()
+	if err != nil && Classify(err) != ClassUnavailable {
+		t.Fatalf("page mid-migration: %v (class %v), want it answered or refused as unavailable", err, Classify(err))
+	}
+	if err == nil && (!slices.Equal(mid[1:], before[1:]) || (mid[0] != before[0] && mid[0] != epoch+"/"+replID(dst))) {
+		t.Fatalf("page mid-migration %q, want %q under one server's generation", mid, before)
+	}
+	t.Logf("mid-migration: %q %v", mid, err)
+
 	mc.finishMigration(t, slot, src, dst)
-	t.Logf("src %s %s dst %s %s", src.addr, replID(src), dst.addr, replID(dst))
 	after, err := s.finishedPage(ctx, k, site, "-inf", 10)
 	if err != nil {
 		t.Fatalf("page after the move: %v", err)

@@ -333,7 +333,7 @@ print(round(req / c["windowS"], 2) if c["windowS"] > 0 else 0)' "$OUT/cap-costs.
   for _ in $(seq 1 100); do [ -s "$outf" ] && break; sleep 0.1; done
   [ -s "$outf" ] || { log "floor server not ready"; cat "$OUT/cap-$name.log" >&2; exit 1; }
   addr=http://$(field "$outf" listen)
-  log "$name: $clients clients at $rate requests/s, $burst a tick, answers of $answer bytes or the short one, for $dur (load $(loadavg))"
+  log "$name: $clients clients at $rate requests/s, $burst a tick, $([ "$answer" = 0 ] && echo "short answers" || echo "answers of $answer bytes"), for $dur (load $(loadavg))"
   "$BIN/floor" drive -url "$addr" -clients "$clients" -rate "$rate" -burst "$burst" -duration "$dur" \
     -json "$OUT/cap-$name.json" >/dev/null 2>"$OUT/cap-$name-drive.log" &
   dpid=$!
