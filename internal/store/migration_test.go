@@ -104,6 +104,17 @@ func (mc *migrationCluster) refresh(t *testing.T) {
 	}
 }
 
+// newFixture is a store on the cluster client, in a namespace of its own.
+func (mc *migrationCluster) newFixture(t *testing.T) *storeFixture {
+	t.Helper()
+	ctx := context.Background()
+	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+}
+
 // owner is the primary serving slot, and another primary.
 func (mc *migrationCluster) owner(t *testing.T, slot int) (owner, other clusterPrimary) {
 	t.Helper()
@@ -285,12 +296,8 @@ func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
 func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
 	t.Parallel()
 	mc := openMigrationCluster(t)
-	ctx := context.Background()
-	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	h := &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
+	h := mc.newFixture(t)
+	s, ctx := h.s, h.ctx
 	// A runner on the site's shard: every script below runs on one slot.
 	rid := ""
 	for i := 0; rid == ""; i++ {
@@ -406,24 +413,9 @@ func mustLeaseShard(t *testing.T, s *Store, lease string) int {
 func TestFinishedPageGenerationFollowsAMovedSlot(t *testing.T) {
 	t.Parallel()
 	mc := openMigrationCluster(t)
-	ctx := context.Background()
-	s, err := New(ctx, mc.c, Options{Namespace: relaytest.NewName(), Logger: relaytest.Discard()})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	h := &storeFixture{t: t, b: backend{"cluster", mc.c}, s: s, ctx: ctx}
-	for i := range 3 {
-		id := fmt.Sprint("moved-", i)
-		h.enqueue(id, "alice")
-		g := h.claim()
-		if len(g) != 1 {
-			t.Fatalf("claim %s: %q", id, ids(g))
-		}
-		h.seal(id)
-		if r := h.complete(id, "runner_1", g[0].Lease.ID, "ok"); !r.Accepted {
-			t.Fatalf("complete %s: %+v", id, r)
-		}
-	}
+	h := mc.newFixture(t)
+	s, ctx := h.s, h.ctx
+	completeJobs(t, s, "moved-", 3, freshDevice(), envelope)
 	k, err := s.siteKeys(ctx, site)
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func BenchmarkResultJobsCached(b *testing.B) {
 // completeJobs enqueues n jobs of alice's on site (ids prefix0, prefix1,
 // ...), grants them to runner_1 on device dev, and seals and completes
 // each with result: n done jobs in the site's finished index.
-func completeJobs(b *testing.B, s *Store, prefix string, n int, dev protocol.PublicIdentity, result json.RawMessage) {
+func completeJobs(b testing.TB, s *Store, prefix string, n int, dev protocol.PublicIdentity, result json.RawMessage) {
 	b.Helper()
 	ctx := context.Background()
 	for i := range n {

@@ -220,18 +220,7 @@ func TestFinishedPageReadsTheIndexAndItsGeneration(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{})
-		for i := range 5 {
-			id := fmt.Sprint("fin-", i)
-			h.enqueue(id, "alice")
-			g := h.claim()
-			if len(g) != 1 {
-				t.Fatalf("claim %s: %q", id, ids(g))
-			}
-			h.seal(id)
-			if r, err := h.s.Complete(h.ctx, CompleteInput{JobID: id, RunnerID: "runner_1", LeaseID: g[0].Lease.ID, Envelope: json.RawMessage(`{"r":1}`), Disposition: "ok"}); err != nil || !r.Accepted {
-				t.Fatalf("complete %s: %+v %v", id, r, err)
-			}
-		}
+		completeJobs(t, h.s, "fin-", 5, freshDevice(), json.RawMessage(`{"r":1}`))
 		k, err := h.s.siteKeys(h.ctx, site)
 		if err != nil {
 			t.Fatal(err)

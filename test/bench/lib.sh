@@ -25,6 +25,8 @@
 #   start_relays NS [N]   N (default 3) relays of $BIN on CLUSTER_URL in
 #                     namespace NS; sets URLS, ADMINS, ADMIN (the first),
 #                     RELAY_PIDS
+#   relay_counters URL...  requests by route and store calls by operation
+#                     of the relays at those admin URLs (JSON)
 #   store_calls       the replicas' store calls so far by operation (JSON)
 #   snapshot          one JSON line: time, relay CPU ticks of RELAY_PIDS,
 #                     and per server of PRIMARIES its CPU, scripts, commands,
@@ -131,39 +133,45 @@ print(json.dumps({"port": int(sys.argv[1]), "cpu": cpu, "scripts": scripts, "cal
   printf '{"t": %s, "relayTicks": %s, "daemonRequests": %s, "nodes": [%s]}\n' "$t" "$ticks" "$reqs" "${nodes%,}"
 }
 
-# daemon_requests: heartbeats and claims the replicas have answered so far,
-# from each one's /metrics, as {"heartbeat": n, "claim": n}.
-daemon_requests() {
+# relay_counters ADMIN_URL...: from each relay's /metrics, summed, its
+# requests by route (the admin plane's left out) and its store calls by
+# operation (relay_valkey_script_duration_seconds_count by its script
+# label, which names a script or the plain pipeline filed under an
+# operation's name: operations, not Lua runs), as
+# {"http": {route: n}, "store": {operation: n}}. A relay that does not
+# answer is said on stderr and counts nothing.
+relay_counters() {
   local a
-  for a in "${ADMINS[@]}"; do
-    curl -s -H "Authorization: Bearer $TOKEN" "$a/metrics" || true
+  for a in "$@"; do
+    curl -fsS -H "Authorization: Bearer $TOKEN" "$a/metrics" || echo "relay_counters: no /metrics from $a" >&2
   done | python3 -c '
-import sys, json, re
-n = {"heartbeat": 0, "claim": 0}
+import json, re, sys
+o = {"http": {}, "store": {}}
 for line in sys.stdin:
-    if line.startswith("relay_http_requests_total{"):
-        m = re.search(r"route=\"[^\"]*/(heartbeat|claim)\"", line)
-        if m:
-            n[m.group(1)] += float(line.rsplit(" ", 1)[1])
-print(json.dumps(n))'
-}
-
-# store_calls: relay_valkey_script_duration_seconds_count by its script
-# label, summed over ADMINS. The label names a script or the plain pipeline
-# filed under an operation's name, so this counts operations, not Lua runs.
-store_calls() {
-  local a
-  for a in "${ADMINS[@]}"; do
-    curl -s -H "Authorization: Bearer $TOKEN" "$a/metrics" || true
-  done | python3 -c '
-import sys, json, re
-n = {}
-for line in sys.stdin:
+    m = re.match(r"relay_http_requests_total\{(.*)\} (\S+)", line)
+    if m and "plane=\"admin\"" not in m.group(1):
+        r = re.search(r"route=\"([^\"]*)\"", m.group(1))
+        if r:
+            o["http"][r.group(1)] = o["http"].get(r.group(1), 0) + float(m.group(2))
     m = re.match(r"relay_valkey_script_duration_seconds_count\{(.*)\} (\S+)", line)
     if m:
         s = re.search(r"script=\"([^\"]*)\"", m.group(1)).group(1)
-        n[s] = n.get(s, 0) + float(m.group(2))
-print(json.dumps(n))'
+        o["store"][s] = o["store"].get(s, 0) + float(m.group(2))
+print(json.dumps(o))'
+}
+
+# daemon_requests: heartbeats and claims the replicas (ADMINS) have answered
+# so far, as {"heartbeat": n, "claim": n}.
+daemon_requests() {
+  relay_counters "${ADMINS[@]}" | python3 -c '
+import json, sys
+http = json.load(sys.stdin)["http"]
+print(json.dumps({e: sum(n for r, n in http.items() if r.endswith("/" + e)) for e in ("heartbeat", "claim")}))'
+}
+
+# store_calls: the replicas' (ADMINS) store calls so far by operation.
+store_calls() {
+  relay_counters "${ADMINS[@]}" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["store"]))'
 }
 
 # Every simulated daemon connects from 127.0.0.1, so start_relays lifts the

@@ -104,23 +104,6 @@ for line in sys.stdin:
         if name.startswith(("eval", "fcall")): o["scripts"] += calls
 print(json.dumps(o))'
 }
-# relay_metrics: the relay's request and store-call counters as JSON.
-relay_metrics() {
-  curl -fsS -H "Authorization: Bearer $TOKEN" "$ADMIN/metrics" | python3 -c '
-import json, re, sys
-o = {"http": {}, "store": {}}
-for line in sys.stdin:
-    m = re.match(r"relay_http_requests_total\{(.*)\} (\S+)", line)
-    if m and "plane=\"admin\"" not in m.group(1):
-        route = re.search(r"route=\"([^\"]*)\"", m.group(1)).group(1)
-        o["http"][route] = o["http"].get(route, 0) + float(m.group(2))
-    m = re.match(r"relay_valkey_script_duration_seconds_count\{(.*)\} (\S+)", line)
-    if m:
-        s = re.search(r"script=\"([^\"]*)\"", m.group(1)).group(1)
-        o["store"][s] = o["store"].get(s, 0) + float(m.group(2))
-print(json.dumps(o))'
-}
-
 # slowlog_split: the SLOWLOG's calls and µs by script (FCALL and FCALL_RO
 # by function; EVALSHA by digest) and by plain command. The server is this
 # script's own and one relay runs at a time, so every call is the run's.
@@ -218,10 +201,10 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
     perf record -q -F 1999 -p "$VPID" -o "$OUT/rt-$name.perf.data" >/dev/null 2>"$OUT/rt-$name.perf.log" &
     perfpid=$!
   fi
-  r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_metrics)
+  r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_counters "$ADMIN")
   timeout 300 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" "${STD[@]}" \
     -profile "$profile" -rate "$RATE" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
-  r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_metrics)
+  r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_counters "$ADMIN")
   if [ -n "$perfpid" ]; then
     kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true
     perf_split "$OUT/rt-$name.perf.data" >"$OUT/rt-$name.perf.json" || log "perf split failed: $(cat "$OUT/rt-$name.perf.log")"
