@@ -204,9 +204,14 @@ start_target() {
     outf=$OUT/cap-$target-$ns-r$i.stdout
     # The enqueue rate limit is lifted: four sites at the default 200 a
     # second would cap a ramp near 800-1,000 jobs/s, a figure of the
-    # configuration, not of the relay.
+    # configuration, not of the relay. So is the per-address connection
+    # cap, as start_relays does (lib.sh): every simulated party connects
+    # from 127.0.0.1, and a stall at an overloaded step made the load
+    # generator open more than the default 512 and get 503s no fleet of
+    # devices would.
     RELAY_VALKEY_URL=$url RELAY_NAMESPACE=$ns RELAY_LISTEN=127.0.0.1:0 RELAY_ADMIN_LISTEN=127.0.0.1:0 \
       RELAY_ADMIN_TOKEN=$TOKEN RELAY_LOG_LEVEL=warn RELAY_PAIRINGS_PER_ADDRESS=500 RELAY_SITE_LIMITS='*=rate:off' \
+      RELAY_MAX_CONNS_PER_ADDRESS=2048 \
       "${TGT_PIN[@]}" "$BIN/relay-$kind" >"$outf" 2>"$OUT/cap-$target-$ns-r$i.log" &
     PIDS+=($!); STARTED+=($!)
     for _ in $(seq 1 300); do [ -s "$outf" ] && break; sleep 0.1; done
