@@ -373,6 +373,13 @@ func (s *Store) finishedPage(ctx context.Context, k keys, siteID, after string, 
 		s.c.B().Exec().Build())
 	replies, err := res[len(res)-1].ToArray()
 	if err != nil {
+		// EXECABORT says only that a queued command was refused; that
+		// refusal says why (a failover or a moving slot: unavailable).
+		for _, queued := range res[1 : len(res)-1] {
+			if qerr := queued.Error(); qerr != nil {
+				return nil, fmt.Errorf("finished page: %w (the transaction: %v)", qerr, err)
+			}
+		}
 		return nil, fmt.Errorf("finished page: %w", err)
 	}
 	if len(replies) != 3 {

@@ -109,6 +109,9 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 	// While it is down: readiness fails, liveness holds, and a store-backed
 	// request sent straight to each replica is refused fast.
 	const outage = 2500 * time.Millisecond
+	// How long after the store is gone an empty claim may still be
+	// answered from a replica's view of the queues (see below).
+	const viewGrace = 250 * time.Millisecond
 	var (
 		readyzSeen = map[int]int{}
 		healthSeen = map[int]int{}
@@ -195,8 +198,15 @@ func TestValkeyOutageUnderLoad(t *testing.T) {
 				slow++
 			}
 			// Sent after the store was gone and answered before it was
-			// back: nothing but a refusal is possible.
-			if rec.Start.After(down) && rec.Start.Add(rec.Elapsed).Before(up) && rec.Status != http.StatusServiceUnavailable {
+			// back: nothing but a refusal is possible. Except an empty
+			// claim sent just after: a replica answers one from its view
+			// of the queues, without asking the store, while its
+			// subscriptions are live, and it hears they ended only when
+			// its connection reports the closed socket, which can come
+			// after the process is gone. (A claim that grants needs the
+			// store, so a 200 here is an empty one.)
+			viewStillLive := rec.Path == "/byollm/claim" && rec.Status == http.StatusOK && rec.Start.Sub(down) < viewGrace
+			if rec.Start.After(down) && rec.Start.Add(rec.Elapsed).Before(up) && rec.Status != http.StatusServiceUnavailable && !viewStillLive {
 				notRetryable++
 				if len(examples) < 5 {
 					examples = append(examples, fmt.Sprintf("%s answered %d during the outage", rec.Path, rec.Status))
