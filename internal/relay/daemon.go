@@ -394,12 +394,18 @@ func (r *Relay) fetch(req *request) (reply, error) {
 	if waited && !holdFor() {
 		return holderRefusal(store.RefusedNotReady), nil
 	}
-	// A seal on this replica took the payload for this fetch: the job is
-	// running, as after a take, and there is nothing left to read.
-	if env := handedPayload(handed); env != nil {
-		return ok200(newObj().raw("envelope", env)), nil
+	// take reads the payload, unless a seal on this replica took it for
+	// this fetch: the job is running then, as after a take, and there is
+	// nothing left to read.
+	take := func() (store.TakeResult, error) {
+		if handed != nil {
+			if env := handed(); env != nil {
+				return store.TakeResult{Envelope: env}, nil
+			}
+		}
+		return r.store.TakePayload(req.ctx, hi)
 	}
-	taken, err := r.store.TakePayload(req.ctx, hi)
+	taken, err := take()
 	if err != nil {
 		return reply{}, fmt.Errorf("fetch: %w", err)
 	}
@@ -407,10 +413,7 @@ func (r *Relay) fetch(req *request) (reply, error) {
 		if !holdFor() {
 			return holderRefusal(taken.Refused), nil
 		}
-		if env := handedPayload(handed); env != nil {
-			return ok200(newObj().raw("envelope", env)), nil
-		}
-		if taken, err = r.store.TakePayload(req.ctx, hi); err != nil {
+		if taken, err = take(); err != nil {
 			return reply{}, fmt.Errorf("fetch: %w", err)
 		}
 	}
@@ -418,15 +421,6 @@ func (r *Relay) fetch(req *request) (reply, error) {
 		return holderRefusal(taken.Refused), nil
 	}
 	return ok200(newObj().raw("envelope", taken.Envelope)), nil
-}
-
-// handedPayload is the payload a seal on this replica took for a waiting
-// fetch, or nil (no wait, or the fetch must read the store).
-func handedPayload(handed func() []byte) []byte {
-	if handed == nil {
-		return nil
-	}
-	return handed()
 }
 
 // result is wire.md §8.4: size rule, then complete.
