@@ -56,7 +56,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintln(stderr, "relay migrate: set RELAY_VALKEY_URL or -valkey-url: the embedded store has nothing to migrate")
 		return exitConfig
 	}
-	client, closeFn, _, err := valkeyconn.Open(ctx, *url, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	client, closeFn, _, err := valkeyconn.Open(ctx, *url, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		fmt.Fprintf(stderr, "relay migrate: %v\n", err)
 		return exitRuntime

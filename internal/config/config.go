@@ -36,6 +36,7 @@ import (
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/sweeper"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // Config is the validated configuration. Zero values never reach the rest of
@@ -44,6 +45,9 @@ type Config struct {
 	// ValkeyURL is the shared store. "" selects the embedded in-process
 	// store: one replica only, nothing survives a restart.
 	ValkeyURL string
+	// ValkeyConnections is how many connections pipeline the store's calls
+	// to each Valkey server (valkeyconn.Open).
+	ValkeyConnections int
 	// Namespace prefixes every key the relay writes, so several relays
 	// (or test runs) can share one Valkey.
 	Namespace string
@@ -262,6 +266,7 @@ func (c Config) LogAttrs() []any {
 	}
 	return []any{
 		slog.String("valkey", valkeyURL),
+		slog.Int("valkeyConnections", c.ValkeyConnections),
 		slog.String("namespace", c.Namespace),
 		slog.String("listen", c.Listen),
 		slog.String("adminListen", orDash(c.AdminListen)),
@@ -358,6 +363,14 @@ var options = []option{
 			return fmt.Errorf("cannot use %q (%v); write it like redis://[user:password@]host:6379/0 (rediss:// for TLS), or unset it to use the embedded store", redactURL(v), err)
 		}
 		c.ValkeyURL = v
+		return nil
+	}},
+	{env: "RELAY_VALKEY_CONNECTIONS", flag: "valkey-connections", def: strconv.Itoa(valkeyconn.DefaultConnections), usage: "connections that pipeline this replica's calls to each Valkey server: a power of two up to 256. One gathers calls made at the same moment into one server read, which costs the server least; more spread a busy replica's reply decoding", apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || !valkeyconn.Connections(n) {
+			return fmt.Errorf("%q is not a connection count; use a power of two from 1 to %d, e.g. 1 (the default) or 4", v, valkeyconn.MaxConnections)
+		}
+		c.ValkeyConnections = n
 		return nil
 	}},
 	{env: "RELAY_NAMESPACE", flag: "namespace", def: store.DefaultNamespace, usage: "prefix of every Valkey key this relay writes; replicas of one relay share it", apply: func(c *Config, v string) error {

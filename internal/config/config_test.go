@@ -23,6 +23,7 @@ import (
 	"github.com/byollm/relay-go/internal/relay"
 	"github.com/byollm/relay-go/internal/store"
 	"github.com/byollm/relay-go/internal/sweeper"
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 // writeCert writes a fresh self-signed certificate and its key as PEM files.
@@ -72,6 +73,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load with nothing set: %v", err)
 	}
 	want := Config{
+		ValkeyConnections:        1,
 		Namespace:                "byollm",
 		Listen:                   ":8080",
 		AdminListen:              "127.0.0.1:8081",
@@ -128,6 +130,10 @@ func TestValues(t *testing.T) {
 	}{
 		{"valkey url from env", nil, map[string]string{"RELAY_VALKEY_URL": "redis://10.0.0.1:6379/2"},
 			func(c Config) bool { return c.ValkeyURL == "redis://10.0.0.1:6379/2" && !c.Embedded() }},
+		{"valkey connections", nil, map[string]string{"RELAY_VALKEY_CONNECTIONS": "4"},
+			func(c Config) bool { return c.ValkeyConnections == 4 }},
+		{"valkey connections at valkey-go's most", []string{"-valkey-connections", "256"}, nil,
+			func(c Config) bool { return c.ValkeyConnections == 256 }},
 		{"flag wins over env", []string{"-lease-ms", "5000"}, map[string]string{"RELAY_LEASE_MS": "9000"},
 			func(c Config) bool { return c.LeaseMs == 5000 }},
 		{"flag equal to default still wins", []string{"-namespace=byollm"}, map[string]string{"RELAY_NAMESPACE": "other"},
@@ -355,6 +361,10 @@ func TestProblems(t *testing.T) {
 		{"max conns words", []string{"-max-conns", "lots"}, nil, []string{"-max-conns", "1 to 1000000"}},
 		{"connections per address over the cap", nil, map[string]string{"RELAY_MAX_CONNS": "100", "RELAY_MAX_CONNS_PER_ADDRESS": "200"},
 			[]string{"RELAY_MAX_CONNS_PER_ADDRESS (200) is more than RELAY_MAX_CONNS (100)"}},
+		{"valkey connections zero", nil, map[string]string{"RELAY_VALKEY_CONNECTIONS": "0"}, []string{"RELAY_VALKEY_CONNECTIONS", `"0" is not a connection count`, "power of two from 1 to 256"}},
+		{"valkey connections not a power of two", nil, map[string]string{"RELAY_VALKEY_CONNECTIONS": "3"}, []string{"RELAY_VALKEY_CONNECTIONS", `"3" is not a connection count`}},
+		{"valkey connections past valkey-go's most", nil, map[string]string{"RELAY_VALKEY_CONNECTIONS": "512"}, []string{"RELAY_VALKEY_CONNECTIONS", `"512"`}},
+		{"valkey connections not a number", nil, map[string]string{"RELAY_VALKEY_CONNECTIONS": "two"}, []string{"RELAY_VALKEY_CONNECTIONS", `"two"`}},
 		{"connections per address negative", nil, map[string]string{"RELAY_MAX_CONNS_PER_ADDRESS": "-1"}, []string{"RELAY_MAX_CONNS_PER_ADDRESS", "0 for a quarter"}},
 		{"body share below one body", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "1048576"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 1048576", "at most RELAY_BODY_BYTES_IN_FLIGHT"}},
 		{"body share over the budget", nil, map[string]string{"RELAY_BODY_BYTES_PER_CLIENT": "268435456"}, []string{"RELAY_BODY_BYTES_PER_CLIENT is 268435456"}},
@@ -484,6 +494,7 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 		got, want any
 	}{
 		{"RELAY_NAMESPACE", cfg.Namespace, store.DefaultNamespace},
+		{"RELAY_VALKEY_CONNECTIONS", cfg.ValkeyConnections, valkeyconn.DefaultConnections},
 		{"RELAY_LEASE_MS", cfg.LeaseMs, int64(relay.DefaultLeaseMs)},
 		{"RELAY_BASE_PATH", cfg.BasePath, relay.DefaultBasePath},
 		{"RELAY_SWEEP_INTERVAL", cfg.SweepInterval, sweeper.DefaultInterval},

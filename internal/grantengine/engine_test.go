@@ -147,7 +147,7 @@ func timeMs(t *testing.T, ctx context.Context, c valkey.Client) int64 {
 func TestStoreFailureIsTransient(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, "", nil)
+	c, closeFn, _, err := valkeyconn.Open(ctx, "", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

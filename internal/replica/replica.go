@@ -146,7 +146,7 @@ func (r *replica) openTelemetry() (flush func(), err error) {
 // openValkey connects to RELAY_VALKEY_URL (or the embedded store) and reads
 // how durable the server says it is.
 func (r *replica) openValkey() (closeStore func(), err error) {
-	client, closeStore, embedded, err := valkeyconn.Open(r.bg, r.cfg.ValkeyURL, r.log)
+	client, closeStore, embedded, err := valkeyconn.Open(r.bg, r.cfg.ValkeyURL, r.cfg.ValkeyConnections, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}

@@ -27,7 +27,7 @@ func TestReadPersistence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := relaytest.StartServer(t, tc.args...)
-			c, closeFn, _, err := valkeyconn.Open(context.Background(), srv.URL(), slog.New(slog.DiscardHandler))
+			c, closeFn, _, err := valkeyconn.Open(context.Background(), srv.URL(), 0, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}

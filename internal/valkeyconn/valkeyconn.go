@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -25,9 +26,11 @@ import (
 // more seed nodes with repeated addr= parameters, and leave out the
 // database (a cluster has only 0), e.g.
 // redis://10.0.0.1:6379?addr=10.0.0.2:6379&addr=10.0.0.3:6379. An empty url starts an embedded
-// server on a loopback port instead and reports embedded=true. closeFn
-// releases the client and, when embedded, stops the server; call it once.
-func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client, closeFn func(), embedded bool, err error) {
+// server on a loopback port instead and reports embedded=true. conns is how
+// many connections pipeline the calls to each server (Connections; 0 takes
+// DefaultConnections). closeFn releases the client and, when embedded,
+// stops the server; call it once.
+func Open(ctx context.Context, url string, conns int, logger *slog.Logger) (c valkey.Client, closeFn func(), embedded bool, err error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -48,6 +51,9 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 	// better answered with the retryable 503 at once than after the whole
 	// store timeout.
 	opt.ClusterOption.MaxMovedRedirections = maxRedirects
+	if opt.PipelineMultiplex, err = multiplex(conns); err != nil {
+		return nil, nil, false, err
+	}
 	c, err = valkey.NewClient(opt)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)
@@ -57,6 +63,42 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (c valkey.Client
 		return nil, nil, false, fmt.Errorf("valkey ping %s: %w", redact(opt), err)
 	}
 	return c, c.Close, false, nil
+}
+
+// DefaultConnections is one pipelined connection to each server. Calls that
+// replicas' requests make at the same moment then reach the server in one
+// read, and a read event is a large part of what a call costs a server
+// (test/bench/results/2026-12-07-one-connection-a-server.md: 6-24% fewer
+// read events a job than valkey-go's default of two connections on two
+// cores, four on four or more). More connections spread a busy replica's
+// reply decoding over more goroutines.
+const DefaultConnections = 1
+
+// MaxConnections is the most pipelined connections to one server that
+// valkey-go opens (2^valkey.MaxPipelineMultiplex).
+const MaxConnections = 1 << valkey.MaxPipelineMultiplex
+
+// Connections reports whether n is a usable count of pipelined connections
+// a server: a power of two from 1 to MaxConnections.
+func Connections(n int) bool {
+	return n >= 1 && n <= MaxConnections && n&(n-1) == 0
+}
+
+// multiplex is valkey-go's PipelineMultiplex for n connections a server
+// (2^PipelineMultiplex of them; a negative one means a single connection
+// on every kind of client, where 0 means a count from GOMAXPROCS on a
+// client of one server).
+func multiplex(n int) (int, error) {
+	if n == 0 {
+		n = DefaultConnections
+	}
+	if !Connections(n) {
+		return 0, fmt.Errorf("valkey connections: %d is not a power of two from 1 to %d", n, MaxConnections)
+	}
+	if n == 1 {
+		return -1, nil
+	}
+	return bits.TrailingZeros(uint(n)), nil
 }
 
 // quickRetries bounds valkey-go's retries of read-only commands (PING,

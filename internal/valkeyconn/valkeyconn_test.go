@@ -3,10 +3,14 @@ package valkeyconn_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/byollm/relay-go/internal/valkeyconn"
@@ -29,7 +33,7 @@ func TestOpen(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&logs, nil))
-			client, closeFn, embedded, err := valkeyconn.Open(context.Background(), c.url, logger)
+			client, closeFn, embedded, err := valkeyconn.Open(context.Background(), c.url, 0, logger)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,10 +69,10 @@ return {t[1], v.a[2], r[1], #r}`)
 
 func TestOpenBadURL(t *testing.T) {
 	t.Parallel()
-	if _, _, _, err := valkeyconn.Open(context.Background(), "redis://127.0.0.1:1/0", slog.Default()); err == nil {
+	if _, _, _, err := valkeyconn.Open(context.Background(), "redis://127.0.0.1:1/0", 0, slog.Default()); err == nil {
 		t.Fatal("connected to a closed port")
 	}
-	if _, _, _, err := valkeyconn.Open(context.Background(), "nope://x", slog.Default()); err == nil {
+	if _, _, _, err := valkeyconn.Open(context.Background(), "nope://x", 0, slog.Default()); err == nil {
 		t.Fatal("accepted a bad scheme")
 	}
 }
@@ -79,7 +83,7 @@ func TestOpenCluster(t *testing.T) {
 	t.Parallel()
 	u := relaytest.RequireCluster(t)
 	ctx := context.Background()
-	c, closeFn, embedded, err := valkeyconn.Open(ctx, u, slog.Default())
+	c, closeFn, embedded, err := valkeyconn.Open(ctx, u, 0, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,5 +121,87 @@ func TestOpenCluster(t *testing.T) {
 	n, err := relaytest.DeleteKeys(ctx, c, prefix+"*")
 	if err != nil || n != len(keys) {
 		t.Fatalf("deleted %d of %d (%v)", n, len(keys), err)
+	}
+}
+
+// Open keeps the connections it is asked for to each server, however many
+// calls run at once: one by default, so calls made together reach the
+// server in one read. Counted on the server by a client name of the test's
+// own (other tests may share the server).
+func TestOpenConnections(t *testing.T) {
+	t.Parallel()
+	urls := map[string]string{"server": relaytest.ValkeyURL()}
+	if u := relaytest.ClusterURL(); u != "" {
+		urls["cluster"] = u
+	}
+	for kind, base := range urls {
+		for _, conns := range []int{0, 1, 2, 4} {
+			t.Run(fmt.Sprintf("%s/%d", kind, conns), func(t *testing.T) {
+				t.Parallel()
+				name := "valkeyconn-test-" + uuid.NewString()
+				u, err := url.Parse(base)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q := u.Query()
+				q.Set("client_name", name)
+				u.RawQuery = q.Encode()
+				ctx := context.Background()
+				c, closeFn, _, err := valkeyconn.Open(ctx, u.String(), conns, slog.New(slog.DiscardHandler))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeFn()
+				// Keys of many slots from many goroutines: with more than one
+				// connection valkey-go picks one at random for each call.
+				var wg sync.WaitGroup
+				errs := make(chan error, 256)
+				for g := range 32 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 8 {
+							k := fmt.Sprintf("%s:{%d-%d}", name, g, i)
+							errs <- c.Do(ctx, c.B().Set().Key(k).Value("1").PxMilliseconds(60_000).Build()).Error()
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				want := conns
+				if want == 0 {
+					want = valkeyconn.DefaultConnections
+				}
+				for addr, node := range c.Nodes() {
+					list, err := node.Do(ctx, node.B().ClientList().Build()).ToString()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := strings.Count(list, " name="+name+" "); got != want {
+						t.Errorf("%s holds %d connections named for this client, want %d", addr, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestOpenRefusesConnectionCounts(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, 3, 6, valkeyconn.MaxConnections * 2} {
+		_, _, _, err := valkeyconn.Open(context.Background(), relaytest.ValkeyURL(), n, slog.Default())
+		if err == nil || !strings.Contains(err.Error(), "power of two") {
+			t.Errorf("Open with %d connections: %v, want a refusal naming the rule", n, err)
+		}
+	}
+	for _, n := range []int{1, 2, 256} {
+		if !valkeyconn.Connections(n) {
+			t.Errorf("Connections(%d) = false", n)
+		}
 	}
 }

@@ -579,7 +579,7 @@ func storeErrors(t *testing.T, relays []*relaytest.Relay) map[string]int {
 func finalStates(t *testing.T, url, ns string, ops []loadgen.Op) []loadgen.Op {
 	t.Helper()
 	ctx := context.Background()
-	c, closeFn, _, err := valkeyconn.Open(ctx, url, nil)
+	c, closeFn, _, err := valkeyconn.Open(ctx, url, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func sharedClient(t testing.TB, url string) valkey.Client {
 	if c, ok := shared.clients[url]; ok {
 		return c
 	}
-	c, _, _, err := valkeyconn.Open(context.Background(), url, slog.New(slog.DiscardHandler))
+	c, _, _, err := valkeyconn.Open(context.Background(), url, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("relaytest: %v", describe(url, err))
 	}
@@ -95,7 +95,7 @@ func sharedClient(t testing.TB, url string) valkey.Client {
 // a test closes or breaks its client; otherwise Client is cheaper.
 func Open(t testing.TB, url string) valkey.Client {
 	t.Helper()
-	c, closeFn, _, err := valkeyconn.Open(context.Background(), url, Logger(t))
+	c, closeFn, _, err := valkeyconn.Open(context.Background(), url, 0, Logger(t))
 	if err != nil {
 		t.Fatalf("relaytest: %v", describe(url, err))
 	}

@@ -40,7 +40,7 @@ func main() {
 func run(url, addr string, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, closeClient, _, err := valkeyconn.Open(ctx, url, logger)
+	client, closeClient, _, err := valkeyconn.Open(ctx, url, 0, logger)
 	if err != nil {
 		return fmt.Errorf("open backend: %w", err)
 	}
