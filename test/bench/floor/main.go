@@ -45,6 +45,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
 //go:embed touch.lua
@@ -162,15 +164,13 @@ func serve(args []string, log *slog.Logger) error {
 	if *ns == "" {
 		*ns = fmt.Sprintf("floor-%06x", rand.N(1<<24)) //nolint:gosec // a namespace, not a secret
 	}
-	opt, err := valkey.ParseURL(*url)
-	if err != nil {
-		return fmt.Errorf("valkey url: %w", err)
-	}
-	vk, err := valkey.NewClient(opt)
+	// Connected as a replica connects (its default connection count), so
+	// the floor's Valkey CPU compares with the relay's.
+	vk, closeVK, _, err := valkeyconn.Open(context.Background(), *url, 0, log)
 	if err != nil {
 		return fmt.Errorf("valkey: %w", err)
 	}
-	defer vk.Close()
+	defer closeVK()
 	s := &server{keys: make(map[string]ed25519.PublicKey, *clients), vk: vk, touch: valkey.NewLuaScript(touchLua),
 		ns: *ns, log: log, maxBytes: 64 << 10, pad: bytes.Repeat([]byte("x"), *answerBytes)}
 	for i := range *clients {
