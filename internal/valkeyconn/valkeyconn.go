@@ -68,7 +68,7 @@ func Open(ctx context.Context, url string, conns int, logger *slog.Logger) (c va
 // DefaultConnections is one pipelined connection to each server. Calls that
 // replicas' requests make at the same moment then reach the server in one
 // read, and a read event is a large part of what a call costs a server
-// (test/bench/results/2026-12-07-one-connection-a-server.md: 6-24% fewer
+// (test/bench/results/2026-12-07-one-connection-a-server.md: 5-24% fewer
 // read events a job than valkey-go's default of two connections on two
 // cores, four on four or more). More connections spread a busy replica's
 // reply decoding over more goroutines.

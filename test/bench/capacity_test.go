@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -251,12 +252,27 @@ func TestCapacitySmoke(t *testing.T) {
 		}
 		_, _ = fmtSscan(cells[4], &n)
 		_, _ = fmtSscan(cells[5], &q)
-		if o == 0 || q < n/o-0.011 || q > n/o+0.011 {
+		// Each cell is rounded to the digits it shows, so the quotient of
+		// the shown columns is known only within what that rounding allows
+		// (8.4 and 19.7 allow 2.33 to 2.36).
+		do, dn, dq := halfUnit(cells[3]), halfUnit(cells[4]), halfUnit(cells[5])
+		if o-do <= 0 || q+dq < (n-dn)/(o+do) || q-dq > (n+dn)/(o-do) {
 			t.Fatalf("%q: new/old %v is not %v/%v", line, q, n, o)
 		}
 		return
 	}
 	t.Fatalf("no scripts-per-job row:\n%s", md)
+}
+
+// halfUnit is half the last digit a table cell shows: how far its rounded
+// number may be from the value it was rounded from.
+func halfUnit(cell string) float64 {
+	cell = strings.TrimSpace(cell)
+	d := 0
+	if i := strings.IndexByte(cell, '.'); i >= 0 {
+		d = len(strings.TrimRight(cell[i+1:], "×% "))
+	}
+	return 0.5 / math.Pow(10, float64(d))
 }
 
 // smokeIdleDaemons is BENCH_SMOKE's idle fleet (capacity.sh's IDLE_DAEMONS).
