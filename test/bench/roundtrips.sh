@@ -5,7 +5,8 @@
 #
 #   test/bench/roundtrips.sh
 #   RT_RATE=100 RT_FOR=15s RT_PROFILES="aggressive real" test/bench/roundtrips.sh
-#   RT_VARIANTS="flush0:RELAY_VALKEY_FLUSH_DELAY=0 flush20:RELAY_VALKEY_FLUSH_DELAY=20us" test/bench/roundtrips.sh
+#   RT_VARIANTS="two:RELAY_VALKEY_CONNECTIONS=2 one:" test/bench/roundtrips.sh
+#   RT_RATES="50 200" RT_ROUNDS=2 RT_FOR=20s test/bench/roundtrips.sh   # and what a job adds, by slope
 #   RT_ROUNDS=2 RT_PORT=6393 test/bench/roundtrips.sh
 #   RT_OLD_REV=81bd9cb RT_VARIANTS="old: new:" test/bench/roundtrips.sh   # a label starting "old" runs RT_OLD_REV's relay
 #   RT_SLOWLOG=1 RT_ROUNDS=1 test/bench/roundtrips.sh   # and where the server's time goes, by script
@@ -16,7 +17,15 @@
 # daemons × 8 slots, 20 s TTL) at RT_RATE jobs/s for RT_FOR, under each
 # profile of RT_PROFILES, for each variant of RT_VARIANTS (label:ENV=V,ENV=V;
 # default one variant "tree" with the relay's defaults), RT_ROUNDS times,
-# variants interleaved. Over each loadgen run (warm-up excluded) it reads:
+# variants interleaved. With RT_RATES (several rates, e.g. "50 200") each
+# of those runs is made at every rate in turn, and the report adds what a
+# job adds by slope: between the lowest and the highest rate of one
+# variant, profile and round, the change in each total over the window
+# (Valkey CPU, relay CPU, server reads, scripts, commands) divided by the
+# change in jobs collected. Runs are equally long, so what the fleet costs
+# while idle (polls, heartbeats, sweeps) cancels out; the median over the
+# rounds and the range are reported. Over each loadgen run (warm-up
+# excluded) it reads:
 #
 #   - the server's INFO: total_reads_processed (one per read event on a
 #     client connection: a round trip, or one pipelined batch), commands,
@@ -56,6 +65,10 @@ bench_init roundtrips
 rm -rf "$OUT"/rt-* "$OUT"/roundtrips.md "$OUT"/roundtrips.json
 
 RATE=${RT_RATE:-100}
+RATES=${RT_RATES:-$RATE}
+for r in $RATES; do
+  case $r in '' | *[!0-9]* | 0) echo "RT_RATES: \"$r\" is not a rate in jobs/s (a whole number above 0)" >&2; exit 2 ;; esac
+done
 FOR=${RT_FOR:-15s}
 ROUNDS=${RT_ROUNDS:-1}
 PROFILES=${RT_PROFILES:-aggressive real}
@@ -173,9 +186,10 @@ for line in sys.stdin:
 print(json.dumps(out))' "$data.syms" "$(basename "$(readlink -f "$SERVER")")"
 }
 
-run_one() { # LABEL ENVSPEC PROFILE ROUND
-  local label=$1 envspec=$2 profile=$3 round=$4 name ns outf pid r0 r1 s0 s1 m0 m1 rc=0
+run_one() { # LABEL ENVSPEC PROFILE ROUND RATE
+  local label=$1 envspec=$2 profile=$3 round=$4 rate=$5 name ns outf pid r0 r1 s0 s1 m0 m1 rc=0
   name=$label-$profile-$round
+  if [ "$(wc -w <<<"$RATES")" -gt 1 ]; then name=$label-$profile-$rate-$round; fi
   ns="rt-$name-$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   outf=$OUT/rt-$name.stdout
   local envs=() bin=$BIN/relay-rt
@@ -190,7 +204,7 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
   URL="http://$(field "$outf" listen)"; ADMIN="http://$(field "$outf" admin)"
   timeout 120 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" \
     -sites 2 -daemons 4 -jobs 200 -concurrency 16 -quiet >/dev/null || log "warm-up did not balance"
-  log "$name: $RATE jobs/s for $FOR (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  log "$name: $rate jobs/s for $FOR (load $(cut -d' ' -f1-3 /proc/loadavg))"
   if [ "$SLOWLOG" = 1 ]; then
     "$CLI" -p "$VPORT" config set slowlog-max-len 1000000 >/dev/null
     "$CLI" -p "$VPORT" config set slowlog-log-slower-than 0 >/dev/null
@@ -203,7 +217,7 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
   fi
   r0=$(cpu_ticks "$pid"); s0=$(server_stats); m0=$(relay_counters "$ADMIN")
   timeout 300 "$BIN/loadgen" -replicas "$URL" -admin "$ADMIN" -admin-token "$TOKEN" "${STD[@]}" \
-    -profile "$profile" -rate "$RATE" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
+    -profile "$profile" -rate "$rate" -duration "$FOR" -drain 20s -json "$OUT/rt-$name.json" >"$OUT/rt-$name.txt" || rc=$?
   r1=$(cpu_ticks "$pid"); s1=$(server_stats); m1=$(relay_counters "$ADMIN")
   if [ -n "$perfpid" ]; then
     kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true
@@ -215,20 +229,22 @@ run_one() { # LABEL ENVSPEC PROFILE ROUND
     "$CLI" -p "$VPORT" slowlog reset >/dev/null
   fi
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
-  printf '{"name":"%s","label":"%s","env":"%s","profile":"%s","round":%s,"relayTicks":%s,"s0":%s,"s1":%s,"m0":%s,"m1":%s,"loadgenExit":%s,"load":"%s"}\n' \
-    "$name" "$label" "$envspec" "$profile" "$round" $((r1 - r0)) "$s0" "$s1" "$m0" "$m1" "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/rt-runs.jsonl"
+  printf '{"name":"%s","label":"%s","env":"%s","profile":"%s","round":%s,"rate":%s,"relayTicks":%s,"s0":%s,"s1":%s,"m0":%s,"m1":%s,"loadgenExit":%s,"load":"%s"}\n' \
+    "$name" "$label" "$envspec" "$profile" "$round" "$rate" $((r1 - r0)) "$s0" "$s1" "$m0" "$m1" "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/rt-runs.jsonl"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
   for profile in $PROFILES; do
-    for v in $VARIANTS; do run_one "${v%%:*}" "${v#*:}" "$profile" "$round"; done
+    for v in $VARIANTS; do
+      for rate in $RATES; do run_one "${v%%:*}" "${v#*:}" "$profile" "$round" "$rate"; done
+    done
   done
 done
 "$CLI" -p "$VPORT" flushall >/dev/null || true
 
-python3 - "$OUT" "$CLK_TCK" "$NEW_REV${RT_OLD_REV:+ (old: $RT_OLD_REV)}" "$RATE" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
+python3 - "$OUT" "$CLK_TCK" "$NEW_REV${RT_OLD_REV:+ (old: $RT_OLD_REV)}" "$RATES" "$FOR" <<'EOF' | tee "$OUT/roundtrips.md"
 import json, os, statistics, sys
-out, tck, rev, rate, dur = sys.argv[1:6]
+out, tck, rev, rates, dur = sys.argv[1:6]
 tck = int(tck)
 runs = [json.loads(l) for l in open(os.path.join(out, "rt-runs.jsonl"))]
 rows = []
@@ -240,7 +256,8 @@ for r in runs:
     store = {k: v - r["m0"]["store"].get(k, 0) for k, v in r["m1"]["store"].items()}
     cmd = {k: v - r["s0"]["cmd"].get(k, 0) for k, v in r["s1"]["cmd"].items()}
     us = {k: v - r["s0"]["us"].get(k, 0) for k, v in r["s1"]["us"].items()}
-    rows.append({"name": r["name"], "label": r["label"], "env": r["env"], "profile": r["profile"], "jobs": rep["jobs"]["collected"],
+    rows.append({"name": r["name"], "label": r["label"], "env": r["env"], "profile": r["profile"], "round": r["round"], "rate": r["rate"],
+                 "jobs": rep["jobs"]["collected"],
                  "lost": rep["jobs"]["lost"], "runTwice": rep["jobs"]["runTwice"], "errors": rep["errors"],
                  "readsPerJob": d("reads") / jobs, "commandsPerJob": d("commands") / jobs, "scriptsPerJob": d("scripts") / jobs,
                  "valkeyMsPerJob": d("cpu") * 1000 / jobs, "relayMsPerJob": r["relayTicks"] / tck * 1000 / jobs,
@@ -249,7 +266,10 @@ for r in runs:
                  "storePerJob": {k: v / jobs for k, v in sorted(store.items()) if v},
                  "cmdPerJob": {k: v / jobs for k, v in sorted(cmd.items()) if v},
                  "cmdUsPerJob": {k: v / jobs for k, v in sorted(us.items()) if v},
-                 "p50": rep["phases"]["end-to-end"]["p50Ms"], "p99": rep["phases"]["end-to-end"]["p99Ms"], "load": r["load"]})
+                 "p50": rep["phases"]["end-to-end"]["p50Ms"], "p99": rep["phases"]["end-to-end"]["p99Ms"], "load": r["load"],
+                 # the window's totals, for slopes between rates
+                 "totals": {"jobs": rep["jobs"]["collected"], "valkeyMs": d("cpu") * 1000, "relayMs": r["relayTicks"] / tck * 1000,
+                            "reads": d("reads"), "scripts": d("scripts"), "commands": d("commands")}})
     sl = os.path.join(out, f"rt-{r['name']}.slowlog.json")
     if os.path.exists(sl):
         rows[-1]["slowlogPerJob"] = {k: {"calls": v["calls"] / jobs, "us": v["us"] / jobs} for k, v in json.load(open(sl)).items()}
@@ -257,7 +277,7 @@ for r in runs:
     if os.path.exists(pf) and os.path.getsize(pf) > 0:
         rows[-1]["perfShare"] = json.load(open(pf))
 json.dump(rows, open(os.path.join(out, "roundtrips.json"), "w"), indent=2)
-L = [f"# Valkey round trips per job, {rev}, {rate} jobs/s for {dur} per run\n",
+L = [f"# Valkey round trips per job, {rev}, {' and '.join(rates.split())} jobs/s for {dur} per run\n",
      "| run | jobs (lost) | server reads / job | commands / job | scripts / job | Valkey CPU ms / job | relay CPU ms / job | requests / job | e2e p50 / p99 ms | load |",
      "|---|---|---|---|---|---|---|---|---|---|"]
 for x in rows:
@@ -289,5 +309,44 @@ for x in rows:
         L.append("|---|---|---|")
         for k, v in ps:
             L.append(f"| {k} | {100 * v / tot:.1f}% | {x['valkeyMsPerJob'] * 1000 * v / tot:.0f} |")
+
+# What a job adds, by slope: between the lowest and highest rate of one
+# variant, profile and round, each total's change over the change in jobs.
+# Equal windows, so the idle fleet's cost cancels out.
+SLOPED = (("valkeyMs", "Valkey CPU ms", 3), ("reads", "server reads", 2), ("scripts", "scripts", 2),
+          ("commands", "commands", 1), ("relayMs", "relay CPU ms", 3))
+groups = {}
+for x in rows:
+    groups.setdefault((x["label"], x["profile"]), {}).setdefault(x["round"], []).append(x)
+slopes = []
+for (label, profile), by_round in groups.items():
+    per_round = []
+    for rnd, xs in sorted(by_round.items()):
+        xs.sort(key=lambda x: x["rate"])
+        lo, hi = xs[0], xs[-1]
+        dj = hi["totals"]["jobs"] - lo["totals"]["jobs"]
+        if lo["rate"] == hi["rate"] or dj <= 0:
+            continue # one rate, or no more jobs at the higher rate: no slope
+        per_round.append({k: (hi["totals"][k] - lo["totals"][k]) / dj for k, _, _ in SLOPED} |
+                         {"round": rnd, "rates": [lo["rate"], hi["rate"]], "jobs": [lo["totals"]["jobs"], hi["totals"]["jobs"]]})
+    if per_round:
+        slopes.append({"label": label, "profile": profile, "rounds": per_round,
+                       "median": {k: statistics.median(p[k] for p in per_round) for k, _, _ in SLOPED},
+                       "min": {k: min(p[k] for p in per_round) for k, _, _ in SLOPED},
+                       "max": {k: max(p[k] for p in per_round) for k, _, _ in SLOPED}})
+json.dump(slopes, open(os.path.join(out, "roundtrips-slope.json"), "w"), indent=2)
+if slopes:
+    rs = sorted({r for s in slopes for p in s["rounds"] for r in p["rates"]})
+    L.append(f"\n## What a job adds, by slope ({rs[0]} → {rs[-1]} jobs/s)\n")
+    L.append("Each total's change between the two rates over the change in jobs collected, per variant, profile and round; "
+             "the median over the rounds, and the range. Equal windows: what the idle fleet costs cancels out.\n")
+    L.append("| variant | profile | rounds | " + " | ".join(f"{name} / job" for _, name, _ in SLOPED) + " |")
+    L.append("|---|---|---|" + "---|" * len(SLOPED))
+    for sl in slopes:
+        cells = []
+        for k, _, nd in SLOPED:
+            med, lo, hi = sl["median"][k], sl["min"][k], sl["max"][k]
+            cells.append(f"{med:.{nd}f}" if len(sl["rounds"]) == 1 else f"{med:.{nd}f} ({lo:.{nd}f}–{hi:.{nd}f})")
+        L.append(f"| {sl['label']} | {sl['profile']} | {len(sl['rounds'])} | " + " | ".join(cells) + " |")
 print("\n".join(L))
 EOF
