@@ -34,8 +34,12 @@ func Open(ctx context.Context, url string, conns int, logger *slog.Logger) (c va
 	if logger == nil {
 		logger = slog.Default()
 	}
+	mux, err := multiplex(conns)
+	if err != nil {
+		return nil, nil, false, err
+	}
 	if url == "" {
-		return openEmbedded(ctx, logger)
+		return openEmbedded(ctx, mux, logger)
 	}
 	opt, err := valkey.ParseURL(url)
 	if err != nil {
@@ -51,9 +55,7 @@ func Open(ctx context.Context, url string, conns int, logger *slog.Logger) (c va
 	// better answered with the retryable 503 at once than after the whole
 	// store timeout.
 	opt.ClusterOption.MaxMovedRedirections = maxRedirects
-	if opt.PipelineMultiplex, err = multiplex(conns); err != nil {
-		return nil, nil, false, err
-	}
+	opt.PipelineMultiplex = mux
 	c, err = valkey.NewClient(opt)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("valkey connect %s: %w", redact(opt), err)
@@ -143,7 +145,7 @@ func IsCluster(c valkey.Client) bool { return c.Mode() == valkey.ClientModeClust
 
 func redact(opt valkey.ClientOption) string { return fmt.Sprint(opt.InitAddress) }
 
-func openEmbedded(ctx context.Context, logger *slog.Logger) (valkey.Client, func(), bool, error) {
+func openEmbedded(ctx context.Context, mux int, logger *slog.Logger) (valkey.Client, func(), bool, error) {
 	srv := miniredis.NewMiniRedis()
 	if err := srv.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, nil, false, fmt.Errorf("embedded valkey: %w", err)
@@ -151,7 +153,8 @@ func openEmbedded(ctx context.Context, logger *slog.Logger) (valkey.Client, func
 	c, err := valkey.NewClient(valkey.ClientOption{
 		InitAddress: []string{srv.Addr()},
 		// miniredis has no client-side caching (CLIENT TRACKING).
-		DisableCache: true,
+		DisableCache:      true,
+		PipelineMultiplex: mux,
 	})
 	if err != nil {
 		srv.Close()

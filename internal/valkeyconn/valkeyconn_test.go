@@ -207,10 +207,15 @@ func TestOpenConnections(t *testing.T) {
 
 func TestOpenRefusesConnectionCounts(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{-1, 3, 6, valkeyconn.MaxConnections * 2} {
-		_, _, _, err := valkeyconn.Open(context.Background(), relaytest.ValkeyURL(), n, slog.Default())
-		if err == nil || !strings.Contains(err.Error(), "power of two") {
-			t.Errorf("Open with %d connections: %v, want a refusal naming the rule", n, err)
+	for _, url := range []string{relaytest.ValkeyURL(), ""} { // "": the embedded store
+		for _, n := range []int{-1, 3, 6, valkeyconn.MaxConnections * 2} {
+			_, closeFn, _, err := valkeyconn.Open(context.Background(), url, n, slog.Default())
+			if err == nil {
+				closeFn()
+			}
+			if err == nil || !strings.Contains(err.Error(), "power of two") {
+				t.Errorf("Open %q with %d connections: %v, want a refusal naming the rule", url, n, err)
+			}
 		}
 	}
 	for _, n := range []int{1, 2, 256} {
