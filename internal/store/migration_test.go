@@ -16,11 +16,12 @@ import (
 	"github.com/byollm/relay-go/test/relaytest"
 )
 
-// These tests need a Valkey/Redis Cluster (RELAY_TEST_VALKEY_CLUSTER_URL,
-// e.g. the one .ci/cluster starts) and move one slot between its primaries
-// by hand, as an operator resharding does: SETSLOT IMPORTING on the target,
-// MIGRATING on the source, MIGRATE a few keys, then SETSLOT NODE. They are
-// skipped without one: neither miniredis nor a single server has slots.
+// These tests move one slot between a cluster's primaries by hand, as an
+// operator resharding does: SETSLOT IMPORTING on the target, MIGRATING on
+// the source, MIGRATE a few keys, then SETSLOT NODE. They run on a cluster
+// of their own (TestSlotMigrations; relaytest.PrivateCluster), started
+// when the cluster suite is on (RELAY_TEST_VALKEY_CLUSTER_URL set) and
+// skipped otherwise: neither miniredis nor a single server has slots.
 
 // migrationCluster is a cluster client plus one plain client per primary.
 type migrationCluster struct {
@@ -36,7 +37,11 @@ type clusterPrimary struct {
 
 func openMigrationCluster(t *testing.T) *migrationCluster {
 	t.Helper()
-	u := relaytest.RequireCluster(t)
+	// The cluster suite is on (a shared cluster is configured), but moving a
+	// slot there would refuse other tests' calls to any key of theirs that
+	// hashes to it: each test moves slots on a cluster of its own.
+	relaytest.RequireCluster(t)
+	u, _, _ := relaytest.PrivateCluster(t, 0) // primaries only: no test here fails one over
 	opt, err := valkey.ParseURL(u)
 	if err != nil {
 		t.Fatalf("cluster url: %v", err)
@@ -47,7 +52,7 @@ func openMigrationCluster(t *testing.T) *migrationCluster {
 	}
 	t.Cleanup(c.Close)
 	if c.Mode() != valkey.ClientModeCluster {
-		t.Fatalf("RELAY_TEST_VALKEY_CLUSTER_URL %s is not a cluster", u)
+		t.Fatalf("%s is not a cluster", u)
 	}
 	mc := &migrationCluster{c: c}
 	mc.refresh(t)
@@ -200,28 +205,23 @@ func slotDump(t *testing.T, slot int, nodes ...clusterPrimary) map[string]string
 	return out
 }
 
-// purgeCluster deletes every key matching pattern on every primary.
-func (mc *migrationCluster) purgeCluster(t *testing.T, pattern string) {
-	t.Helper()
-	mc.refresh(t)
-	for _, n := range mc.nodes {
-		if _, err := relaytest.DeleteKeys(context.Background(), n.c, pattern); err != nil {
-			t.Errorf("cleanup on %s: %v", n.addr, err)
-		}
+// TestSlotMigrations runs the tests that move a slot, one after another
+// on one cluster of their own (starting a cluster takes seconds): each
+// moves a slot of its own namespace, and the cluster's view (mc.nodes) is
+// not shared between goroutines.
+func TestSlotMigrations(t *testing.T) {
+	t.Parallel()
+	mc := openMigrationCluster(t)
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, *migrationCluster)
+	}{
+		{"AbortsUndeclaredKeyScriptHalfWay", testMigrationAbortsUndeclaredKeyScriptHalfWay},
+		{"StoreScriptsRefusedWhole", testStoreScriptsRefusedWholeDuringMigration},
+		{"FinishedPageGenerationFollowsAMovedSlot", testFinishedPageGenerationFollowsAMovedSlot},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, mc) })
 	}
-}
-
-// migrateBack ends the test's migration of slot (from home to away), however
-// far it got, and moves the slot back to home, so the shared cluster keeps
-// its layout. Opening a migration again is harmless.
-func (mc *migrationCluster) migrateBack(t *testing.T, slot int, home, away clusterPrimary) {
-	t.Helper()
-	if now, _ := mc.owner(t, slot); now.id == home.id {
-		beginMigration(t, slot, home, away)
-		mc.finishMigration(t, slot, home, away)
-	}
-	beginMigration(t, slot, away, home)
-	mc.finishMigration(t, slot, away, home)
 }
 
 // The failure the guard exists for, on a script that does not declare one:
@@ -229,16 +229,13 @@ func (mc *migrationCluster) migrateBack(t *testing.T, slot int, home, away clust
 // undeclared key of the same slot that has already moved is aborted at that
 // touch, and its first write stays. Declaring a key that never exists
 // (GuardKey) makes the server refuse the same script before it starts.
-func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
-	t.Parallel()
-	mc := openMigrationCluster(t)
+func testMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T, mc *migrationCluster) {
 	ctx := context.Background()
 	ns := relaytest.NewName()
 	p := ns + ":{" + ns + "/guard}:"
 	a, moved := p+"a", p+"b"
 	slot := int(keyHashSlot(a))
 	src, dst := mc.owner(t, slot)
-	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, ns+":*") })
 
 	for _, k := range []string{a, moved} {
 		if err := mc.c.Do(ctx, mc.c.B().Set().Key(k).Value("0").Build()).Error(); err != nil {
@@ -293,9 +290,7 @@ func TestMigrationAbortsUndeclaredKeyScriptHalfWay(t *testing.T) {
 // prefix, not through KEYS): every operation on that shard is refused as
 // unavailable before it runs and the slot's keys on both nodes are exactly
 // as before; after the migration the same operations succeed.
-func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
-	t.Parallel()
-	mc := openMigrationCluster(t)
+func testStoreScriptsRefusedWholeDuringMigration(t *testing.T, mc *migrationCluster) {
 	h := mc.newFixture(t)
 	s, ctx := h.s, h.ctx
 	// A runner on the site's shard: every script below runs on one slot.
@@ -307,7 +302,6 @@ func TestStoreScriptsRefusedWholeDuringMigration(t *testing.T) {
 	}
 	slot := int(keyHashSlot(s.k.sp(site)))
 	src, dst := mc.owner(t, slot)
-	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, s.KeyPattern()) })
 
 	for i := range 6 {
 		h.enqueue(fmt.Sprint("m", i), "alice")
@@ -410,9 +404,7 @@ func mustLeaseShard(t *testing.T, s *Store, lease string) int {
 // id: a generation read from the old owner beside entries read from the
 // new one would file them under a generation the results cache already
 // trusts.
-func TestFinishedPageGenerationFollowsAMovedSlot(t *testing.T) {
-	t.Parallel()
-	mc := openMigrationCluster(t)
+func testFinishedPageGenerationFollowsAMovedSlot(t *testing.T, mc *migrationCluster) {
 	h := mc.newFixture(t)
 	s, ctx := h.s, h.ctx
 	completeJobs(t, s, "moved-", 3, freshDevice(), envelope)
@@ -422,7 +414,6 @@ func TestFinishedPageGenerationFollowsAMovedSlot(t *testing.T) {
 	}
 	slot := int(keyHashSlot(k.finished(site)))
 	src, dst := mc.owner(t, slot)
-	t.Cleanup(func() { mc.migrateBack(t, slot, src, dst); mc.purgeCluster(t, s.KeyPattern()) })
 	replID := func(n clusterPrimary) string {
 		t.Helper()
 		info, err := n.c.Do(ctx, n.c.B().Info().Section("replication").Build()).ToString()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,29 +22,11 @@ type privateCluster struct {
 	url  string
 }
 
-// newPrivateCluster starts one with .ci/cluster and stops it at cleanup.
+// newPrivateCluster starts one (relaytest.PrivateCluster), stopped at cleanup.
 func newPrivateCluster(t *testing.T) *privateCluster {
 	t.Helper()
-	c := &privateCluster{base: relaytest.FreeRun(t, 6), dir: t.TempDir()}
-	cmd := exec.Command("bash", "../../.ci/cluster", "start")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("CLUSTER_BASE_PORT=%d", c.base), "CLUSTER_DIR="+c.dir)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf(".ci/cluster start: %v\n%s%s", err, out, stderr)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	c.url = lines[len(lines)-1]
-	t.Cleanup(func() {
-		stop := exec.Command("bash", "../../.ci/cluster", "stop")
-		stop.Env = cmd.Env
-		if out, err := stop.CombinedOutput(); err != nil {
-			t.Logf(".ci/cluster stop: %v\n%s", err, out)
-		}
-	})
+	c := &privateCluster{}
+	c.url, c.base, c.dir = relaytest.PrivateCluster(t, 1)
 	return c
 }
 
