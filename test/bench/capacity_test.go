@@ -1,10 +1,9 @@
-// Package bench holds the benchmark scripts' smoke test; the scripts and
+// Package bench holds the benchmark scripts' smoke tests; the scripts and
 // their helper programs (storebench, verifybench) live beside it.
 package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -15,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/byollm/relay-go/test/relaytest"
 )
 
 // TestCapacitySmoke runs test/bench/capacity.sh with BENCH_SMOKE=1 (this
@@ -33,27 +30,13 @@ func TestCapacitySmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it for about a minute")
 	}
-	server := relaytest.ServerBinary(t) // the suite's server: the smoke runs on it too
 	for _, tool := range []string{"git", "python3"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	cmd := exec.CommandContext(ctx, "bash", "capacity.sh")
-	cmd.Env = append(os.Environ(), "BENCH_SMOKE=1", "BENCH_OUT="+out, "BENCH_SERVER="+server,
+	md, out := runScript(t, "capacity.sh", 5*time.Minute, "BENCH_SMOKE=1",
 		"IDLE_DAEMONS="+strconv.Itoa(smokeIdleDaemons), "CAP_PIN=1", "CAP_RAMPS=", "CAP_RAMP_ONLY=")
-	// A server the script started and left behind would keep its output
-	// pipes open; once the script itself has exited, stop waiting on them.
-	cmd.WaitDelay = 10 * time.Second
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	md, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("capacity.sh: %v\n%s", err, stderr.String())
-	}
 	for _, want := range []string{"## Highest sustained rate", "## Cost per unit", "relay CPU per signed request", "Valkey memory per queued job", "new ×1",
 		"Spread over the ramps", "## The floor", "new ÷ floor"} {
 		if !bytes.Contains(md, []byte(want)) {

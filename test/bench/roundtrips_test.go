@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -23,23 +22,11 @@ func TestRoundtripsSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it for about half a minute")
 	}
-	server := relaytest.ServerBinary(t)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	cmd := exec.CommandContext(ctx, "bash", "roundtrips.sh")
-	cmd.Env = append(os.Environ(), "BENCH_OUT="+out, "BENCH_SERVER="+server,
+	md, out := runScript(t, "roundtrips.sh", 4*time.Minute,
 		"RT_RATES=5 20", "RT_FOR=3s", "RT_ROUNDS=2", "RT_PROFILES=aggressive", "RT_VARIANTS=tree:", "RT_OLD_REV=", "RT_RATE=")
-	cmd.WaitDelay = 10 * time.Second
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	md, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("roundtrips.sh: %v\n%s", err, stderr.String())
-	}
 	if want := "## What a job adds, by slope (5 → 20 jobs/s)"; !bytes.Contains(md, []byte(want)) {
 		t.Fatalf("roundtrips.md lacks %q:\n%s", want, md)
 	}
