@@ -31,13 +31,18 @@ func TestRoundtripsSmoke(t *testing.T) {
 		t.Fatalf("roundtrips.md lacks %q:\n%s", want, md)
 	}
 
-	type totals struct {
-		Jobs     float64 `json:"jobs"`
+	// A run's totals over its window, and a slope (their change per job),
+	// have the same fields but jobs.
+	type figures struct {
 		ValkeyMs float64 `json:"valkeyMs"`
 		RelayMs  float64 `json:"relayMs"`
 		Reads    float64 `json:"reads"`
 		Scripts  float64 `json:"scripts"`
 		Commands float64 `json:"commands"`
+	}
+	type totals struct {
+		figures
+		Jobs float64 `json:"jobs"`
 	}
 	var runs []struct {
 		Name   string `json:"name"`
@@ -61,13 +66,6 @@ func TestRoundtripsSmoke(t *testing.T) {
 		byRound[r.Round][r.Rate] = r.Totals
 	}
 
-	type figures struct {
-		ValkeyMs float64 `json:"valkeyMs"`
-		RelayMs  float64 `json:"relayMs"`
-		Reads    float64 `json:"reads"`
-		Scripts  float64 `json:"scripts"`
-		Commands float64 `json:"commands"`
-	}
 	var slopes []struct {
 		Label   string `json:"label"`
 		Profile string `json:"profile"`
