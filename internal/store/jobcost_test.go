@@ -106,6 +106,116 @@ func benchJobCost(b *testing.B, view bool, perSite int, evalScripts bool) {
 	b.ReportMetric((after.cpu-before.cpu)*1e6/(float64(reads)*floor), "x-floor")
 }
 
+// BenchmarkJobSteps is BenchmarkJobCost taken apart: what each step of a
+// job costs the server on its own, so a change to one script can be
+// measured on that step. Jobs go through in rounds of one job on each of
+// jobStepSites sites (placed before the timer starts), a step at a time
+// over the whole round: enqueue, claim (Max 1, one device whose presence
+// record exists, as a heartbeating daemon's does), seal, take, complete.
+// The work view runs, as on a replica. Per step it reports valkey-us, reads,
+// scripts and cmds a job (INFO around each step of each round, so each
+// figure carries 1/jobStepSites of one INFO call) and x-floor: valkey-us
+// over reads × the cost of a do-nothing round trip measured right after.
+// Server-wide, so a private server:
+//
+//	RELAY_TEST_VALKEY_URL=redis://127.0.0.1:6397/0 go test ./internal/store -run '^$' -bench JobSteps -benchtime 3072x
+func BenchmarkJobSteps(b *testing.B) {
+	be := realBackend(b)
+	s := newStore(b, be, Options{Logger: relaytest.Discard()})
+	withView(b, s)
+	ctx := context.Background()
+	sites := make([]string, jobStepSites)
+	for i := range sites {
+		sites[i] = fmt.Sprint("site-", i)
+	}
+	if err := s.placeSites(ctx, sites...); err != nil {
+		b.Fatal(err)
+	}
+	dev := freshDevice()
+	if _, err := s.Heartbeat(ctx, HeartbeatInput{Presence: Presence{RunnerID: "r1", Owner: "alice", Device: dev}}); err != nil {
+		b.Fatal(err)
+	}
+	in := ClaimInput{RunnerID: "r1", Owner: "alice", Device: dev, Kinds: []string{protocol.KindGenerate}, Max: 1, LeaseMs: 60000}
+	type job struct{ id, site, lease string }
+	steps := []struct {
+		name string
+		do   func(j *job)
+	}{
+		{"enqueue", func(j *job) {
+			if _, err := s.Enqueue(ctx, EnqueueInput{ID: j.id, SiteID: j.site, Stub: stub(j.id, "alice")}); err != nil {
+				b.Fatal(err)
+			}
+		}},
+		{"claim", func(j *job) {
+			in.Routes = []Route{{SiteID: j.site, Owner: "alice"}}
+			got, err := s.Claim(ctx, in)
+			if err != nil || len(got) != 1 {
+				b.Fatalf("claim on %s: %d %v", j.site, len(got), err)
+			}
+			j.lease = got[0].Lease.ID
+		}},
+		{"seal", func(j *job) {
+			if r, err := s.Seal(ctx, j.site, j.id, envelope); err != nil || r.State != StateReady {
+				b.Fatalf("seal: %+v %v", r, err)
+			}
+		}},
+		{"take", func(j *job) {
+			if r, err := s.TakePayload(ctx, HolderInput{JobID: j.id, RunnerID: "r1", LeaseID: j.lease}); err != nil || r.Envelope == nil {
+				b.Fatalf("take: %+v %v", r, err)
+			}
+		}},
+		{"complete", func(j *job) {
+			in := CompleteInput{JobID: j.id, RunnerID: "r1", LeaseID: j.lease, Envelope: envelope, Disposition: "ok"}
+			if r, err := s.Complete(ctx, in); err != nil || !r.Accepted {
+				b.Fatalf("complete: %+v %v", r, err)
+			}
+		}},
+	}
+	spent := make([]serverCounters, len(steps))
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		round := make([]job, min(jobStepSites, b.N-done))
+		for i := range round {
+			round[i] = job{id: uuid.NewString(), site: sites[i]}
+		}
+		for k, st := range steps {
+			before := serverCost(b, be.client)
+			for i := range round {
+				st.do(&round[i])
+			}
+			after := serverCost(b, be.client)
+			spent[k] = spent[k].plus(after, before)
+		}
+		done += len(round)
+	}
+	b.StopTimer()
+	floor := roundTripFloor(b, be.client, 5000)
+	b.ReportMetric(floor, "floor-us/rt")
+	n := float64(b.N)
+	for k, st := range steps {
+		c := spent[k]
+		b.ReportMetric(c.cpu*1e6/n, st.name+"-us/job")
+		b.ReportMetric(float64(c.reads)/n, st.name+"-reads/job")
+		b.ReportMetric(float64(c.scripts)/n, st.name+"-scripts/job")
+		b.ReportMetric(float64(c.cmds)/n, st.name+"-cmds/job")
+		b.ReportMetric(c.cpu*1e6/(float64(c.reads)*floor), st.name+"-x-floor")
+	}
+}
+
+// jobStepSites is how many jobs a round of BenchmarkJobSteps holds, one a
+// site: a site and owner may have only two jobs awaiting their payload,
+// and a claim step claims a whole round before the seal step seals it.
+const jobStepSites = 64
+
+// plus is c with what the counters grew by from before to after added.
+func (c serverCounters) plus(after, before serverCounters) serverCounters {
+	c.cpu += after.cpu - before.cpu
+	c.reads += after.reads - before.reads
+	c.scripts += after.scripts - before.scripts
+	c.cmds += after.cmds - before.cmds
+	return c
+}
+
 // roundTripFloor is the server's CPU per round trip of the cheapest script
 // call (EVALSHA of "return 1", sent one at a time on the benchmark's own
 // client), in µs, over n calls (at least 1,000): what a job's round trips
