@@ -165,8 +165,8 @@ func BenchmarkJobSteps(b *testing.B) {
 			}
 		}},
 		{"complete", func(j *job) {
-			in := CompleteInput{JobID: j.id, RunnerID: "r1", LeaseID: j.lease, Envelope: envelope, Disposition: "ok"}
-			if r, err := s.Complete(ctx, in); err != nil || !r.Accepted {
+			done := CompleteInput{JobID: j.id, RunnerID: "r1", LeaseID: j.lease, Envelope: envelope, Disposition: "ok"}
+			if r, err := s.Complete(ctx, done); err != nil || !r.Accepted {
 				b.Fatalf("complete: %+v %v", r, err)
 			}
 		}},
