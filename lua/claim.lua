@@ -4,6 +4,7 @@
 -- lib: blob
 -- lib: store
 -- lib: stub
+-- lib: presence
 --
 -- Cost is independent of how many jobs other routes hold: only the queues
 -- named in KEYS are read, by a k-way merge on seq (first-enqueue order).
@@ -19,6 +20,20 @@
 -- revoked token) ends it there; Go goes on from that section alone.
 -- Job records found in a section's queues are built from its prefix, so
 -- they are on its shard.
+--
+-- A section with no routes (nr 0) only settles its shard: on a server
+-- that is not a cluster Go puts the shards whose due head it does not know
+-- there, after the claim's own sections, instead of reading their heads
+-- first. They run even after the grants are all made; a section with
+-- routes found after that is skipped (no grants, not settled).
+--
+-- With runner_mode set (only on a server that is not a cluster, where a
+-- call may name keys of any shard) the call also does what Go otherwise
+-- does around it with the runner's records, so a claim is one round trip:
+-- under 'R' it first checks that the presence record holds this owner
+-- and device (else it writes nothing and answers 'presence'), and after
+-- granting it brings rsh up to date (what runner_shards_add does, skipped
+-- when rsh already covers the grants, as Go's shardsRecorded decides).
 -- mode: write
 -- slot: KEYS[1]'s on a cluster (one section); every other key is in KEYS or built from its section's first key's
 --       prefix (P, lib/common.lua on_shard): one shard a section, the same slot on a cluster
@@ -28,7 +43,10 @@
 --                       aw:<eS>, then nq_r queue keys: the ready queues
 --                       q:<eS>:<eO>:<eK>:<eA> for the claimant's kinds
 --                       (private only when the route owner is the device
---                       owner), and last the sticky queue sq:<eS>:<eO>:<eR>
+--                       owner), and last the sticky queue sq:<eS>:<eO>:<eR>;
+--                       after the sections, when runner_mode is set, the
+--                       runner's presence record p:<eR> and its record of
+--                       shards rsh:<eR>
 -- ARGV[1..3] common  prefix, offset, flags
 -- ARGV[4]  runner       the runner id
 -- ARGV[5]  e_runner     base64url of the runner id
@@ -52,7 +70,13 @@
 -- ARGV[14] lease_max    the longest lease id the store accepts back
 --                       (Options.MaxIDBytes): a minted id gets its job's
 --                       site appended only within it (lib/store.lua)
--- ARGV[15..] rest       nk, then nk kinds (base64url, as the records' eK);
+-- ARGV[15] runner_mode  '' (Go handles the runner's records) | 'r' (the
+--                       last two KEYS are the runner's; keep rsh) | 'R'
+--                       (as 'r', and the presence record must hold
+--                       device_owner and device)
+-- ARGV[16] runner_shards  under runner_mode, each section's shard index,
+--                       space-separated, as rsh names shards
+-- ARGV[17..] rest       nk, then nk kinds (base64url, as the records' eK);
 --                       ns, then per section: its number of keys; nr, then
 --                       per route: eS, eO, nq_r; one cursor per queue key,
 --                       in KEYS order: the seq of the last entry a previous
@@ -61,12 +85,23 @@
 --                       section's shard in the first byte), at least
 --                       min(remaining, 2*nr)
 -- Reply: {status, grants, reports, scanned, truncated (1|0), quarantined,
---         cursors, stopped}
+--         cursors, stopped, empties, wrote, heads, now}
 --   stopped   the section the call ended in (from 1); sections after it
 --             were not run
 --   status    'ok' | 'sweep' (that section settled nothing and changed
 --             nothing: more was due than settle_budget) | 'revoked' (that
---             section granted nothing: its shard revoked the token)
+--             section granted nothing: its shard revoked the token) |
+--             'presence' (runner_mode 'R': the presence record does not
+--             hold this owner and device; nothing ran, stopped is 0)
+--   empties   per section run, the queues (1-based, in its KEYS order)
+--             read from their head and found holding nothing, in a
+--             section that repaired no index entry (the work view's
+--             learning, Go's SawEmpty)
+--   wrote     per section run, 1 when it may have written (it granted,
+--             settled or repaired), else 0
+--   heads     per section run that wrote nothing, its due head after it
+--             ('-': nothing indexed), else '' (the work view's due reading)
+--   now       the call's clock, ms (with the offset)
 --   grants    per section run, its grants: {eS, stub (raw), leaseId,
 --             expiresAt, deadline, seq}
 --   truncated 1: the scan budget stopped the merge in that section with
@@ -86,7 +121,22 @@ local settle_budget = tonumber(ARGV[11])
 local e_device_owner = ARGV[12]
 local token = ARGV[13]
 local lease_max = tonumber(ARGV[14])
-local rest = tail(ARGV, 15)
+local runner_mode = ARGV[15]
+local runner_shards = ARGV[16]
+local rest = tail(ARGV, 17)
+
+local record, shards_rec
+local nsec = #sections
+if runner_mode ~= '' then
+  record, shards_rec = sections[nsec - 1], sections[nsec]
+  nsec = nsec - 2
+  if runner_mode == 'R' then
+    local p = redis.call('HMGET', record, 'owner', 'device')
+    if p[1] ~= device_owner or p[2] ~= device then
+      return {'presence', {}, {}, 0, 0, 0, {}, 0, {}, {}, {}, 0}
+    end
+  end
+end
 
 local a = 1
 local kinds = {}
@@ -124,6 +174,8 @@ local function section(keys, a)
   local nr = tonumber(rest[a])
   a = a + 1
 
+  local wrote = 0
+
   -- 1. Settle first (the reference sweeps at the top of every claim), bounded.
   local due
   if settle_budget < 0 then
@@ -131,11 +183,12 @@ local function section(keys, a)
   else
     due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now), 'LIMIT', 0, settle_budget + 1)
     if #due > settle_budget then
-      return 'sweep', {}, 0, {}, a
+      return 'sweep', {}, 0, {}, a, {}, 0, ''
     end
   end
   for _, m in ipairs(due) do
     settle(m, now, false)
+    wrote = 1
   end
 
   -- 2. Routes, their verified unsealed budgets, and their queues.
@@ -178,6 +231,7 @@ local function section(keys, a)
   local revoked = nil
   local grants = {}
   local truncated = 0
+  local repaired = false
   while remaining > 0 do
     local best
     for _, q in ipairs(queues) do
@@ -209,6 +263,7 @@ local function section(keys, a)
     if not h or h.state ~= QUEUED or h.cx == '1' or h.bad == '1'
         or (best.sticky and h.ero ~= e_runner) or (not best.sticky and h.ero) then
       -- The index disagrees with the record: repair it, never trust it.
+      repaired, wrote = true, 1
       redis.call('ZREM', best.key, e_job)
       if h and h.state == QUEUED and h.cx ~= '1' then
         local qk, qm = queue_of(h)
@@ -216,6 +271,7 @@ local function section(keys, a)
       end
     elseif tonumber(h.dl) <= now then
       settle(m, now, false, h)
+      wrote = 1
     else
       local ok = true
       if best.sticky then
@@ -240,12 +296,13 @@ local function section(keys, a)
           redis.call('HSET', jk, 'bad', '1')
           redis.call('ZADD', P .. 'bad', h.seq, m)
           quarantined = quarantined + 1
+          wrote = 1
         else
           if revoked == nil then
             revoked = redis.call('EXISTS', P .. 'gb:' .. token) == 1
           end
           if revoked then
-            return 'revoked', {}, 0, {}, a
+            return 'revoked', {}, 0, {}, a, {}, wrote, ''
           end
           if #grants >= nl then
             error(redis.error_reply('ERR relay: claim: ran out of pre-minted lease ids'))
@@ -272,38 +329,102 @@ local function section(keys, a)
           route.budget = route.budget - 1
           remaining = remaining - 1
           grants[#grants + 1] = {h.eS, stub, lease_id, expires, h.dl, h.seq}
+          wrote = 1
         end
       end
     end
   end
 
-  local cursors = {}
+  local cursors, empties = {}, {}
   for i, q in ipairs(queues) do
     cursors[i] = q.last or ''
+    if q.done and not q.last and not repaired then
+      empties[#empties + 1] = i
+    end
   end
-  return 'ok', grants, truncated, cursors, a
+  local head = ''
+  if wrote == 0 then
+    local z = redis.call('ZRANGE', due_index, 0, 0, 'WITHSCORES')
+    head = z[2] or '-'
+  end
+  return 'ok', grants, truncated, cursors, a, empties, wrote, head
 end
 
-local all, k = {}, 1
+local all, all_empties, all_wrote, all_heads, k = {}, {}, {}, {}, 1
 local status, truncated, cursors, stopped = 'ok', 0, {}, 0
 for s = 1, ns do
   local nkeys = tonumber(rest[a])
+  if not nkeys or nkeys < 3 or k + nkeys - 1 > nsec then
+    return redis.error_reply('ERR relay: claim: section ' .. s .. ' names keys KEYS does not hold')
+  end
   local keys = {}
   for i = 1, nkeys do
     keys[i] = sections[k + i - 1]
   end
-  if nkeys < 3 or #keys ~= nkeys then
-    return redis.error_reply('ERR relay: claim: section ' .. s .. ' names keys KEYS does not hold')
-  end
   k = k + nkeys
-  local grants
-  status, grants, truncated, cursors, a = on_shard(keys[1], function()
-    return section(keys, a + 1)
-  end)
+  local grants, empties, wrote, head
+  if remaining <= 0 and tonumber(rest[a + 1]) > 0 then
+    -- Every grant is made: a section with routes has nothing to do. Skip
+    -- its ARGV (nr, 3 a route, a cursor a queue, nl and the lease ids).
+    local nr = tonumber(rest[a + 1])
+    local b, nq = a + 2, 0
+    for _ = 1, nr do
+      nq = nq + tonumber(rest[b + 2])
+      b = b + 3
+    end
+    b = b + nq
+    a = b + 1 + tonumber(rest[b])
+    grants, empties, wrote, head = {}, {}, 0, ''
+  else
+    status, grants, truncated, cursors, a, empties, wrote, head = on_shard(keys[1], function()
+      return section(keys, a + 1)
+    end)
+  end
   stopped = s
-  all[s] = grants
-  if status ~= 'ok' or truncated == 1 or remaining <= 0 then
+  all[s], all_empties[s], all_wrote[s], all_heads[s] = grants, empties, wrote, head
+  if status ~= 'ok' or truncated == 1 then
     break
   end
 end
-return {status, all, REPORTS, scanned, truncated, quarantined, cursors, stopped}
+
+if runner_mode ~= '' then
+  -- What runner_shards_add would write, unless rsh already covers every
+  -- shard granted on until its new deadline and no nr stands (Go's
+  -- shardsRecorded over the same two records, read here instead).
+  local shard_of = {}
+  for sh in string.gmatch(runner_shards, '%S+') do
+    shard_of[#shard_of + 1] = sh
+  end
+  local by_shard, members = {}, {}
+  for s, grants in ipairs(all) do
+    local latest = 0
+    for _, g in ipairs(grants) do
+      latest = math.max(latest, tonumber(g[5]))
+    end
+    if latest > 0 then
+      if not shard_of[s] then
+        return redis.error_reply('ERR relay: claim: runner_shards names no shard for section ' .. s)
+      end
+      by_shard[#by_shard + 1] = shard_of[s]
+      by_shard[#by_shard + 1] = fmt(math.ceil(latest / RUNNER_SHARDS_GRAIN) * RUNNER_SHARDS_GRAIN)
+      members[#members + 1] = shard_of[s]
+    end
+  end
+  if #members > 0 then
+    local p = redis.call('HMGET', record, 'owner', 'ld')
+    local covered = p[1] and not (p[2] and string.find(p[2], ':', 1, true))
+    if covered then
+      local at = redis.call('ZMSCORE', shards_rec, unpack(members))
+      for i, sc in ipairs(at) do
+        if not sc or tonumber(sc) < tonumber(by_shard[2 * i]) then
+          covered = false
+          break
+        end
+      end
+    end
+    if not covered then
+      record_runner_shards(shards_rec, record, by_shard)
+    end
+  end
+end
+return {status, all, REPORTS, scanned, truncated, quarantined, cursors, stopped, all_empties, all_wrote, all_heads, now}

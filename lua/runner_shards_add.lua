@@ -7,9 +7,12 @@
 -- answers, so it exists before the daemon can present any lease (store.md
 -- trap 36). Go skips the call when its read of rsh and of the record,
 -- made with the claim's queue heads, shows rsh already covers the new
--- grants and no nr stands (internal/store shardsRecorded).
+-- grants and no nr stands (internal/store shardsRecorded). A claim that
+-- carries the runner's keys (lua/claim.lua, runner_mode) makes this write
+-- itself, with the same lib/presence.lua record_runner_shards.
 --
 -- mode: write
+-- lib: presence
 -- slot: KEYS[1]'s; every other key is in KEYS or built from KEYS[1]'s prefix (P, lib/common.lua): same hash tag, same slot
 -- KEYS[1]  shards       rsh:<eR>
 -- KEYS[2]  record       p:<eR>
@@ -24,27 +27,4 @@ local by_shard = tail(ARGV, 4)
 if #by_shard < 2 or #by_shard % 2 ~= 0 then
   return redis.error_reply('ERR relay: runner_shards_add: ARGV holds no shard and deadline pairs')
 end
-local args = {}
-for i = 1, #by_shard, 2 do
-  args[#args + 1] = by_shard[i + 1]
-  args[#args + 1] = by_shard[i]
-end
-local added = redis.call('ZADD', shards, 'GT', unpack(args))
--- The record ends ten minutes after its latest deadline: nothing it
--- names is reported past a deadline (cancel requests), and due jobs are
--- forgotten within a sweep of theirs. So it ends even when its runner's
--- presence record went first (reaped or forgotten between the claim's
--- check and this call) and nothing else would delete it.
-local hi = 0
-for i = 2, #by_shard, 2 do
-  hi = math.max(hi, tonumber(by_shard[i]) or 0)
-end
-local last = redis.call('ZRANGE', shards, -1, -1, 'WITHSCORES')
-hi = math.max(hi, tonumber(last[2] or '') or 0)
-redis.call('PEXPIREAT', shards, fmt(hi + 600000))
-local ld = redis.call('HGET', record, 'ld')
-local cut = ld and string.find(ld, ':', 1, true)
-if cut then
-  redis.call('HSET', record, 'ld', string.sub(ld, 1, cut - 1))
-end
-return added
+return record_runner_shards(shards, record, by_shard)

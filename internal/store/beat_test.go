@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -362,24 +360,25 @@ func TestAnotherDevicesHeartbeatLeavesNoDigest(t *testing.T) {
 func TestClaimWritesRunnerShardsOnlyWhenNotCovered(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		var mu sync.Mutex
-		writes := 0
-		obs := func(ctx context.Context, name string) (context.Context, func(error)) {
-			return ctx, func(error) {
-				if name == "runner_shards_add" {
-					mu.Lock()
-					writes++
-					mu.Unlock()
-				}
-			}
-		}
-		h := newFixture(t, b, Options{ObserveScript: obs})
+		h := newFixture(t, b, Options{})
+		// A write of rsh (runner_shards_add, or a claim that keeps it
+		// itself) always sets its expiry: a marker expiry set before each
+		// claim tells whether the claim wrote it.
+		const marker = int64(1e12)
+		rshKey := h.s.k.runnerShards("runner_1")
 		wrote := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			n := writes
-			writes = 0
-			return n
+			t.Helper()
+			ttl, err := b.client.Do(h.ctx, b.client.B().Pttl().Key(rshKey).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.client.Do(h.ctx, b.client.B().Pexpire().Key(rshKey).Milliseconds(marker).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if ttl > 0 && ttl < marker-600_000 {
+				return 1
+			}
+			return 0
 		}
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)

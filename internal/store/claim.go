@@ -148,11 +148,16 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 	// nothing to read, nothing can be granted and nothing is read: an idle
 	// device's empty claim costs Valkey nothing, and a lost record is
 	// rebuilt by its next heartbeat instead.
+	plan := s.claimPlan(in, byShard, kinds)
+	if len(plan.live) == 1 && !valkeyconn.IsCluster(s.c) {
+		out, err := s.claimFused(ctx, in, u, plan, byShard, kinds, device, &stats)
+		return out, stats, err
+	}
 	runnerRead := []valkey.Completed{
 		s.c.B().Hmget().Key(s.k.presence(in.RunnerID)).Field("owner", "device", "ld").Build(),
 		s.c.B().Zrange().Key(s.k.runnerShards(in.RunnerID)).Min("0").Max("-1").Withscores().Build(),
 	}
-	order, runnerRecs, err := s.claimOrder(ctx, in, byShard, kinds, runnerRead)
+	order, others, runnerRecs, err := s.claimOrder(ctx, plan, byShard, runnerRead)
 	if err != nil {
 		return nil, stats, fmt.Errorf("claim: %w", err)
 	}
@@ -167,6 +172,12 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 			return nil, stats, fmt.Errorf("claim: %w", ErrPresenceChanged)
 		}
 		stats.PresenceVerified = true
+	}
+	if len(others) > 0 {
+		// Only now: a claim refused for its presence writes nothing.
+		if _, err := s.sweepShards(ctx, others); err != nil {
+			return nil, stats, fmt.Errorf("claim: %w", err)
+		}
 	}
 	out := []ClaimedStub{}
 	deadlines := map[int]int64{}
@@ -205,20 +216,117 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 	// One answer in first-enqueue order, whichever shard granted what.
 	slices.SortStableFunc(out, func(a, b ClaimedStub) int { return cmp.Compare(a.seq, b.seq) })
 	if len(deadlines) > 0 && !shardsRecorded(runnerRecs, deadlines) {
-		// The runner-side record of the shards to visit for the bare-id
-		// probe and cancel requests: written before the reply, so it exists
-		// before the daemon can present any lease (store.md trap 36); the
-		// same call tells the runner's heartbeats to read it again
-		// (lua/presence_beat.lua).
-		args := make([]string, 0, 2*len(deadlines))
-		for sh, dl := range deadlines {
-			args = append(args, strconv.Itoa(sh), strconv.FormatInt(recordedDeadline(dl), 10))
-		}
-		if _, err := s.run(ctx, scRunnerShardsAdd, []string{s.k.runnerShards(in.RunnerID), s.k.presence(in.RunnerID)}, args...); err != nil {
-			return out, stats, fmt.Errorf("claim: runner shards: %w", err)
+		if err := s.recordRunnerShards(ctx, in.RunnerID, deadlines); err != nil {
+			return out, stats, err
 		}
 	}
 	return out, stats, nil
+}
+
+// recordRunnerShards writes the runner-side record of the shards to visit
+// for the bare-id probe and cancel requests, deadlines being the latest
+// deadline of the claim's grants on each shard: written before the reply,
+// so it exists before the daemon can present any lease (store.md trap
+// 36); the same call tells the runner's heartbeats to read it again
+// (lua/presence_beat.lua).
+func (s *Store) recordRunnerShards(ctx context.Context, runnerID string, deadlines map[int]int64) error {
+	args := make([]string, 0, 2*len(deadlines))
+	for sh, dl := range deadlines {
+		args = append(args, strconv.Itoa(sh), strconv.FormatInt(recordedDeadline(dl), 10))
+	}
+	if _, err := s.run(ctx, scRunnerShardsAdd, []string{s.k.runnerShards(runnerID), s.k.presence(runnerID)}, args...); err != nil {
+		return fmt.Errorf("claim: runner shards: %w", err)
+	}
+	return nil
+}
+
+// claimFused is a claim whose routes may hold queued work on one shard
+// only (plan.live), on a server that is not a cluster: one script call,
+// with no read before it. The call checks the runner's presence (under
+// RequirePresence) and keeps its record of shards itself, and settles
+// the shards whose due head the work view does not know in sections of
+// their own, so it does everything the read and the calls around the
+// claim script would have done. What it leaves (a section that stopped
+// it with more to do) goes on as the other path's calls do.
+func (s *Store) claimFused(ctx context.Context, in ClaimInput, u *UnansweredClaim, plan claimPlan, byShard map[int][]Route, kinds []string, device []byte, stats *claimStats) ([]ClaimedStub, error) {
+	home := plan.live[0]
+	first, err := s.newClaimSection(in, u, home, byShard[home], kinds, in.Max)
+	if err != nil {
+		return nil, err
+	}
+	secs := []*claimSection{first}
+	for _, sh := range plan.dueRead {
+		if sh == home {
+			continue // its section settles it
+		}
+		sec, err := s.newClaimSection(in, u, sh, nil, kinds, in.Max)
+		if err != nil {
+			return nil, err
+		}
+		secs = append(secs, sec)
+	}
+	rp := &runnerPart{mode: "r", keys: []string{s.k.presence(in.RunnerID), s.k.runnerShards(in.RunnerID)}}
+	if in.RequirePresence {
+		rp.mode = "R"
+	}
+	stats.Attempts++
+	scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget))
+	rep, err := s.runClaim(ctx, in, u, kinds, device, in.Max, scan, s.opts.ClaimSettleBudget, secs, rp)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	switch rep.status {
+	case "presence":
+		return nil, fmt.Errorf("claim: %w", ErrPresenceChanged)
+	case "revoked":
+		return nil, fmt.Errorf("claim: %w", errClaimRevoked)
+	}
+	stats.PresenceVerified = in.RequirePresence
+	s.note(stats, rep)
+	out := []ClaimedStub{}
+	for _, g := range rep.grants {
+		out = append(out, g...)
+	}
+	// Settling sections the call did not get to, or that found more due
+	// than their budget, are swept as the other path sweeps shards outside
+	// the claim's routes.
+	var left []int
+	stopped := len(rep.grants)
+	for i, sec := range secs {
+		if i >= stopped || (i == stopped-1 && rep.status == "sweep") {
+			left = append(left, sec.sh)
+		}
+	}
+	if len(left) > 0 {
+		if _, err := s.sweepShards(ctx, left); err != nil {
+			return out, fmt.Errorf("claim: %w", err)
+		}
+	}
+	more := stopped == 1 && len(out) < in.Max && (rep.status == "sweep" || rep.truncated == 1)
+	if more && rep.status != "sweep" && stats.Scanned >= s.opts.ClaimScanBudget {
+		stats.Truncated = true
+		s.log.Warn("store: claim stopped at its scan budget", "runner", in.RunnerID, "budget", s.opts.ClaimScanBudget)
+		more = false
+	}
+	if more {
+		// The claim's own section has more to do: on from where it stopped
+		// (from its queues' heads after a sweep), the record of shards
+		// kept by Go for what it grants now.
+		if rep.status != "sweep" {
+			first.granted(len(rep.grants[0]), rep.cursors)
+		}
+		got, dl, err := s.claimShard(ctx, in, u, first, kinds, device, in.Max-len(out), stats)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, got...)
+		if len(got) > 0 {
+			if err := s.recordRunnerShards(ctx, in.RunnerID, map[int]int64{home: dl}); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // runnerShardsGrain rounds up the deadlines a runner's record of shards
@@ -274,9 +382,10 @@ func shardsRecorded(recs []valkey.ValkeyResult, deadlines map[int]int64) bool {
 	return true
 }
 
-// claimOrder settles what is due outside the claim's shards (the reference
-// sweeps everything before a claim) and chooses which of the claim's shards
-// to call, in which order: by the oldest entry (lowest seq, an enqueue
+// claimOrder finds what is due outside the claim's shards (others: the
+// reference sweeps everything before a claim, which the caller does once
+// the claim may go ahead) and chooses which of the claim's shards to
+// call (plan.live and those with due work), in which order: by the oldest entry (lowest seq, an enqueue
 // instant) at the head of any of the claim's queues there, so the oldest
 // eligible job over all routes is considered first. A shard with no queued
 // entry on these routes and nothing due is not called at all: it has
@@ -284,17 +393,8 @@ func shardsRecorded(recs []valkey.ValkeyResult, deadlines map[int]int64) bool {
 // of ZRANGEs, no script. The commands of extra join that batch, and their
 // replies are returned; when nothing is read they are not sent either (nil
 // replies).
-func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][]Route, kinds []string, extra []valkey.Completed) ([]int, []valkey.ValkeyResult, error) {
-	// What the work view already knows is not read: shards with nothing
-	// due, queues seen empty since (see internal/workview).
-	at := s.view.Now()
-	offset := s.offset.Load()
-	var dueRead []int
-	for sh := range s.k.shards {
-		if !s.view.NotDue(sh, at, offset) {
-			dueRead = append(dueRead, sh)
-		}
-	}
+func (s *Store) claimOrder(ctx context.Context, plan claimPlan, byShard map[int][]Route, extra []valkey.Completed) (order, others []int, extraReplies []valkey.ValkeyResult, err error) {
+	at, dueRead := plan.at, plan.dueRead
 	type qref struct {
 		shard int
 		key   string
@@ -302,19 +402,9 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 	}
 	var refs []qref
 	var cmds []valkey.Completed
-	for sh, rs := range byShard {
-		queues := s.claimQueues(in, rs, kinds)
-		empty, fence := s.view.QueuesEmpty(sh, queues, at)
-		if empty {
-			continue
-		}
-		if fence != "" {
-			// Sent after this Store's writes on the shard; the read
-			// below answers this claim meanwhile.
-			go s.view.SendFence(sh, fence)
-		}
+	for _, sh := range plan.live {
 		st := s.view.Stamp(sh)
-		for _, key := range queues {
+		for _, key := range plan.queues[sh] {
 			refs = append(refs, qref{sh, key, st})
 			cmds = append(cmds, s.c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build())
 		}
@@ -326,31 +416,24 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 	var replies []valkey.ValkeyResult
 	heads, now, err := s.dueHeadsWith(ctx, "claim_heads", dueRead, cmds, &replies)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	var extraReplies []valkey.ValkeyResult
 	if withExtra {
 		extraReplies = replies[len(replies)-len(extra):]
 		replies = replies[:len(replies)-len(extra)]
 	}
 	due := make([]bool, len(s.k.shards))
-	var others []int
 	for i, sh := range dueRead {
 		due[sh] = heads[i] <= now
 		if _, mine := byShard[sh]; due[sh] && !mine {
 			others = append(others, sh)
 		}
 	}
-	if len(others) > 0 {
-		if _, err := s.sweepShards(ctx, others); err != nil {
-			return nil, nil, err
-		}
-	}
 	head := map[int]float64{}
 	for i, r := range refs {
 		z, err := replies[i].AsZScores()
 		if err != nil {
-			return nil, nil, fmt.Errorf("queue head: %w", err)
+			return nil, nil, nil, fmt.Errorf("queue head: %w", err)
 		}
 		if len(z) == 0 {
 			s.view.SawEmpty(r.shard, r.st, r.key, at)
@@ -360,7 +443,6 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 			head[r.shard] = z[0].Score
 		}
 	}
-	var order []int
 	for sh := range byShard {
 		_, queued := head[sh]
 		if queued || due[sh] {
@@ -381,7 +463,51 @@ func (s *Store) claimOrder(ctx context.Context, in ClaimInput, byShard map[int][
 		}
 		return cmp.Compare(a, b)
 	})
-	return order, extraReplies, nil
+	return order, others, extraReplies, nil
+}
+
+// claimPlan is what the work view says before a claim reads anything: the
+// shards whose due head it does not know (dueRead), and the claim's
+// shards whose queues it does not know to be empty (live, in shard
+// order, with their queue keys).
+type claimPlan struct {
+	at      time.Time
+	dueRead []int
+	live    []int
+	queues  map[int][]string
+}
+
+// claimPlan asks the work view what a claim for routes (byShard) and
+// kinds must read: shards with nothing due and queues seen empty since
+// are not read (see internal/workview). A queue whose emptiness is
+// untrusted only because of this Store's own writes gets its fence sent.
+func (s *Store) claimPlan(in ClaimInput, byShard map[int][]Route, kinds []string) claimPlan {
+	p := claimPlan{at: s.view.Now(), queues: map[int][]string{}}
+	offset := s.offset.Load()
+	for sh := range s.k.shards {
+		if !s.view.NotDue(sh, p.at, offset) {
+			p.dueRead = append(p.dueRead, sh)
+		}
+	}
+	for sh := range s.k.shards {
+		rs, ok := byShard[sh]
+		if !ok {
+			continue
+		}
+		queues := s.claimQueues(in, rs, kinds)
+		empty, fence := s.view.QueuesEmpty(sh, queues, p.at)
+		if empty {
+			continue
+		}
+		if fence != "" {
+			// Sent after this Store's writes on the shard; the read
+			// that follows answers this claim meanwhile.
+			go s.view.SendFence(sh, fence)
+		}
+		p.live = append(p.live, sh)
+		p.queues[sh] = queues
+	}
+	return p
 }
 
 // claimLooksEmpty: does the work view know that a claim by this runner
@@ -457,7 +583,8 @@ type claimSection struct {
 	args     []string // its number of keys, nr, per route eS eO nq, the cursors, nl and the lease ids
 	cursorAt int      // where in args the cursors start
 	nQueues  int
-	leaseAt  int // where in args nl stands; the lease ids follow it
+	queues   []string // its queue keys, in KEYS order
+	leaseAt  int      // where in args nl stands; the lease ids follow it
 }
 
 // newClaimSection is shard sh's section of a claim for at most remaining
@@ -477,6 +604,7 @@ func (s *Store) newClaimSection(in ClaimInput, u *UnansweredClaim, sh int, route
 		c.keys = append(c.keys, queues...)
 		c.args = append(c.args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
 		c.nQueues += len(queues)
+		c.queues = append(c.queues, queues...)
 	}
 	c.args[0] = strconv.Itoa(len(c.keys))
 	c.cursorAt = len(c.args)
@@ -530,33 +658,66 @@ type claimReply struct {
 	cursors                         []string // of the last section run
 }
 
+// runnerPart is the runner's share of a claim call that keeps the
+// runner's records itself (lua/claim.lua runner_mode): "r", or "R" when
+// the presence record must hold the claimant; keys are its presence
+// record and its record of shards.
+type runnerPart struct {
+	mode string
+	keys []string
+}
+
 // runClaim sends one claim call of secs for at most remaining grants,
 // scanning at most scan entries and settling at most settle due jobs a
-// section (-1: all), and hands its churn reports on.
-func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim, kinds []string, device []byte, remaining, scan, settle int, secs []*claimSection) (claimReply, error) {
+// section (-1: all), and hands its churn reports on. With rp the call
+// also checks and keeps the runner's records (claimFused). What the call
+// found empty it tells the work view, and every shard it wrote on.
+func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim, kinds []string, device []byte, remaining, scan, settle int, secs []*claimSection, rp *runnerPart) (claimReply, error) {
 	args := []string{in.RunnerID, enc(in.RunnerID), in.Owner, string(device), strconv.FormatInt(in.LeaseMs, 10),
-		strconv.Itoa(remaining), strconv.Itoa(scan), strconv.Itoa(settle), enc(in.Owner), u.Token, strconv.Itoa(s.opts.MaxIDBytes),
-		strconv.Itoa(len(kinds))}
+		strconv.Itoa(remaining), strconv.Itoa(scan), strconv.Itoa(settle), enc(in.Owner), u.Token, strconv.Itoa(s.opts.MaxIDBytes)}
+	if rp != nil {
+		shards := make([]string, len(secs))
+		for i, c := range secs {
+			shards[i] = strconv.Itoa(c.sh)
+		}
+		args = append(args, rp.mode, strings.Join(shards, " "))
+	} else {
+		args = append(args, "", "")
+	}
+	args = append(args, strconv.Itoa(len(kinds)))
 	for _, k := range kinds {
 		args = append(args, enc(k))
 	}
 	args = append(args, strconv.Itoa(len(secs)))
 	var keys []string
-	for _, c := range secs {
+	at := s.view.Now()
+	stamps := make([]workview.Stamp, len(secs))
+	for i, c := range secs {
 		keys = append(keys, c.keys...)
 		args = append(args, c.args...)
+		stamps[i] = s.view.Stamp(c.sh)
+	}
+	if rp != nil {
+		keys = append(keys, rp.keys...)
 	}
 	msg, err := s.run(ctx, scClaim, keys, args...)
 	if err != nil {
+		// It may have run: every section may have written.
+		for _, c := range secs {
+			s.view.Touched(prefixOf(c.keys[0]))
+		}
 		return claimReply{}, err
 	}
-	parts, err := elems(msg, 8)
+	parts, err := elems(msg, 12)
 	if err != nil {
 		return claimReply{}, err
 	}
 	var rep claimReply
 	if rep.status, err = str(parts[0]); err != nil {
 		return claimReply{}, err
+	}
+	if rep.status == "presence" {
+		return rep, nil // nothing ran
 	}
 	reports, err := parseReports(parts[2])
 	if err != nil {
@@ -574,6 +735,9 @@ func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim,
 	if err != nil || len(each) != int(stopped) {
 		return claimReply{}, fmt.Errorf("%w: claim answered grants of %d sections for %d run (%v)", ErrUnexpectedReply, len(each), stopped, err)
 	}
+	if err := s.claimSeen(secs[:stopped], stamps, at, parts[8:12]); err != nil {
+		return claimReply{}, err
+	}
 	for _, g := range each {
 		grants, dl, err := parseGrants(g, in.RunnerID)
 		if err != nil {
@@ -589,6 +753,48 @@ func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim,
 		}
 	}
 	return rep, nil
+}
+
+// claimSeen tells the work view what a claim call's sections (those that
+// ran, with the stamps taken before it was sent) found, from the reply's
+// empties, wrote, heads and now: queues empty from their head, the shards
+// they wrote on (what Store.exec does for a Work script, here per
+// section, so a claim that found nothing leaves the view's empty queues
+// trusted) and the due heads of those they did not write on.
+func (s *Store) claimSeen(secs []*claimSection, stamps []workview.Stamp, at time.Time, parts []valkey.ValkeyMessage) error {
+	e, err1 := parts[0].ToArray()
+	w, err2 := parts[1].AsIntSlice()
+	heads, err3 := parts[2].AsStrSlice()
+	now, err4 := parts[3].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4); err != nil || len(e) != len(secs) || len(w) != len(secs) || len(heads) != len(secs) {
+		return fmt.Errorf("%w: claim: empties, writes and heads of %d, %d, %d sections for %d run (%v)", ErrUnexpectedReply, len(e), len(w), len(heads), len(secs), err)
+	}
+	raw := now - s.offset.Load()
+	for i, c := range secs {
+		switch {
+		case w[i] == 1:
+			s.view.Touched(prefixOf(c.keys[0]))
+		case heads[i] == "-":
+			s.view.SawDue(c.sh, stamps[i], at, raw, maxScore)
+		case heads[i] != "":
+			h, err := strconv.ParseFloat(heads[i], 64)
+			if err != nil {
+				return fmt.Errorf("%w: claim: due head %q", ErrUnexpectedReply, heads[i])
+			}
+			s.view.SawDue(c.sh, stamps[i], at, raw, int64(h))
+		}
+		idx, err := e[i].AsIntSlice()
+		if err != nil {
+			return fmt.Errorf("%w: claim: empties: %v", ErrUnexpectedReply, err)
+		}
+		for _, q := range idx {
+			if q < 1 || int(q) > len(c.queues) {
+				return fmt.Errorf("%w: claim: empty queue %d of %d", ErrUnexpectedReply, q, len(c.queues))
+			}
+			s.view.SawEmpty(c.sh, stamps[i], c.queues[q-1], at)
+		}
+	}
+	return nil
 }
 
 // note adds a call's scanned and quarantined entries to stats.
@@ -619,7 +825,7 @@ func (s *Store) claimShards(ctx context.Context, in ClaimInput, u *UnansweredCla
 	}
 	stats.Attempts++
 	scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget))
-	rep, err := s.runClaim(ctx, in, u, kinds, device, in.Max, scan, s.opts.ClaimSettleBudget, secs)
+	rep, err := s.runClaim(ctx, in, u, kinds, device, in.Max, scan, s.opts.ClaimSettleBudget, secs, nil)
 	if err != nil {
 		return nil, nil, 0, nil, fmt.Errorf("claim: %w", err)
 	}
@@ -666,7 +872,7 @@ func (s *Store) claimShard(ctx context.Context, in ClaimInput, u *UnansweredClai
 			settle = -1
 		}
 		scan := max(1, min(s.limits.claimScan, s.opts.ClaimScanBudget-stats.Scanned))
-		rep, err := s.runClaim(ctx, in, u, kinds, device, remaining, scan, settle, []*claimSection{sec})
+		rep, err := s.runClaim(ctx, in, u, kinds, device, remaining, scan, settle, []*claimSection{sec}, nil)
 		if err != nil {
 			return out, latest, fmt.Errorf("claim: %w", err)
 		}

@@ -387,8 +387,10 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 			fmt.Sscan(toks[3+n+5], &records)
 		}
 		var sectionAt map[int]bool // claim: the KEYS index each section starts at
+		sectionKeys := n - 1       // claim: where the runner's keys start (runner_mode), else the guard
 		if name == scClaim.Name {
-			starts, err := claimSectionStarts(toks[3+n:])
+			starts, keys, err := claimSectionStarts(toks[3+n:])
+			sectionKeys = keys
 			if err != nil {
 				t.Errorf("claim: %v", err)
 			}
@@ -403,7 +405,17 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 		sectionSlot := slot
 		for i, k := range toks[3 : 3+n] {
 			want := slot
-			if name == scClaim.Name && i < n-1 {
+			if name == scClaim.Name && i >= sectionKeys && i < n-1 {
+				// The runner's records, on the runner's shard: only a
+				// server that is not a cluster takes them in a claim.
+				if valkeyconn.IsCluster(b.client) {
+					t.Errorf("claim: the runner's keys in a claim on a cluster")
+				}
+				want = keyHashSlot(k)
+				if declared == nil {
+					declared = map[string]bool{}
+				}
+			} else if name == scClaim.Name && i < n-1 {
 				if sectionAt[i] {
 					sectionSlot = keyHashSlot(k) // each section on its own shard's slot
 					if spanSlots == nil {
@@ -463,9 +475,10 @@ func everyScriptStaysOnOneSlot(t *testing.T, evalScripts bool) {
 }
 
 // claimSectionStarts reads a claim call's ARGV (lua/claim.lua's header)
-// for where in KEYS each of its sections starts.
-func claimSectionStarts(argv []string) ([]int, error) {
-	at := 14 // ARGV[15], rest
+// for where in KEYS each of its sections starts, and how many keys the
+// sections take (the runner's keys, under runner_mode, follow).
+func claimSectionStarts(argv []string) ([]int, int, error) {
+	at := 16 // ARGV[17], rest
 	var bad error
 	next := func() int { // the next count; a bad one ends the walk
 		if bad != nil || at >= len(argv) {
@@ -495,7 +508,7 @@ func claimSectionStarts(argv []string) ([]int, error) {
 		at += queues // the cursors
 		at += next() // the lease ids
 	}
-	return starts, bad
+	return starts, k, bad
 }
 
 // A claim over sites on several shards: every eligible job is granted once

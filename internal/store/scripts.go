@@ -30,7 +30,7 @@ var (
 	scAwaiting          = Script{Name: "awaiting", ReadOnly: true}
 	scCancel            = Script{Name: "cancel", ReadOnly: false}
 	scCancelRequests    = Script{Name: "cancel_requests", ReadOnly: true}
-	scClaim             = Script{Name: "claim", ReadOnly: false, Work: true}
+	scClaim             = Script{Name: "claim", ReadOnly: false} // Work per section: its reply says where it wrote (Store.claimSeen)
 	scComplete          = Script{Name: "complete", ReadOnly: false, Work: true}
 	scEnqueue           = Script{Name: "enqueue", ReadOnly: false, Work: true}
 	scFinished          = Script{Name: "finished", ReadOnly: true}

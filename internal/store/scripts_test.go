@@ -60,18 +60,19 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		got[m[1]] = m[2]
 	}
 	want := map[string]string{
-		"AWAITING_MS":       strconv.Itoa(AwaitingPayloadMs),
-		"UNSEALED_PER_PAIR": strconv.Itoa(UnsealedPerPair),
-		"EVICT_AT":          strconv.Itoa(SealAttemptsBeforeEviction),
-		"CHURN_EXPIRIES":    strconv.Itoa(ChurnExpiries),
-		"CHURN_WINDOW_MS":   strconv.Itoa(ChurnWindowMs),
-		"CHURN_QUIET_MS":    strconv.Itoa(ChurnQuietMs),
-		"QUEUED":            StateQueued,
-		"AWAITING":          StateAwaitingPayload,
-		"READY":             StateReady,
-		"RUNNING":           StateRunning,
-		"DONE":              StateDone,
-		"PRIVATE_EA":        enc(protocol.AudiencePrivate),
+		"AWAITING_MS":         strconv.Itoa(AwaitingPayloadMs),
+		"UNSEALED_PER_PAIR":   strconv.Itoa(UnsealedPerPair),
+		"EVICT_AT":            strconv.Itoa(SealAttemptsBeforeEviction),
+		"CHURN_EXPIRIES":      strconv.Itoa(ChurnExpiries),
+		"CHURN_WINDOW_MS":     strconv.Itoa(ChurnWindowMs),
+		"CHURN_QUIET_MS":      strconv.Itoa(ChurnQuietMs),
+		"RUNNER_SHARDS_GRAIN": strconv.Itoa(runnerShardsGrain),
+		"QUEUED":              StateQueued,
+		"AWAITING":            StateAwaitingPayload,
+		"READY":               StateReady,
+		"RUNNING":             StateRunning,
+		"DONE":                StateDone,
+		"PRIVATE_EA":          enc(protocol.AudiencePrivate),
 	}
 	for name, v := range want {
 		if got[name] != v {

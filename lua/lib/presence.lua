@@ -170,3 +170,34 @@ local function seen_record(kp, kidx, kseq, kpo, krsh, v, i, now)
   end
   return {'runnerId', v[i + 1], 'owner', r[1], 'device', r[2], 'lastSeenAt', now}
 end
+
+-- record_runner_shards(shards, record, by_shard): the runner's record of
+-- shards (rsh, key shards) takes each shard of by_shard (pairs: shard
+-- index, latest deadline of its new grants, ms, rounded up) at that
+-- deadline or later, ends ten minutes past its latest one, and the
+-- runner's presence record (key record) drops the ":nr" its ld may carry,
+-- so its heartbeats read rsh again. Shared by runner_shards_add and a
+-- claim that carries the runner's keys. Answers the number of shards rsh
+-- gained.
+local function record_runner_shards(shards, record, by_shard)
+  local args = {}
+  local hi = 0
+  for i = 1, #by_shard, 2 do
+    args[#args + 1] = by_shard[i + 1]
+    args[#args + 1] = by_shard[i]
+    hi = math.max(hi, tonumber(by_shard[i + 1]) or 0)
+  end
+  local added = redis.call('ZADD', shards, 'GT', unpack(args))
+  -- Ten minutes past the latest deadline: nothing rsh names is reported
+  -- past a deadline (cancel requests), so it ends even when the presence
+  -- record went first and nothing else would delete it.
+  local last = redis.call('ZRANGE', shards, -1, -1, 'WITHSCORES')
+  hi = math.max(hi, tonumber(last[2] or '') or 0)
+  redis.call('PEXPIREAT', shards, fmt(hi + 600000))
+  local ld = redis.call('HGET', record, 'ld')
+  local cut = ld and string.find(ld, ':', 1, true)
+  if cut then
+    redis.call('HSET', record, 'ld', string.sub(ld, 1, cut - 1))
+  end
+  return added
+end

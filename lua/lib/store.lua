@@ -19,6 +19,7 @@ local CHURN_EXPIRIES = 6
 local CHURN_WINDOW_MS = 300000
 local CHURN_QUIET_MS = 3600000
 local CHURN_TTL_MS = '7200000' -- backstop expiry of churn keys
+local RUNNER_SHARDS_GRAIN = 30000 -- rsh deadlines round up to it (Go runnerShardsGrain)
 
 local QUEUED = 'queued'
 local AWAITING = 'awaiting-payload'

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/byollm/relay-go/internal/protocol"
+	"github.com/byollm/relay-go/internal/valkeyconn"
+)
+
+// A claim whose work lies on one shard, on a server that is not a cluster,
+// is one script call: no read before it (queue heads, due heads, the
+// runner's records) and no runner_shards_add after it. It still does all
+// they did: it checks the presence record, settles what is due on other
+// shards (here after its one grant used up Max), and writes the runner's
+// record of shards before it answers. On a cluster the same claim takes
+// the longer path, with the same outcome.
+func TestClaimOnOneShardIsOneCall(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		counter := &countingObserver{n: map[string]int{}}
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
+		dev := freshDevice()
+		h.seen("runner_1", "alice", dev, `[]`, `[]`)
+		other := otherShardSite(h.s, site)
+		late := stub("late", "bob")
+		late.DeadlineAt = h.now() + 1000
+		h.enqueueStub(other, late)
+		h.enqueue("j1", "alice")
+		h.enqueue("j2", "alice")
+		h.s.Testing().AdvanceClock(2000) // late's deadline has passed: due
+
+		counter.take()
+		got, verified, err := h.s.ClaimVerified(h.ctx, claimArgs(maxJobs(1), func(in *ClaimInput) {
+			in.Device, in.RequirePresence = dev, true
+		}))
+		if err != nil || !equalIDs(ids(got), []string{"j1"}) || !verified {
+			t.Fatalf("claim: %q verified %v: %v", ids(got), verified, err)
+		}
+		calls := counter.take()
+		if !valkeyconn.IsCluster(b.client) && (len(calls) != 1 || calls["claim"] != 1) {
+			t.Fatalf("the claim made %v, want one claim call", calls)
+		}
+		if j, err := h.s.Job(h.ctx, other, "late"); err != nil || j != nil {
+			t.Fatalf("the due job on another shard after the claim: %+v, %v", j, err)
+		}
+		z, err := b.client.Do(h.ctx, b.client.B().Zrange().Key(h.s.k.runnerShards("runner_1")).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		if err != nil || len(z) != 1 || z[0].Member != fmt.Sprint(placedShard(h.s, site)) || z[0].Score < float64(h.now()) {
+			t.Fatalf("the runner's record of shards after the claim: %v, %v", z, err)
+		}
+		h.mustState("j2", StateQueued)
+	})
+}
+
+// The settling a one-call claim does on other shards is bounded like its
+// own: a shard with more due than ClaimSettleBudget stops the call there,
+// and Go sweeps it before the claim answers; nothing due is left behind.
+func TestClaimSettlesAnotherShardsBacklog(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{ClaimSettleBudget: 3, SweepBatch: 2})
+		other := otherShardSite(h.s, site)
+		var stubs []protocol.JobStub
+		for i := range 9 {
+			st := stub(fmt.Sprint("old", i), "bob")
+			st.DeadlineAt = h.now() + 1000
+			stubs = append(stubs, st)
+		}
+		enqueueMany(t, h.s, b.client, other, stubs)
+		h.enqueue("live", "alice")
+		h.s.Testing().AdvanceClock(2000)
+		got := h.claim()
+		equalStrings(t, "grants", ids(got), []string{"live"})
+		jobs, err := h.s.Jobs(h.ctx)
+		if err != nil || len(jobs) != 1 || jobs[0].ID != "live" {
+			t.Fatalf("jobs after the claim: %v (%v)", jobIDs(jobs), err)
+		}
+	})
+}
+
+// A presence record that no longer holds the claimant refuses the claim
+// before it settles anything, in one call or on a cluster: the due job on
+// another shard is still there, as is the queued one.
+func TestClaimRefusedForPresenceSettlesNothing(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		h := newFixture(t, b, Options{})
+		h.seen("runner_1", "alice", freshDevice(), `[]`, `[]`)
+		other := otherShardSite(h.s, site)
+		late := stub("late", "bob")
+		late.DeadlineAt = h.now() + 1000
+		h.enqueueStub(other, late)
+		h.enqueue("j1", "alice")
+		h.s.Testing().AdvanceClock(2000)
+		before := dump(t, b, h.s)
+		_, err := h.s.Claim(h.ctx, claimArgs(func(in *ClaimInput) { in.RequirePresence = true }))
+		if !errors.Is(err, ErrPresenceChanged) {
+			t.Fatalf("claim with another device: %v, want ErrPresenceChanged", err)
+		}
+		if after := dump(t, b, h.s); !maps.Equal(before, after) {
+			for k, v := range after {
+				if before[k] != v {
+					t.Logf("%s: %q -> %q", k, before[k], v)
+				}
+			}
+			for k := range before {
+				if _, ok := after[k]; !ok {
+					t.Logf("%s: gone", k)
+				}
+			}
+			t.Fatal("a refused claim wrote")
+		}
+	})
+}
