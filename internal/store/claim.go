@@ -149,7 +149,7 @@ func (s *Store) claimWith(ctx context.Context, in ClaimInput, u *UnansweredClaim
 	// device's empty claim costs Valkey nothing, and a lost record is
 	// rebuilt by its next heartbeat instead.
 	plan := s.claimPlan(in, byShard, kinds)
-	if len(plan.live) == 1 && !valkeyconn.IsCluster(s.c) {
+	if len(plan.live) == 1 && plan.announced && !valkeyconn.IsCluster(s.c) {
 		out, err := s.claimFused(ctx, in, u, plan, byShard, kinds, device, &stats)
 		return out, stats, err
 	}
@@ -241,7 +241,8 @@ func (s *Store) recordRunnerShards(ctx context.Context, runnerID string, deadlin
 }
 
 // claimFused is a claim whose routes may hold queued work on one shard
-// only (plan.live), on a server that is not a cluster: one script call,
+// only (plan.live), lately announced, on a server that is not a cluster:
+// one script call,
 // with no read before it. The call checks the runner's presence (under
 // RequirePresence) and keeps its record of shards itself, and settles
 // the shards whose due head the work view does not know in sections of
@@ -467,14 +468,17 @@ func (s *Store) claimOrder(ctx context.Context, plan claimPlan, byShard map[int]
 }
 
 // claimPlan is what the work view says before a claim reads anything: the
-// shards whose due head it does not know (dueRead), and the claim's
-// shards whose queues it does not know to be empty (live, in shard
-// order, with their queue keys).
+// shards whose due head it does not know (dueRead), the claim's shards
+// whose queues it does not know to be empty (live, in shard order, with
+// their queue keys), and whether a queue of those was announced lately
+// (announced: the claim likely finds work, so claimFused's one call beats
+// a read first; a claim that finds nothing costs less as a read).
 type claimPlan struct {
-	at      time.Time
-	dueRead []int
-	live    []int
-	queues  map[int][]string
+	at        time.Time
+	dueRead   []int
+	live      []int
+	queues    map[int][]string
+	announced bool
 }
 
 // claimPlan asks the work view what a claim for routes (byShard) and
@@ -506,6 +510,7 @@ func (s *Store) claimPlan(in ClaimInput, byShard map[int][]Route, kinds []string
 		}
 		p.live = append(p.live, sh)
 		p.queues[sh] = queues
+		p.announced = p.announced || s.view.RecentlyAnnounced(sh, queues)
 	}
 	return p
 }

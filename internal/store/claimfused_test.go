@@ -10,18 +10,39 @@ import (
 	"github.com/byollm/relay-go/internal/valkeyconn"
 )
 
-// A claim whose work lies on one shard, on a server that is not a cluster,
-// is one script call: no read before it (queue heads, due heads, the
-// runner's records) and no runner_shards_add after it. It still does all
-// they did: it checks the presence record, settles what is due on other
-// shards (here after its one grant used up Max), and writes the runner's
-// record of shards before it answers. On a cluster the same claim takes
-// the longer path, with the same outcome.
+// fusedReady runs s's work view when the server announces queue entries
+// (sharded pub/sub), and answers a wait for the view to hear that one of
+// in's queues on site's shard gained an entry: what makes a claim one
+// call (claimFused). Elsewhere the wait returns at once, and the claims
+// take the path with a read first.
+func fusedReady(t *testing.T, s *Store) (wait func(in ClaimInput)) {
+	t.Helper()
+	if !s.announce {
+		return func(ClaimInput) {}
+	}
+	withView(t, s)
+	return func(in ClaimInput) {
+		t.Helper()
+		sh := placedShard(s, site)
+		waitView(t, "the enqueue's announcement", func() bool {
+			return s.view.RecentlyAnnounced(sh, s.claimQueues(in, in.Routes, in.Kinds))
+		})
+	}
+}
+
+// A claim whose work lies on one shard, lately announced, on a server that
+// is not a cluster, is one script call: no read before it (queue heads,
+// due heads, the runner's records) and no runner_shards_add after it. It
+// still does all they did: it checks the presence record, settles what is
+// due on other shards (here after its one grant used up Max), and writes
+// the runner's record of shards before it answers. On a cluster the same
+// claim takes the longer path, with the same outcome.
 func TestClaimOnOneShardIsOneCall(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		counter := &countingObserver{n: map[string]int{}}
 		h := newFixture(t, b, Options{ObserveScript: counter.observe})
+		announced := fusedReady(t, h.s)
 		dev := freshDevice()
 		h.seen("runner_1", "alice", dev, `[]`, `[]`)
 		other := otherShardSite(h.s, site)
@@ -31,16 +52,16 @@ func TestClaimOnOneShardIsOneCall(t *testing.T) {
 		h.enqueue("j1", "alice")
 		h.enqueue("j2", "alice")
 		h.s.Testing().AdvanceClock(2000) // late's deadline has passed: due
+		in := claimArgs(maxJobs(1), func(in *ClaimInput) { in.Device, in.RequirePresence = dev, true })
+		announced(in)
 
 		counter.take()
-		got, verified, err := h.s.ClaimVerified(h.ctx, claimArgs(maxJobs(1), func(in *ClaimInput) {
-			in.Device, in.RequirePresence = dev, true
-		}))
+		got, verified, err := h.s.ClaimVerified(h.ctx, in)
 		if err != nil || !equalIDs(ids(got), []string{"j1"}) || !verified {
 			t.Fatalf("claim: %q verified %v: %v", ids(got), verified, err)
 		}
 		calls := counter.take()
-		if !valkeyconn.IsCluster(b.client) && (len(calls) != 1 || calls["claim"] != 1) {
+		if h.s.announce && !valkeyconn.IsCluster(b.client) && (len(calls) != 1 || calls["claim"] != 1) {
 			t.Fatalf("the claim made %v, want one claim call", calls)
 		}
 		if j, err := h.s.Job(h.ctx, other, "late"); err != nil || j != nil {
@@ -61,6 +82,7 @@ func TestClaimSettlesAnotherShardsBacklog(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		h := newFixture(t, b, Options{ClaimSettleBudget: 3, SweepBatch: 2})
+		announced := fusedReady(t, h.s)
 		other := otherShardSite(h.s, site)
 		var stubs []protocol.JobStub
 		for i := range 9 {
@@ -71,6 +93,7 @@ func TestClaimSettlesAnotherShardsBacklog(t *testing.T) {
 		enqueueMany(t, h.s, b.client, other, stubs)
 		h.enqueue("live", "alice")
 		h.s.Testing().AdvanceClock(2000)
+		announced(claimArgs())
 		got := h.claim()
 		equalStrings(t, "grants", ids(got), []string{"live"})
 		jobs, err := h.s.Jobs(h.ctx)
@@ -86,7 +109,9 @@ func TestClaimSettlesAnotherShardsBacklog(t *testing.T) {
 func TestClaimRefusedForPresenceSettlesNothing(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		h := newFixture(t, b, Options{})
+		counter := &countingObserver{n: map[string]int{}}
+		h := newFixture(t, b, Options{ObserveScript: counter.observe})
+		announced := fusedReady(t, h.s)
 		h.seen("runner_1", "alice", freshDevice(), `[]`, `[]`)
 		other := otherShardSite(h.s, site)
 		late := stub("late", "bob")
@@ -94,10 +119,16 @@ func TestClaimRefusedForPresenceSettlesNothing(t *testing.T) {
 		h.enqueueStub(other, late)
 		h.enqueue("j1", "alice")
 		h.s.Testing().AdvanceClock(2000)
+		in := claimArgs(func(in *ClaimInput) { in.RequirePresence = true })
+		announced(in)
 		before := dump(t, b, h.s)
-		_, err := h.s.Claim(h.ctx, claimArgs(func(in *ClaimInput) { in.RequirePresence = true }))
+		counter.take()
+		_, err := h.s.Claim(h.ctx, in)
 		if !errors.Is(err, ErrPresenceChanged) {
 			t.Fatalf("claim with another device: %v, want ErrPresenceChanged", err)
+		}
+		if calls := counter.take(); h.s.announce && !valkeyconn.IsCluster(b.client) && (len(calls) != 1 || calls["claim"] != 1) {
+			t.Fatalf("the refused claim made %v, want one claim call", calls)
 		}
 		if after := dump(t, b, h.s); !maps.Equal(before, after) {
 			for k, v := range after {

@@ -424,6 +424,13 @@
 // granted; a lost record is rebuilt by the next heartbeat); a claim that
 // reads queue heads reads the record in the same pipelined batch
 // (RequirePresence) (test/bench/results/2026-12-01-idle-devices-batched.md).
+// On a server that is not a cluster, a claim whose routes may hold work on
+// one shard only (the usual case: the view rules the others out) reads
+// nothing first: its one script call checks the record, settles the shards
+// whose due head the view does not know in sections of their own, grants,
+// and keeps rsh, and answers what the view learns (queues found empty,
+// due heads, the shards it wrote on) (Store.claimFused,
+// test/bench/results/2026-12-08-claim-in-one-call.md).
 //
 // The grant policy (internal/policy, lua/policy_*.lua) lives beside them:
 //

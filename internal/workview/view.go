@@ -300,6 +300,29 @@ func (v *View) QueuesEmpty(i int, queues []string, at time.Time) (empty bool, fe
 	return false, sv.fence
 }
 
+// RecentlyAnnounced: was any of these queues of shard i announced (did it
+// gain an entry) within about the last recentAge, by the view's record of
+// announcements? A claim on them then likely finds work, so the store
+// sends its claim script at once rather than reading the queue heads
+// first. False whenever the view cannot say.
+func (v *View) RecentlyAnnounced(i int, queues []string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.live[i] {
+		return false
+	}
+	sv := &v.sh[i]
+	for _, q := range queues {
+		if _, ok := sv.recent[q]; ok {
+			return true
+		}
+		if _, ok := sv.older[q]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Quiet: does the view already know that shard i holds nothing due and
 // that every one of these queues is empty? Unlike notDue and queuesEmpty
 // it changes nothing (it takes no part in refreshing the due reading and

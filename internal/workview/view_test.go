@@ -161,3 +161,36 @@ func TestWorkViewForgetsOldAnnouncements(t *testing.T) {
 		t.Fatal("a read sent after its queue's announcement was not recorded")
 	}
 }
+
+// A queue announced lately is said to be so, on a live view only, until
+// its announcement ages out of the view's record; others never are.
+func TestWorkViewRecentlyAnnounced(t *testing.T) {
+	t.Parallel()
+	v := New([]string{"p:"}, DefaultQueues, nil)
+	v.Announced(0, "p:q")
+	if v.RecentlyAnnounced(0, []string{"p:q"}) {
+		t.Fatal("a view that is not live answered")
+	}
+	v.SetLive(0, true)
+	v.Announced(0, "p:q")
+	if !v.RecentlyAnnounced(0, []string{"p:other", "p:q"}) {
+		t.Fatal("an announced queue was not recent")
+	}
+	if v.RecentlyAnnounced(0, []string{"p:other"}) || v.RecentlyAnnounced(0, nil) {
+		t.Fatal("a queue never announced was recent")
+	}
+	v.mu.Lock()
+	v.skew = 2*recentAge + time.Second
+	v.mu.Unlock()
+	v.Announced(0, "p:x") // rotates: p:q is one generation old
+	if !v.RecentlyAnnounced(0, []string{"p:q"}) {
+		t.Fatal("an announcement one generation old was forgotten")
+	}
+	v.mu.Lock()
+	v.skew = 4*recentAge + time.Second
+	v.mu.Unlock()
+	v.Announced(0, "p:y")
+	if v.RecentlyAnnounced(0, []string{"p:q"}) {
+		t.Fatal("an announcement two generations old was still recent")
+	}
+}
