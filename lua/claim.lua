@@ -94,13 +94,15 @@
 --             'presence' (runner_mode 'R': the presence record does not
 --             hold this owner and device; nothing ran, stopped is 0)
 --   empties   per section run, the queues (1-based, in its KEYS order)
---             read from their head and found holding nothing, in a
---             section that repaired no index entry (the work view's
---             learning, Go's SawEmpty)
+--             that hold nothing when it ends: read from their head to
+--             their end, every entry read taken out (granted, settled,
+--             quarantined), in a section that repaired no index entry
+--             (the work view's learning, Go's SawEmpty)
 --   wrote     per section run, 1 when it may have written (it granted,
 --             settled or repaired), else 0
---   heads     per section run that wrote nothing, its due head after it
---             ('-': nothing indexed), else '' (the work view's due reading)
+--   heads     per section run, its due head when it ended ('-': nothing
+--             indexed; '' when it stopped the call: 'sweep', 'revoked'),
+--             the work view's due reading
 --   now       the call's clock, ms (with the offset)
 --   grants    per section run, its grants: {eS, stub (raw), leaseId,
 --             expiresAt, deadline, seq}
@@ -161,6 +163,7 @@ local function fill(q)
   for i = 1, #res, 2 do
     q.buf[#q.buf + 1] = {res[i], tonumber(res[i + 1]), res[i + 1]}
   end
+  q.short = #q.buf < 16 -- the queue held nothing past this buffer
   if #q.buf == 0 then
     q.done = true
   end
@@ -222,6 +225,7 @@ local function section(keys, a)
     if rest[a] ~= '' then
       q.last = rest[a]
     end
+    q.from_head, q.kept = (rest[a] == ''), 0
     a = a + 1
   end
   local nl = tonumber(rest[a])
@@ -293,6 +297,9 @@ local function section(keys, a)
           ok = false
         end
       end
+      if not ok then
+        best.kept = best.kept + 1 -- stays queued for other runners
+      end
       if ok then
         local stub = get_blob(jk, 'stub', 8)
         if not valid_stub(stub) then
@@ -343,13 +350,13 @@ local function section(keys, a)
   local cursors, empties = {}, {}
   for i, q in ipairs(queues) do
     cursors[i] = q.last or ''
-    if q.done and not q.last and not repaired then
+    if (q.done or (q.short and q.i > #q.buf)) and q.from_head and q.kept == 0 and not repaired then
       empties[#empties + 1] = i
     end
   end
-  local head = ''
-  if wrote == 0 then
-    head = first[2] or '-'
+  local head = first[2] or '-'
+  if wrote == 1 then
+    head = redis.call('ZRANGE', due_index, 0, 0, 'WITHSCORES')[2] or '-'
   end
   return 'ok', grants, truncated, cursors, a, empties, wrote, head
 end

@@ -762,10 +762,14 @@ func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim,
 
 // claimSeen tells the work view what a claim call's sections (those that
 // ran, with the stamps taken before it was sent) found, from the reply's
-// empties, wrote, heads and now: queues empty from their head, the shards
-// they wrote on (what Store.exec does for a Work script, here per
-// section, so a claim that found nothing leaves the view's empty queues
-// trusted) and the due heads of those they did not write on.
+// empties, wrote, heads and now: the queues empty when the section ended,
+// the shards they wrote on (what Store.exec does for a Work script, here
+// per section, so a claim that found nothing leaves the view's empty
+// queues trusted) and their due heads. What a section saw when it ended
+// it saw after its own write: its stamp counts that write as one this
+// Store made before the read, so it is trusted without a fence or a new
+// due read unless another write of this Store on the shard came in
+// between.
 func (s *Store) claimSeen(secs []*claimSection, stamps []workview.Stamp, at time.Time, parts []valkey.ValkeyMessage) error {
 	e, err1 := parts[0].ToArray()
 	w, err2 := parts[1].AsIntSlice()
@@ -776,17 +780,20 @@ func (s *Store) claimSeen(secs []*claimSection, stamps []workview.Stamp, at time
 	}
 	raw := now - s.offset.Load()
 	for i, c := range secs {
-		switch {
-		case w[i] == 1:
+		st := stamps[i]
+		if w[i] == 1 {
 			s.view.Touched(prefixOf(c.keys[0]))
+			st = st.AfterOwnWrite()
+		}
+		switch {
 		case heads[i] == "-":
-			s.view.SawDue(c.sh, stamps[i], at, raw, maxScore)
+			s.view.SawDue(c.sh, st, at, raw, maxScore)
 		case heads[i] != "":
 			h, err := strconv.ParseFloat(heads[i], 64)
 			if err != nil {
 				return fmt.Errorf("%w: claim: due head %q", ErrUnexpectedReply, heads[i])
 			}
-			s.view.SawDue(c.sh, stamps[i], at, raw, int64(h))
+			s.view.SawDue(c.sh, st, at, raw, int64(h))
 		}
 		idx, err := e[i].AsIntSlice()
 		if err != nil {
@@ -796,7 +803,7 @@ func (s *Store) claimSeen(secs []*claimSection, stamps []workview.Stamp, at time
 			if q < 1 || int(q) > len(c.queues) {
 				return fmt.Errorf("%w: claim: empty queue %d of %d", ErrUnexpectedReply, q, len(c.queues))
 			}
-			s.view.SawEmpty(c.sh, stamps[i], c.queues[q-1], at)
+			s.view.SawEmpty(c.sh, st, c.queues[q-1], at)
 		}
 	}
 	return nil

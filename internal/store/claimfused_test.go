@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -144,4 +145,74 @@ func TestClaimRefusedForPresenceSettlesNothing(t *testing.T) {
 			t.Fatal("a refused claim wrote")
 		}
 	})
+}
+
+// What a claim script finds empty when it ends, the work view trusts: a
+// claim that took a queue's last job leaves the next claim on that queue
+// nothing to ask Valkey. A queue that still holds an entry is never taken
+// for empty: one left for later (Max reached) or one this runner may not
+// take (it refused the job) goes to the next claimant.
+func TestClaimTeachesTheViewWhatItEmptied(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	counter := &countingObserver{n: map[string]int{}}
+	h := newFixture(t, b, Options{ObserveScript: counter.observe})
+	if !h.s.announce {
+		t.Skip("the server has no sharded pub/sub")
+	}
+	announced := fusedReady(t, h.s)
+	one := claimArgs(maxJobs(1))
+	other := claimArgs(maxJobs(1), runner("runner_2"))
+	sh := placedShard(h.s, site)
+	// The queue the jobs go to (alice's own, private) and whether the view
+	// holds it as seen empty.
+	queue := h.s.k.readyQueue(site, "alice", protocol.KindGenerate, protocol.AudiencePrivate)
+	seenEmpty := func() bool { return h.s.view.Testing().SeenEmpty(sh, queue) }
+
+	h.enqueue("j1", "alice")
+	h.enqueue("j2", "alice")
+	announced(one)
+	equalStrings(t, "first claim", ids(h.claim(maxJobs(1))), []string{"j1"})
+	if seenEmpty() {
+		t.Fatal("a claim that left j2 queued (Max reached) told the view its queue was empty")
+	}
+	equalStrings(t, "second claim", ids(h.claim(maxJobs(1), runner("runner_2"))), []string{"j2"})
+	if !seenEmpty() {
+		t.Fatal("a claim that took the queue's last job did not tell the view it was empty")
+	}
+	counter.take()
+	if got := h.claim(maxJobs(1), runner("runner_2")); len(got) != 0 { // the queues its last claim left empty
+		t.Fatalf("third claim: %q", ids(got))
+	}
+	if calls := counter.take(); len(calls) != 0 {
+		t.Fatalf("a claim on the queue the last claim emptied asked Valkey: %v", calls)
+	}
+
+	// runner_1 refuses j3 for a minute: its claim leaves j3 queued, and
+	// runner_2's claim after it gets j3.
+	h.seal("j1") // the pair's cap of two unsealed grants
+	h.seal("j2")
+	h.enqueue("j3", "alice")
+	announced(one)
+	got := h.claim(maxJobs(1))
+	equalStrings(t, "claim of j3", ids(got), []string{"j3"})
+	wait := int64(60_000)
+	h.release("runner_1", []protocol.GrantRef{grant(got[0])}, ReasonRefused, &wait)
+	announced(one)
+	if got := h.claim(maxJobs(1)); len(got) != 0 {
+		t.Fatalf("runner_1 claimed %q it refused", ids(got))
+	}
+	if seenEmpty() {
+		t.Fatal("a claim that skipped j3 told the view its queue was empty")
+	}
+	equalStrings(t, "runner_2 after runner_1 skipped j3", ids(h.s.mustClaim(t, other)), []string{"j3"})
+}
+
+func (s *Store) mustClaim(t *testing.T, in ClaimInput) []ClaimedStub {
+	t.Helper()
+	out, err := s.Claim(context.Background(), in)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return out
 }

@@ -26,3 +26,12 @@ func (h Hooks) Shard(i int) (own, fenced, ann uint64) {
 	defer h.v.mu.Unlock()
 	return h.v.sh[i].own, h.v.sh[i].fenced, h.v.sh[i].ann
 }
+
+// SeenEmpty: does the view hold queue of shard i as seen empty, whether or
+// not a fence is still due before it trusts that?
+func (h Hooks) SeenEmpty(i int, queue string) bool {
+	h.v.mu.Lock()
+	defer h.v.mu.Unlock()
+	_, ok := h.v.seenEmpty(&h.v.sh[i], queue, time.Now().Add(h.v.skew))
+	return ok
+}

@@ -267,6 +267,15 @@ func (v *View) Stamp(i int) Stamp {
 	return Stamp{ver: sv.ver, dueVer: sv.dueVer, own: sv.own, ann: sv.ann}
 }
 
+// AfterOwnWrite is st for a read made after one more write of this Store
+// on the shard (Touched): a script that wrote and then read its queues or
+// due head, whose own write is thus no reason to distrust what it read.
+func (st Stamp) AfterOwnWrite() Stamp {
+	st.own++
+	st.dueVer++
+	return st
+}
+
 // QueuesEmpty: were all these queues of shard i seen empty, and is that
 // still to be trusted? fence is non-empty when the answer is no only
 // because this Store wrote to the shard since: the caller publishes it
