@@ -385,10 +385,11 @@ func shardsRecorded(recs []valkey.ValkeyResult, deadlines map[int]int64) bool {
 
 // claimOrder finds what is due outside the claim's shards (others: the
 // reference sweeps everything before a claim, which the caller does once
-// the claim may go ahead) and chooses which of the claim's shards to
-// call (plan.live and those with due work), in which order: by the oldest entry (lowest seq, an enqueue
-// instant) at the head of any of the claim's queues there, so the oldest
-// eligible job over all routes is considered first. A shard with no queued
+// the claim may go ahead) and chooses which of the claim's shards to call
+// (plan.live and those with due work), in which order: by the oldest
+// entry (lowest seq, an enqueue instant) at the head of any of the claim's
+// queues there, so the oldest eligible job over all routes is considered
+// first. A shard with no queued
 // entry on these routes and nothing due is not called at all: it has
 // nothing to grant. All of it is read with one TIME and one pipelined batch
 // of ZRANGEs, no script. The commands of extra join that batch, and their

@@ -311,9 +311,10 @@ func (v *View) QueuesEmpty(i int, queues []string, at time.Time) (empty bool, fe
 
 // RecentlyAnnounced: was any of these queues of shard i announced (did it
 // gain an entry) within about the last recentAge, by the view's record of
-// announcements? A claim on them then likely finds work, so the store
-// sends its claim script at once rather than reading the queue heads
-// first. False whenever the view cannot say.
+// announcements, and not seen empty since (a claim took what it gained)?
+// A claim on them then likely finds work, so the store sends its claim
+// script at once rather than reading the queue heads first. False
+// whenever the view cannot say.
 func (v *View) RecentlyAnnounced(i int, queues []string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -322,12 +323,17 @@ func (v *View) RecentlyAnnounced(i int, queues []string) bool {
 	}
 	sv := &v.sh[i]
 	for _, q := range queues {
-		if _, ok := sv.recent[q]; ok {
-			return true
+		_, recent := sv.recent[q]
+		_, older := sv.older[q]
+		if !recent && !older {
+			continue
 		}
-		if _, ok := sv.older[q]; ok {
-			return true
+		// An announcement deletes the queue's empty entry, so one that
+		// stands was read after it, whether or not a fence is due.
+		if e, ok := sv.empty[maphash.String(v.seed, q)]; ok && e.ver == uint32(sv.ver) {
+			continue
 		}
+		return true
 	}
 	return false
 }

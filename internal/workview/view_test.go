@@ -163,7 +163,8 @@ func TestWorkViewForgetsOldAnnouncements(t *testing.T) {
 }
 
 // A queue announced lately is said to be so, on a live view only, until
-// its announcement ages out of the view's record; others never are.
+// it is seen empty after the announcement or the announcement ages out of
+// the view's record; others never are.
 func TestWorkViewRecentlyAnnounced(t *testing.T) {
 	t.Parallel()
 	v := New([]string{"p:"}, DefaultQueues, nil)
@@ -178,6 +179,14 @@ func TestWorkViewRecentlyAnnounced(t *testing.T) {
 	}
 	if v.RecentlyAnnounced(0, []string{"p:other"}) || v.RecentlyAnnounced(0, nil) {
 		t.Fatal("a queue never announced was recent")
+	}
+	v.SawEmpty(0, v.Stamp(0), "p:q", v.Now())
+	if v.RecentlyAnnounced(0, []string{"p:q"}) {
+		t.Fatal("a queue seen empty after its announcement was still recent")
+	}
+	v.Announced(0, "p:q")
+	if !v.RecentlyAnnounced(0, []string{"p:q"}) {
+		t.Fatal("a queue announced again after it was seen empty was not recent")
 	}
 	v.mu.Lock()
 	v.skew = 2*recentAge + time.Second
