@@ -153,6 +153,13 @@ a = a + 1
 local now = clock()
 local scanned, quarantined = 0, 0
 
+-- due_head is the earliest due score in due_index, or nil when it holds
+-- nothing.
+local function due_head(due_index)
+  local z = redis.call('ZRANGEBYSCORE', due_index, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return tonumber(z[2])
+end
+
 local function fill(q)
   local lo = '-inf'
   if q.last then
@@ -182,8 +189,8 @@ local function section(keys, a)
   -- 1. Settle first (the reference sweeps at the top of every claim),
   -- bounded. The due head alone answers the usual case, nothing due, and
   -- is what the reply's heads report.
-  local first = redis.call('ZRANGE', due_index, 0, 0, 'WITHSCORES')
-  if first[2] and tonumber(first[2]) <= now then
+  local first = due_head(due_index)
+  if first and first <= now then
     local due
     if settle_budget < 0 then
       due = redis.call('ZRANGEBYSCORE', due_index, '-inf', fmt(now))
@@ -354,10 +361,10 @@ local function section(keys, a)
       empties[#empties + 1] = i
     end
   end
-  local head = first[2] or '-'
   if wrote == 1 then
-    head = redis.call('ZRANGE', due_index, 0, 0, 'WITHSCORES')[2] or '-'
+    first = due_head(due_index)
   end
+  local head = first and fmt(first) or '-'
   return 'ok', grants, truncated, cursors, a, empties, wrote, head
 end
 
