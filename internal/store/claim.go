@@ -588,7 +588,6 @@ type claimSection struct {
 	keys     []string
 	args     []string // its number of keys, nr, per route eS eO nq, the cursors, nl and the lease ids
 	cursorAt int      // where in args the cursors start
-	nQueues  int
 	queues   []string // its queue keys, in KEYS order
 	leaseAt  int      // where in args nl stands; the lease ids follow it
 }
@@ -609,12 +608,11 @@ func (s *Store) newClaimSection(in ClaimInput, u *UnansweredClaim, sh int, route
 		c.keys = append(c.keys, s.k.unsealed(r.SiteID, r.Owner), s.k.awaiting(r.SiteID))
 		c.keys = append(c.keys, queues...)
 		c.args = append(c.args, enc(r.SiteID), enc(r.Owner), strconv.Itoa(len(queues)))
-		c.nQueues += len(queues)
 		c.queues = append(c.queues, queues...)
 	}
 	c.args[0] = strconv.Itoa(len(c.keys))
 	c.cursorAt = len(c.args)
-	for range c.nQueues {
+	for range c.queues {
 		c.args = append(c.args, "") // every queue from its head
 	}
 	c.leaseAt = len(c.args)
@@ -754,8 +752,8 @@ func (s *Store) runClaim(ctx context.Context, in ClaimInput, u *UnansweredClaim,
 	}
 	if rep.status == "ok" && rep.truncated == 1 {
 		last := secs[stopped-1]
-		if rep.cursors, err = parts[6].AsStrSlice(); err != nil || len(rep.cursors) != last.nQueues {
-			return claimReply{}, fmt.Errorf("%w: claim: %d cursors for %d queues (%v)", ErrUnexpectedReply, len(rep.cursors), last.nQueues, err)
+		if rep.cursors, err = parts[6].AsStrSlice(); err != nil || len(rep.cursors) != len(last.queues) {
+			return claimReply{}, fmt.Errorf("%w: claim: %d cursors for %d queues (%v)", ErrUnexpectedReply, len(rep.cursors), len(last.queues), err)
 		}
 	}
 	return rep, nil
